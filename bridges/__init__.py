@@ -1,0 +1,27 @@
+"""bridges: adapters between marl_core's MultiAgentEnv and other multi-agent APIs.
+
+Each foreign API has one module with both directions. Heavy or optional imports (pettingzoo,
+pyspiel, ray) happen when a bridge module is first used, never on ``import bridges``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name -> module that defines it; resolved lazily so `import bridges` stays light.
+_EXPORTS: dict[str, str] = {
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bridges' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,27 @@
+"""marl_core: the MultiAgentEnv core of marl-bridges.
+
+Importing this package never imports torch or ray; only :mod:`marl_core.ppo` does.
+"""
+
+from __future__ import annotations
+
+from marl_core.env import ALL, COMMON, AgentID, MultiAgentEnv, MultiAgentWrapper, make_multi_agent
+from marl_core.errors import MultiAgentEnvError
+from marl_core.rollout import EpisodeResult, RandomPolicy, Transition, play, rollout
+
+__all__ = [
+    "ALL",
+    "COMMON",
+    "AgentID",
+    "EpisodeResult",
+    "MultiAgentEnv",
+    "MultiAgentEnvError",
+    "MultiAgentWrapper",
+    "RandomPolicy",
+    "Transition",
+    "make_multi_agent",
+    "play",
+    "rollout",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,114 @@
+"""The exception hierarchy of marl-bridges.
+
+Every error caused by bad input is a :class:`MultiAgentEnvError` (a ``ValueError``) whose message
+names the agent, what was expected and what arrived, so a user can fix the call without reading
+our source. Errors are raised before any state changes, so the env is still usable afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def _names(agent_ids: Iterable[Any]) -> str:
+    """Render agent ids as a short, stable list for error messages."""
+    ids = list(agent_ids)
+    shown = ", ".join(repr(a) for a in ids[:12])
+    if len(ids) > 12:
+        shown += f", ... ({len(ids)} in all)"
+    return f"[{shown}]"
+
+
+class MultiAgentEnvError(ValueError):
+    """Base class: bad input to, or bad output from, a multi-agent env."""
+
+
+class UnknownAgentError(MultiAgentEnvError, KeyError):
+    """An agent id that the env does not know."""
+
+    def __init__(self, agent_id: Any, known: Iterable[Any], what: str = "agent") -> None:
+        self.agent_id = agent_id
+        super().__init__(f"unknown {what} {agent_id!r}; known: {_names(known)}")
+
+    def __str__(self) -> str:  # KeyError would add quotes around the message
+        return str(self.args[0])
+
+
+class UnexpectedActionError(MultiAgentEnvError):
+    """An action for an agent that is not asked to act in this step."""
+
+    def __init__(self, agent_ids: Iterable[Any], acting: Iterable[Any]) -> None:
+        ids = list(agent_ids)
+        self.agent_ids = ids
+        noun = "agent" if len(ids) == 1 else "agents"
+        which = repr(ids[0]) if len(ids) == 1 else _names(ids)
+        super().__init__(
+            f"action for {noun} {which} which is not expected to act (acting now: {_names(acting)})"
+        )
+
+
+class MissingActionError(MultiAgentEnvError):
+    """An agent that must act did not receive an action."""
+
+    def __init__(self, agent_ids: Iterable[Any], received: Iterable[Any]) -> None:
+        ids = list(agent_ids)
+        self.agent_ids = ids
+        super().__init__(
+            f"no action for {_names(ids)}, which must act in this step (actions received for: "
+            f"{_names(received)})"
+        )
+
+
+class InvalidActionError(MultiAgentEnvError):
+    """An action outside the agent's action space."""
+
+    def __init__(self, agent_id: Any, expected: str, received: Any, reason: str = "") -> None:
+        self.agent_id = agent_id
+        message = f"invalid action for agent {agent_id!r}: expected {expected}, received {received!r}"
+        super().__init__(f"{message} ({reason})" if reason else message)
+
+
+class IllegalActionError(InvalidActionError):
+    """An action inside the space but masked out (not legal in this state)."""
+
+    def __init__(self, agent_id: Any, received: Any, legal: Iterable[Any], hint: str = "") -> None:
+        self.agent_id = agent_id
+        self.legal = list(legal)
+        message = (
+            f"illegal action for agent {agent_id!r}: received {received!r}, legal actions now: "
+            f"{self.legal}"
+        )
+        if hint:
+            message += f" ({hint})"
+        MultiAgentEnvError.__init__(self, message)
+
+
+class ResetNeededError(MultiAgentEnvError):
+    """``step()`` called before ``reset()`` or after the episode ended."""
+
+
+class SpaceError(MultiAgentEnvError):
+    """A space is missing, of the wrong type, or does not match its agents."""
+
+
+class GroupingError(MultiAgentEnvError):
+    """An agent grouping that cannot work (overlapping groups, unknown members, acting apart)."""
+
+
+class EnvContractError(MultiAgentEnvError):
+    """A multi-agent env returned something that breaks the contract (see DESIGN.md)."""
+
+
+class CheckpointError(MultiAgentEnvError):
+    """A checkpoint that is missing, incomplete or does not match the config."""
+
+
+class DependencyNotInstalled(ImportError):
+    """An optional dependency needed by the requested feature is missing."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(
+            f"{package} is needed for this feature; install it with "
+            f"`pip install \"marl-bridges[{extra}]\"`"
+        )

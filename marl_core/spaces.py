@@ -1,0 +1,299 @@
+"""Space helpers shared by the core, the bridges, the checker and the trainer.
+
+One canonical action-mask form: a ``Dict`` observation with ``"observation"`` and
+``"action_mask"`` (int8, 1 = legal). Everything here dispatches on the space type with
+:func:`functools.singledispatch`, so new space types plug in without ``isinstance`` ladders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from functools import singledispatch
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from gymnasium import spaces
+
+from marl_core.errors import (
+    IllegalActionError,
+    InvalidActionError,
+    MissingActionError,
+    UnexpectedActionError,
+)
+
+if TYPE_CHECKING:
+    from marl_core.env import AgentID
+
+OBS_KEY = "observation"
+MASK_KEY = "action_mask"
+
+
+# Action masks -------------------------------------------------------------------------------
+
+
+def masked_space(observation_space: spaces.Space, num_actions: int) -> spaces.Dict:
+    """The canonical masked observation space around ``observation_space``."""
+    return spaces.Dict(
+        {OBS_KEY: observation_space, MASK_KEY: spaces.Box(0, 1, (num_actions,), np.int8)}
+    )
+
+
+def is_masked(space: spaces.Space) -> bool:
+    """Whether ``space`` is a Dict observation space carrying an ``"action_mask"``."""
+    return isinstance(space, spaces.Dict) and MASK_KEY in space.spaces
+
+
+def action_mask_of(observation: Any) -> np.ndarray | None:
+    """The action mask inside ``observation``, or None when it has none."""
+    if isinstance(observation, Mapping) and MASK_KEY in observation:
+        return np.asarray(observation[MASK_KEY])
+    return None
+
+
+def action_mask_size(action_space: spaces.Space) -> int | None:
+    """How many entries a mask for ``action_space`` has (None: masks do not apply)."""
+    if isinstance(action_space, spaces.Discrete):
+        return int(action_space.n)
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return int(np.sum(action_space.nvec))
+    return None
+
+
+def mask_from_legal(legal: Iterable[int], size: int) -> np.ndarray:
+    """An int8 mask of ``size`` entries with 1 exactly at ``legal``."""
+    mask = np.zeros(size, dtype=np.int8)
+    mask[list(legal)] = 1
+    return mask
+
+
+# Membership with a diagnosis ----------------------------------------------------------------
+
+
+def why_not_contained(space: spaces.Space, value: Any, path: str = "") -> str | None:
+    """None when ``value`` is in ``space``; otherwise a sentence naming the offending sub-space.
+
+    The path uses ``["key"]`` for Dict and ``[i]`` for Tuple members, and the sentence says what
+    the dtype or shape should have been, e.g. ``at ["observation"]: shape (3,) but the space
+    needs (4,)``.
+    """
+    return _why(space, value, path)
+
+
+def _where(path: str) -> str:
+    return f"at {path}: " if path else ""
+
+
+@singledispatch
+def _why(space: spaces.Space, value: Any, path: str) -> str | None:
+    try:
+        ok = space.contains(value)
+    except Exception as error:  # a foreign space may raise on odd values
+        return f"{_where(path)}{type(error).__name__}: {error} checking {value!r} against {space}"
+    return None if ok else f"{_where(path)}{_short(value)} is not in {space}"
+
+
+@_why.register
+def _(space: spaces.Box, value: Any, path: str) -> str | None:
+    if not isinstance(value, np.ndarray):
+        if isinstance(value, (list, tuple)) or np.isscalar(value):
+            return (
+                f"{_where(path)}a {type(value).__name__} where the space needs a numpy array of "
+                f"dtype {space.dtype} and shape {space.shape}"
+            )
+        return f"{_where(path)}{type(value).__name__} where the space needs a numpy array"
+    if value.shape != space.shape:
+        return f"{_where(path)}shape {value.shape} but the space needs {space.shape}"
+    if not np.can_cast(value.dtype, space.dtype):
+        return f"{_where(path)}dtype {value.dtype} but the space needs {space.dtype}"
+    if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value) | np.isinf(space.low) | np.isinf(space.high)):
+        return f"{_where(path)}contains NaN or infinity"
+    if not space.contains(value):
+        below = np.argwhere(value < space.low)
+        above = np.argwhere(value > space.high)
+        where = below[0] if len(below) else above[0] if len(above) else None
+        if where is not None:
+            index = tuple(int(i) for i in where)
+            return (
+                f"{_where(path)}value {value[index]!r} at index {index} is outside "
+                f"[{space.low[index]!r}, {space.high[index]!r}]"
+            )
+        return f"{_where(path)}{_short(value)} is not in {space}"
+    return None
+
+
+@_why.register
+def _(space: spaces.Discrete, value: Any, path: str) -> str | None:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, np.ndarray)):
+        return f"{_where(path)}a {type(value).__name__} ({value!r}) where the space needs an integer in {space}"
+    if isinstance(value, np.ndarray) and (value.shape != () or not np.issubdtype(value.dtype, np.integer)):
+        return f"{_where(path)}an array of shape {value.shape} and dtype {value.dtype} where {space} needs an integer"
+    if not space.contains(value):
+        return f"{_where(path)}{int(value)} is outside {space} (valid: {space.start}..{space.start + space.n - 1})"
+    return None
+
+
+@_why.register
+def _(space: spaces.MultiDiscrete, value: Any, path: str) -> str | None:
+    array = np.asarray(value)
+    if array.shape != space.shape:
+        return f"{_where(path)}shape {array.shape} but the space needs {space.shape}"
+    if not np.issubdtype(array.dtype, np.integer):
+        return f"{_where(path)}dtype {array.dtype} but the space needs integers"
+    if not space.contains(array):
+        return f"{_where(path)}{_short(value)} is outside {space}"
+    return None
+
+
+@_why.register
+def _(space: spaces.Dict, value: Any, path: str) -> str | None:
+    if not isinstance(value, Mapping):
+        return f"{_where(path)}a {type(value).__name__} where the space needs a dict"
+    missing = [k for k in space.spaces if k not in value]
+    extra = [k for k in value if k not in space.spaces]
+    if missing or extra:
+        return f"{_where(path)}keys {sorted(map(str, value))} but the space has {sorted(map(str, space.spaces))}"
+    for key, sub in space.spaces.items():
+        reason = _why(sub, value[key], f"{path}[{key!r}]")
+        if reason:
+            return reason
+    return None
+
+
+@_why.register
+def _(space: spaces.Tuple, value: Any, path: str) -> str | None:
+    if not isinstance(value, tuple):
+        return f"{_where(path)}a {type(value).__name__} where the space needs a tuple of {len(space)}"
+    if len(value) != len(space):
+        return f"{_where(path)}a tuple of {len(value)} where the space needs {len(space)}"
+    for index, (sub, item) in enumerate(zip(space.spaces, value)):
+        reason = _why(sub, item, f"{path}[{index}]")
+        if reason:
+            return reason
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# Actions ------------------------------------------------------------------------------------
+
+
+def check_action(
+    agent_id: AgentID, space: spaces.Space, action: Any, mask: np.ndarray | None = None
+) -> None:
+    """Raise unless ``action`` is in ``space`` and, for Discrete spaces, allowed by ``mask``.
+
+    Raises:
+        InvalidActionError: the action is not in the space.
+        IllegalActionError: the action is in the space but masked out.
+    """
+    reason = why_not_contained(space, action)
+    if reason is not None:
+        raise InvalidActionError(agent_id, f"an action in {space}", action, reason)
+    if mask is not None and isinstance(space, spaces.Discrete):
+        index = int(action) - int(space.start)
+        if not mask[index]:
+            legal = [int(i) + int(space.start) for i in np.flatnonzero(mask)]
+            raise IllegalActionError(agent_id, action, legal, hint="masked out by its action_mask")
+
+
+def check_action_dict(env: Any, action_dict: Mapping[AgentID, Any], acting: Iterable[AgentID]) -> None:
+    """Raise unless ``action_dict`` has exactly one valid action per agent in ``acting``.
+
+    Args:
+        env: the env whose ``get_action_space(agent_id)`` gives each space.
+        action_dict: the actions received.
+        acting: the agents asked to act (the keys of the last observation dict).
+    """
+    acting = list(acting)
+    acting_set = set(acting)
+    unexpected = [a for a in action_dict if a not in acting_set]
+    if unexpected:
+        raise UnexpectedActionError(unexpected, acting)
+    missing = [a for a in acting if a not in action_dict]
+    if missing:
+        raise MissingActionError(missing, list(action_dict))
+    for agent_id in acting:
+        check_action(agent_id, env.get_action_space(agent_id), action_dict[agent_id])
+
+
+# Seeded sampling ----------------------------------------------------------------------------
+
+
+def sample_action(
+    space: spaces.Space,
+    rng: np.random.Generator,
+    mask: np.ndarray | None = None,
+    agent_id: AgentID | None = None,
+) -> Any:
+    """A random action from ``space`` drawn with ``rng`` (never the space's own RNG).
+
+    With ``mask`` (Discrete: one entry per action; MultiDiscrete: the per-dimension masks
+    concatenated), only legal actions are drawn.
+    """
+    if mask is not None:
+        mask = np.asarray(mask)
+        if isinstance(space, spaces.Discrete):
+            legal = np.flatnonzero(mask)
+            if len(legal) == 0:
+                raise IllegalActionError(agent_id, "any action", [], hint="its action mask allows no action")
+            return np.int64(space.start + legal[rng.integers(len(legal))])
+        if isinstance(space, spaces.MultiDiscrete):
+            out, offset = [], 0
+            for n, start in zip(space.nvec.flat, space.start.flat):
+                legal = np.flatnonzero(mask[offset : offset + n])
+                offset += n
+                out.append(start + (legal[rng.integers(len(legal))] if len(legal) else rng.integers(n)))
+            return np.asarray(out, dtype=space.dtype).reshape(space.shape)
+    return _sample(space, rng)
+
+
+@singledispatch
+def _sample(space: spaces.Space, rng: np.random.Generator) -> Any:
+    space.seed(int(rng.integers(2**31 - 1)))
+    return space.sample()
+
+
+@_sample.register
+def _(space: spaces.Discrete, rng: np.random.Generator) -> Any:
+    return np.int64(space.start + rng.integers(space.n))
+
+
+@_sample.register
+def _(space: spaces.MultiDiscrete, rng: np.random.Generator) -> Any:
+    return (space.start + rng.integers(0, space.nvec)).astype(space.dtype)
+
+
+@_sample.register
+def _(space: spaces.MultiBinary, rng: np.random.Generator) -> Any:
+    return rng.integers(0, 2, size=space.shape, dtype=space.dtype)
+
+
+@_sample.register
+def _(space: spaces.Box, rng: np.random.Generator) -> Any:
+    low, high = space.low, space.high
+    if np.issubdtype(space.dtype, np.integer):
+        low = np.where(np.isfinite(low), low, -(2**15)).astype(np.int64)
+        high = np.where(np.isfinite(high), high, 2**15).astype(np.int64)
+        return rng.integers(low, high + 1, size=space.shape).astype(space.dtype)
+    bounded = space.bounded_below & space.bounded_above
+    value = np.where(bounded, rng.uniform(np.where(bounded, low, 0), np.where(bounded, high, 1)), 0.0)
+    only_low = space.bounded_below & ~space.bounded_above
+    only_high = ~space.bounded_below & space.bounded_above
+    free = ~space.bounded_below & ~space.bounded_above
+    value = np.where(only_low, low + rng.exponential(size=space.shape), value)
+    value = np.where(only_high, high - rng.exponential(size=space.shape), value)
+    value = np.where(free, rng.normal(size=space.shape), value)
+    return value.astype(space.dtype)
+
+
+@_sample.register
+def _(space: spaces.Tuple, rng: np.random.Generator) -> Any:
+    return tuple(_sample(sub, rng) for sub in space.spaces)
+
+
+@_sample.register
+def _(space: spaces.Dict, rng: np.random.Generator) -> Any:
+    return {key: _sample(sub, rng) for key, sub in space.spaces.items()}
