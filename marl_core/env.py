@@ -300,9 +300,9 @@ def make_multi_agent(
             self.possible_agents = [agent_id_of(i) for i in range(num)]
             self.agents = []
             self.observation_spaces = {
-                a: e.observation_space for a, e in zip(self.possible_agents, self.envs)
+                a: e.observation_space for a, e in zip(self.possible_agents, self.envs, strict=True)
             }
-            self.action_spaces = {a: e.action_space for a, e in zip(self.possible_agents, self.envs)}
+            self.action_spaces = {a: e.action_space for a, e in zip(self.possible_agents, self.envs, strict=True)}
             self.render_mode = getattr(self.envs[0], "render_mode", None)
             self._ended: set[AgentID] = set()
 
@@ -311,7 +311,7 @@ def make_multi_agent(
         ) -> tuple[ObsDict, MultiAgentDict]:
             super().reset(seed=seed)
             obs, infos = {}, {}
-            for i, (agent_id, env) in enumerate(zip(self.possible_agents, self.envs)):
+            for i, (agent_id, env) in enumerate(zip(self.possible_agents, self.envs, strict=True)):
                 o, info = env.reset(seed=None if seed is None else seed + i, options=options)
                 obs[agent_id], infos[agent_id] = o, info
             self.agents = list(self.possible_agents)

@@ -112,3 +112,7 @@ class DependencyNotInstalled(ImportError):
             f"{package} is needed for this feature; install it with "
             f"`pip install \"marl-bridges[{extra}]\"`"
         )
+
+
+class OpponentSpecError(MultiAgentEnvError):
+    """An evaluation opponent that is not ``"random"`` or ``"mcts:N"`` with a positive ``N``."""

@@ -149,8 +149,8 @@ def rollout(
     lengths: dict[AgentID, int] = {}
     seen: list[AgentID] = []
     transitions = play(env, policy, seed=seed, max_steps=max_steps, options=options)
-    last = next(transitions)
-    for last in itertools.chain([last], transitions):
+    last = first = next(transitions)
+    for last in itertools.chain([first], transitions):
         for agent_id in last.obs:
             if agent_id not in lengths:
                 lengths[agent_id] = 0

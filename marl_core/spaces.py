@@ -114,8 +114,8 @@ def _(space: spaces.Box, value: Any, path: str) -> str | None:
         if where is not None:
             index = tuple(int(i) for i in where)
             return (
-                f"{_where(path)}value {value[index]!r} at index {index} is outside "
-                f"[{space.low[index]!r}, {space.high[index]!r}]"
+                f"{_where(path)}value {value[index].item()!r} at index {index} is outside "
+                f"[{space.low[index].item()!r}, {space.high[index].item()!r}]"
             )
         return f"{_where(path)}{_short(value)} is not in {space}"
     return None
@@ -165,7 +165,7 @@ def _(space: spaces.Tuple, value: Any, path: str) -> str | None:
         return f"{_where(path)}a {type(value).__name__} where the space needs a tuple of {len(space)}"
     if len(value) != len(space):
         return f"{_where(path)}a tuple of {len(value)} where the space needs {len(space)}"
-    for index, (sub, item) in enumerate(zip(space.spaces, value)):
+    for index, (sub, item) in enumerate(zip(space.spaces, value, strict=True)):
         reason = _why(sub, item, f"{path}[{index}]")
         if reason:
             return reason
@@ -242,7 +242,7 @@ def sample_action(
             return np.int64(space.start + legal[rng.integers(len(legal))])
         if isinstance(space, spaces.MultiDiscrete):
             out, offset = [], 0
-            for n, start in zip(space.nvec.flat, space.start.flat):
+            for n, start in zip(space.nvec.flat, space.start.flat, strict=True):
                 legal = np.flatnonzero(mask[offset : offset + n])
                 offset += n
                 out.append(start + (legal[rng.integers(len(legal))] if len(legal) else rng.integers(n)))

@@ -1,0 +1,261 @@
+"""Single-agent Gymnasium envs <-> one-agent MultiAgentEnv, in both directions.
+
+:func:`from_gymnasium` turns any ``gymnasium.Env`` into a MultiAgentEnv with one agent;
+:func:`to_gymnasium` turns a MultiAgentEnv with exactly one possible agent back into a
+``gymnasium.Env`` that passes ``gymnasium.utils.env_checker.check_env``. The two undo each other.
+For N independent copies of a Gymnasium env use :func:`marl_core.make_multi_agent`.
+
+Example:
+    >>> import gymnasium as gym
+    >>> from bridges.gymnasium import from_gymnasium, to_gymnasium
+    >>> env = from_gymnasium(gym.make("CartPole-v1"), agent_id="cart")
+    >>> obs, infos = env.reset(seed=0)
+    >>> list(obs), env.possible_agents
+    (['cart'], ['cart'])
+    >>> obs, rewards, terminateds, truncateds, infos = env.step({"cart": 1})
+    >>> rewards, terminateds
+    ({'cart': 1.0}, {'cart': False, '__all__': False})
+    >>> single = to_gymnasium(env)
+    >>> single.reset(seed=0)[0].shape
+    (4,)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
+from marl_core.errors import EnvContractError, ResetNeededError, SpaceError
+from marl_core.spaces import MASK_KEY, OBS_KEY, check_action, check_action_dict, masked_space
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GymnasiumEnv", "SingleAgentEnv", "from_gymnasium", "to_gymnasium"]
+
+
+class GymnasiumEnv(MultiAgentEnv):
+    """A single-agent ``gymnasium.Env`` as a MultiAgentEnv with the one agent ``agent_id``.
+
+    Args:
+        env: the Gymnasium env (any wrapper stack).
+        agent_id: the id of its one agent.
+        mask_info_key: when the env publishes an action mask in ``info`` (Taxi's
+            ``info["action_mask"]``), the key it uses; the mask then moves into the observation
+            in the canonical ``{"observation", "action_mask"}`` form. None: no mask.
+
+    Semantics:
+        - **Rewards:** the env's reward, as a float, for ``agent_id`` at every step; nothing is
+          added or dropped.
+        - **Dead agents / "__all__":** the agent ends when the env terminates or truncates, and
+          so does the episode: ``terminateds["__all__"]`` and ``truncateds["__all__"]`` copy the
+          env's two flags. The final observation is the env's. ``step()`` after that raises
+          :class:`~marl_core.errors.ResetNeededError` (the env is not stepped).
+        - **Chance / simultaneous moves:** none beyond the env's own; the one agent acts at
+          every step.
+        - **Seeding:** ``reset(seed=s)`` seeds the env with ``s`` (and this wrapper's
+          ``np_random``), so seeded episodes repeat exactly when the env's do.
+        - **Masks:** only with ``mask_info_key``: the mask moves from ``info`` into the
+          observation (int8, 1 = legal) and stays in ``info`` too.
+        - **Errors:** an action outside the action space, for another agent, or missing raises a
+          :class:`~marl_core.errors.MultiAgentEnvError` before the env is stepped.
+    """
+
+    def __init__(self, env: gym.Env, agent_id: AgentID = "agent_0", *, mask_info_key: str | None = None) -> None:
+        if not isinstance(env, gym.Env):
+            raise SpaceError(
+                f"from_gymnasium needs a gymnasium.Env, received {type(env).__module__}.{type(env).__qualname__}"
+            )
+        if not isinstance(agent_id, str) or agent_id in (ALL, COMMON):
+            raise SpaceError(f"agent_id must be a string other than '__all__' and '__common__', received {agent_id!r}")
+        self.env = env
+        self.agent_id = agent_id
+        self.mask_info_key = mask_info_key
+        self.possible_agents = [agent_id]
+        self.agents = []
+        observation_space = env.observation_space
+        if mask_info_key is not None:
+            if not isinstance(env.action_space, gym.spaces.Discrete):
+                raise SpaceError(
+                    f"mask_info_key={mask_info_key!r} needs a Discrete action space for agent {agent_id!r}, "
+                    f"received {env.action_space}"
+                )
+            observation_space = masked_space(env.observation_space, int(env.action_space.n))
+        self.observation_spaces = {agent_id: observation_space}
+        self.action_spaces = {agent_id: env.action_space}
+        self.render_mode = getattr(env, "render_mode", None)
+        self.metadata = dict(getattr(env, "metadata", {}) or {})
+        super().__init__()
+
+    def _observation(self, observation: Any, info: Mapping[str, Any]) -> Any:
+        if self.mask_info_key is None:
+            return observation
+        if self.mask_info_key not in info:
+            raise EnvContractError(
+                f"agent {self.agent_id!r}: expected an action mask under info[{self.mask_info_key!r}], "
+                f"received info keys {sorted(map(str, info))}"
+            )
+        mask = np.asarray(info[self.mask_info_key], dtype=np.int8)
+        return {OBS_KEY: observation, MASK_KEY: mask}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[ObsDict, MultiAgentDict]:
+        super().reset(seed=seed)
+        observation, info = self.env.reset(seed=seed, options=options)
+        self.agents = [self.agent_id]
+        return {self.agent_id: self._observation(observation, info)}, {self.agent_id: dict(info)}
+
+    def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
+        if not self.agents:
+            raise ResetNeededError(
+                f"step() for agent {self.agent_id!r} called before reset() or after the episode ended"
+            )
+        check_action_dict(self, action_dict, self.agents)
+        observation, reward, terminated, truncated, info = self.env.step(action_dict[self.agent_id])
+        terminated, truncated = bool(terminated), bool(truncated)
+        if terminated or truncated:
+            self.agents = []
+        agent_id = self.agent_id
+        return (
+            {agent_id: self._observation(observation, info)},
+            {agent_id: float(reward)},
+            {agent_id: terminated, ALL: terminated},
+            {agent_id: truncated, ALL: truncated},
+            {agent_id: dict(info)},
+        )
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __str__(self) -> str:
+        return f"<{type(self).__name__}{self.env}>"
+
+
+class SingleAgentEnv(gym.Env):
+    """A MultiAgentEnv with exactly one possible agent as a ``gymnasium.Env``.
+
+    Args:
+        env: the MultiAgentEnv; its ``possible_agents`` must hold exactly one agent.
+
+    Semantics:
+        - **Rewards:** the reward the env names for its agent at a step (0.0 when it names none
+          at that step); rewards for any other id are an
+          :class:`~marl_core.errors.EnvContractError`, never dropped.
+        - **Dead agents / "__all__":** ``terminated`` is the agent's flag or
+          ``terminateds["__all__"]``; ``truncated`` is the agent's truncation or
+          ``truncateds["__all__"]`` when it is not terminated. If the episode ends without a final
+          observation for the agent, the previous observation is returned and
+          ``info["final_observation_missing"]`` is True.
+        - **Chance / simultaneous moves:** none; the one agent must be in every observation dict
+          until the episode ends (otherwise :class:`~marl_core.errors.EnvContractError`).
+        - **Seeding:** ``reset(seed=s)`` seeds the wrapped env and this env's ``np_random``.
+        - **Masks:** a masked observation stays a ``Dict`` with ``"observation"`` and
+          ``"action_mask"``; ``"__common__"`` infos appear under ``info["__common__"]``.
+        - **Errors:** an action outside the action space raises
+          :class:`~marl_core.errors.InvalidActionError` before the env is stepped.
+    """
+
+    def __init__(self, env: MultiAgentEnv) -> None:
+        agents = list(getattr(env, "possible_agents", []) or [])
+        if len(agents) != 1:
+            raise SpaceError(
+                f"to_gymnasium needs a MultiAgentEnv with exactly one possible agent, received "
+                f"{len(agents)}: {agents[:12]!r}; use a multi-agent API (to_rllib, to_parallel) instead"
+            )
+        self.env = env
+        self.agent_id: AgentID = agents[0]
+        self.observation_space = env.get_observation_space(self.agent_id)
+        self.action_space = env.get_action_space(self.agent_id)
+        self.render_mode = getattr(env, "render_mode", None)
+        self.metadata = dict(getattr(env, "metadata", {}) or {"render_modes": []})
+        self._last_observation: Any = None
+        self._running = False
+
+    def _unexpected(self, mapping: Mapping[Any, Any], what: str) -> None:
+        others = [key for key in mapping if key not in (self.agent_id, ALL, COMMON)]
+        if others:
+            raise EnvContractError(
+                f"{what} for agents {others!r} from a one-agent env whose only agent is {self.agent_id!r}"
+            )
+
+    def _info(self, infos: Mapping[Any, Any]) -> dict[str, Any]:
+        info = dict(infos.get(self.agent_id, {}) or {})
+        if COMMON in infos:
+            info[COMMON] = infos[COMMON]
+        return info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        obs, infos = self.env.reset(seed=seed, options=options)
+        self._unexpected(obs, "observations")
+        if self.agent_id not in obs:
+            raise EnvContractError(
+                f"reset() returned no observation for agent {self.agent_id!r} (observations for: {sorted(obs)})"
+            )
+        self._last_observation = obs[self.agent_id]
+        self._running = True
+        return self._last_observation, self._info(infos)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        if not self._running:
+            raise ResetNeededError(
+                f"step() for agent {self.agent_id!r} called before reset() or after the episode ended"
+            )
+        check_action(self.agent_id, self.action_space, action)
+        obs, rewards, terminateds, truncateds, infos = self.env.step({self.agent_id: action})
+        self._unexpected(obs, "observations")
+        self._unexpected(rewards, "rewards")
+        terminated = bool(terminateds.get(self.agent_id, False) or terminateds.get(ALL, False))
+        truncated = not terminated and bool(truncateds.get(self.agent_id, False) or truncateds.get(ALL, False))
+        info = self._info(infos)
+        if self.agent_id in obs:
+            self._last_observation = obs[self.agent_id]
+        elif terminated or truncated:
+            info["final_observation_missing"] = True
+            logger.debug("agent %r ended without a final observation; repeating the last one", self.agent_id)
+        else:
+            raise EnvContractError(
+                f"step() returned no observation for agent {self.agent_id!r} although the episode goes on "
+                f"(observations for: {sorted(obs)})"
+            )
+        if terminated or truncated:
+            self._running = False
+        return self._last_observation, float(rewards.get(self.agent_id, 0.0)), terminated, truncated, info
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __str__(self) -> str:
+        return f"<{type(self).__name__}{self.env}>"
+
+
+def from_gymnasium(env: gym.Env, agent_id: AgentID = "agent_0", *, mask_info_key: str | None = None) -> MultiAgentEnv:
+    """A single-agent ``gymnasium.Env`` as a one-agent MultiAgentEnv (see :class:`GymnasiumEnv`).
+
+    A :class:`SingleAgentEnv` (made by :func:`to_gymnasium`) is unwrapped instead, so the two
+    functions undo each other.
+    """
+    if isinstance(env, SingleAgentEnv) and mask_info_key is None:
+        return env.env
+    return GymnasiumEnv(env, agent_id, mask_info_key=mask_info_key)
+
+
+def to_gymnasium(env: MultiAgentEnv) -> gym.Env:
+    """A one-agent MultiAgentEnv as a ``gymnasium.Env`` (see :class:`SingleAgentEnv`).
+
+    A :class:`GymnasiumEnv` (made by :func:`from_gymnasium` without a mask) is unwrapped instead.
+    """
+    if isinstance(env, GymnasiumEnv) and env.mask_info_key is None:
+        return env.env
+    return SingleAgentEnv(env)

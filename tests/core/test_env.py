@@ -1,0 +1,297 @@
+"""The MultiAgentEnv contract on the core and the fixture envs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from marl_core import ALL, MultiAgentEnv, MultiAgentWrapper, make_multi_agent, play, rollout
+from marl_core.errors import MultiAgentEnvError, SpaceError, UnknownAgentError
+from tests.fixtures import seed_envs
+from tests.fixtures.envs import (
+    HeterogeneousSpacesEnv,
+    IrregularOrderEnv,
+    JoinLeaveEnv,
+    ManyAgentsEnv,
+    RockPaperScissors,
+    TicTacToe,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def acting_sets(env: MultiAgentEnv, seed: int) -> list[list[str]]:
+    """Who was asked to act before each step of a seeded random episode."""
+    return [sorted(t.actions) for t in play(env, seed=seed) if t.actions is not None]
+
+
+# The seeds' code, unchanged but for the import line -----------------------------------------
+
+
+def test_seed_rock_paper_scissors_runs_unchanged() -> None:
+    result = rollout(seed_envs.RockPaperScissors(), seed=3)
+    assert result.steps == 10
+    assert result.lengths == {"player1": 10, "player2": 10}
+    assert result.returns["player1"] == -result.returns["player2"]
+
+
+def test_seed_tic_tac_toe_runs_unchanged() -> None:
+    env = seed_envs.TicTacToe()
+    result = rollout(env, seed=3)
+    assert result.terminated
+    assert 5 <= result.steps <= 60
+
+
+def test_seed_scaffold_spaces_and_reset() -> None:
+    env = seed_envs.MyMultiAgentEnv()
+    assert env.possible_agents == ["agent_1", "agent_2"]
+    assert env.get_observation_space("agent_2") == gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    assert env.get_action_space("agent_2") == gym.spaces.Box(0.0, 1.0, (1,), np.float32)
+    obs, infos = env.reset()
+    assert sorted(obs) == ["agent_1", "agent_2"] and infos == {}
+
+
+def test_seed_space_override() -> None:
+    env = seed_envs.RobotsEnv()
+    assert env.get_observation_space("robot_1").shape == (84, 84, 3)
+    assert env.get_observation_space("decision_maker") == gym.spaces.Discrete(2)
+    with pytest.raises(ValueError, match="bad agent id"):
+        env.get_observation_space("pilot")
+
+
+# Spaces ---------------------------------------------------------------------------------------
+
+
+def test_unknown_agent_names_the_known_ones() -> None:
+    env = RockPaperScissors()
+    with pytest.raises(UnknownAgentError) as caught:
+        env.get_action_space("player3")
+    message = str(caught.value)
+    assert "'player3'" in message and "'player1'" in message and "'player2'" in message
+    assert isinstance(caught.value, MultiAgentEnvError) and isinstance(caught.value, ValueError)
+
+
+def test_missing_spaces_say_how_to_fix() -> None:
+    class NoSpaces(MultiAgentEnv):
+        pass
+
+    with pytest.raises(SpaceError, match="observation_spaces"):
+        NoSpaces().get_observation_space("a")
+
+
+def test_spaces_set_before_super_init_are_kept() -> None:
+    class Early(MultiAgentEnv):
+        def __init__(self) -> None:
+            self.possible_agents = ["x"]
+            self.observation_spaces = {"x": gym.spaces.Discrete(2)}
+            super().__init__()
+
+    env = Early()
+    assert env.possible_agents == ["x"]
+    assert env.get_observation_space("x") == gym.spaces.Discrete(2)
+    assert env.action_spaces is None and env.agents == []
+
+
+def test_reset_seeds_np_random() -> None:
+    env = IrregularOrderEnv()
+    first, _ = env.reset(seed=11)
+    again, _ = env.reset(seed=11)
+    other, _ = env.reset(seed=12)
+    for agent_id in first:
+        np.testing.assert_array_equal(first[agent_id], again[agent_id])
+    assert any(not np.array_equal(first[a], other[a]) for a in first)
+
+
+# Orders of play -------------------------------------------------------------------------------
+
+
+def test_simultaneous_every_agent_acts_every_step() -> None:
+    assert acting_sets(RockPaperScissors(), seed=0) == [["player1", "player2"]] * 10
+
+
+def test_turn_based_one_agent_at_a_time_and_reward_to_the_waiting_player() -> None:
+    env = TicTacToe()
+    transitions = list(play(env, seed=5))
+    movers = [next(iter(t.actions)) for t in transitions[1:]]
+    assert all(a != b for a, b in zip(movers, movers[1:], strict=False))
+    assert all(len(t.obs) == 1 for t in transitions[:-1])
+    # Whoever wins, the loser did not act in the winning step and still gets -5.
+    final = transitions[-1]
+    mover = next(iter(final.actions))
+    others = [a for a in final.rewards if a != mover]
+    if final.rewards[mover] == 5.0:
+        assert final.rewards[others[0]] == -5.0
+
+
+def test_start_player_is_seeded() -> None:
+    starts = {seed: next(iter(TicTacToe().reset(seed=seed)[0])) for seed in range(20)}
+    assert set(starts.values()) == {"player1", "player2"}
+    assert all(next(iter(TicTacToe().reset(seed=s)[0])) == p for s, p in starts.items())
+
+
+def test_irregular_order_matches_the_docs_figure() -> None:
+    expected = [sorted(IrregularOrderEnv.ORDER[i % 3]) for i in range(9)]
+    assert acting_sets(IrregularOrderEnv(), seed=0) == expected
+
+
+def test_rewards_for_agents_not_acting_are_counted() -> None:
+    result = rollout(IrregularOrderEnv(), lambda agent_id, obs: 1, seed=0)
+    # Each agent acts in 6 of 9 steps (reward 1 each) and is a bystander in 3 (0.5 each).
+    assert result.returns == {"agent_1": 7.5, "agent_2": 7.5, "agent_3": 7.5}
+    assert result.lengths == {"agent_1": 6, "agent_3": 6, "agent_2": 6}
+
+
+def test_agents_join_late_and_leave_early() -> None:
+    env = JoinLeaveEnv()
+    transitions = list(play(env, lambda agent_id, obs: 1, seed=0))
+    keys = [sorted(t.obs) for t in transitions]
+    assert keys[0] == ["scout"]
+    assert keys[2] == ["runner", "scout"] and keys[3] == ["keeper", "runner", "scout"]
+    assert keys[4] == ["keeper", "runner", "scout"] and transitions[4].terminateds["scout"]
+    assert keys[5] == ["keeper", "runner"]
+    assert transitions[6].truncateds["runner"] and keys[7] == ["keeper"]
+    ended: set[str] = set()
+    for t in transitions:
+        assert not (set(t.obs) | set(t.rewards)) & ended, "an ended agent appeared again"
+        ended |= {a for a in t.obs if t.terminateds.get(a) or t.truncateds.get(a)}
+    result = rollout(JoinLeaveEnv(), lambda agent_id, obs: 1, seed=0)
+    assert result.lengths == {"scout": 4, "runner": 4, "keeper": 5}
+    assert result.returns["keeper"] == pytest.approx(0.3)  # 0.1 each time runner acted with keeper in
+    assert transitions[-1].terminateds[ALL]
+
+
+def test_heterogeneous_spaces_and_masks_are_respected() -> None:
+    env = HeterogeneousSpacesEnv()
+    for seed in range(15):
+        for t in play(env, seed=seed):
+            for agent_id, observation in t.obs.items():
+                assert env.get_observation_space(agent_id).contains(observation), agent_id
+            for agent_id, action in (t.actions or {}).items():
+                assert env.get_action_space(agent_id).contains(action), agent_id
+
+
+def test_many_agents_with_space_overrides() -> None:
+    env = ManyAgentsEnv({"num_agents": 120})
+    assert env.observation_spaces is None and env.max_num_agents == 120
+    result = rollout(env, seed=0)
+    assert len(result.lengths) == 120 and set(result.lengths.values()) == {5}
+    obs, _ = env.reset(seed=1)
+    assert all(env.get_observation_space(a).contains(o) for a, o in obs.items())
+
+
+# The runner -----------------------------------------------------------------------------------
+
+
+def test_rollout_takes_a_policy_per_agent() -> None:
+    policies = {"player1": lambda obs: 0, "player2": lambda obs: 1}  # rock vs paper
+    result = rollout(RockPaperScissors(), policies, seed=0)
+    assert result.returns == {"player1": -10.0, "player2": 10.0}
+
+
+def test_rollout_names_a_missing_policy() -> None:
+    with pytest.raises(UnknownAgentError, match="player2"):
+        rollout(RockPaperScissors(), {"player1": lambda obs: 0}, seed=0)
+
+
+def test_rollout_stops_at_max_steps() -> None:
+    result = rollout(RockPaperScissors(), seed=0, max_steps=4)
+    assert result.steps == 4 and result.truncated and not result.terminated
+
+
+def test_rollout_reports_an_env_that_asks_nobody_to_act() -> None:
+    class Stuck(RockPaperScissors):
+        def step(self, action_dict):
+            _, rewards, _, _, infos = super().step(action_dict)
+            return {}, rewards, {ALL: False}, {}, infos
+
+    with pytest.raises(MultiAgentEnvError, match="asked no agent to act"):
+        rollout(Stuck(), seed=0)
+
+
+def test_random_policy_is_seeded_and_does_not_touch_the_global_rng() -> None:
+    state = np.random.get_state()
+    first = [t.actions for t in play(HeterogeneousSpacesEnv(), seed=4)]
+    second = [t.actions for t in play(HeterogeneousSpacesEnv(), seed=4)]
+    assert np.random.get_state()[1].tolist() == state[1].tolist()
+    assert repr(first) == repr(second)
+
+
+# make_multi_agent -----------------------------------------------------------------------------
+
+
+def test_make_multi_agent_from_a_registered_name() -> None:
+    MultiCartPole = make_multi_agent("CartPole-v1")
+    env = MultiCartPole({"num_agents": 3})
+    obs, _ = env.reset(seed=7)
+    again, _ = MultiCartPole({"num_agents": 3}).reset(seed=7)
+    assert sorted(obs) == ["agent_0", "agent_1", "agent_2"]
+    for agent_id in obs:
+        np.testing.assert_array_equal(obs[agent_id], again[agent_id])
+    assert not np.array_equal(obs["agent_0"], obs["agent_1"])  # copy i is seeded with seed + i
+    transitions = list(play(env, seed=7))
+    ended_at = {}
+    for t in transitions[1:]:
+        for agent_id in t.obs:
+            if t.terminateds.get(agent_id) or t.truncateds.get(agent_id):
+                ended_at[agent_id] = t.index
+    assert sorted(ended_at) == ["agent_0", "agent_1", "agent_2"]
+    assert transitions[-1].index == max(ended_at.values()) and transitions[-1].terminateds[ALL]
+
+
+def test_make_multi_agent_from_a_creator_gets_the_config() -> None:
+    seen = []
+
+    def creator(config):
+        seen.append(dict(config))
+        return gym.make("Pendulum-v1")
+
+    env = make_multi_agent(creator)({"num_agents": 2, "flavour": "x"})
+    assert seen == [{"num_agents": 2, "flavour": "x"}] * 2
+    assert isinstance(env.get_action_space("agent_1"), gym.spaces.Box)
+    result = rollout(env, seed=0)
+    assert result.truncated and result.steps == 200  # Pendulum truncates at 200 steps
+
+
+def test_make_multi_agent_rejects_an_action_for_an_ended_agent() -> None:
+    env = make_multi_agent("CartPole-v1")({"num_agents": 2})
+    env.reset(seed=0)
+    with pytest.raises(MultiAgentEnvError, match="agent_5"):
+        env.step({"agent_0": 0, "agent_1": 0, "agent_5": 1})
+
+
+# Wrappers and imports -------------------------------------------------------------------------
+
+
+def test_wrapper_forwards_and_shows_the_stack() -> None:
+    class Scale(MultiAgentWrapper):
+        def step(self, action_dict):
+            obs, rewards, terms, truncs, infos = self.env.step(action_dict)
+            return obs, {a: 2 * r for a, r in rewards.items()}, terms, truncs, infos
+
+    inner = IrregularOrderEnv()
+    env = Scale(inner)
+    assert str(env) == "<Scale<IrregularOrderEnv>>"
+    assert env.possible_agents == inner.possible_agents
+    assert env.get_action_space("agent_2") == gym.spaces.Discrete(2)
+    assert env.unwrapped is inner
+    result = rollout(env, lambda agent_id, obs: 1, seed=0)
+    assert result.returns["agent_1"] == 15.0
+
+
+def test_importing_the_packages_loads_neither_torch_nor_ray() -> None:
+    code = "import sys, marl_core, bridges; print(sorted(m for m in ('torch', 'ray') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("script", ["rock_paper_scissors.py", "tic_tac_toe.py"])
+def test_examples_run_as_scripts(script: str) -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "examples" / script)], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    assert "random play: returns" in out.stdout

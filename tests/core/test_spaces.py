@@ -1,0 +1,140 @@
+"""The shared space helpers: diagnoses, action checks, seeded masked sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from marl_core.errors import (
+    IllegalActionError,
+    InvalidActionError,
+    MissingActionError,
+    UnexpectedActionError,
+)
+from marl_core.spaces import (
+    action_mask_of,
+    action_mask_size,
+    check_action,
+    check_action_dict,
+    is_masked,
+    mask_from_legal,
+    masked_space,
+    sample_action,
+    why_not_contained,
+)
+from tests.fixtures.envs import HeterogeneousSpacesEnv, RockPaperScissors
+
+NESTED = spaces.Dict(
+    {
+        "observation": spaces.Box(0.0, 1.0, (4,), np.float32),
+        "action_mask": spaces.Box(0, 1, (3,), np.int8),
+        "extra": spaces.Tuple((spaces.Discrete(2), spaces.Box(-1, 1, (2,), np.float32))),
+    }
+)
+
+
+def good_nested() -> dict:
+    return {
+        "observation": np.zeros(4, np.float32),
+        "action_mask": np.ones(3, np.int8),
+        "extra": (1, np.zeros(2, np.float32)),
+    }
+
+
+def test_contained_value_has_no_diagnosis() -> None:
+    assert why_not_contained(NESTED, good_nested()) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda v: v.update(observation=np.zeros(3, np.float32)), "at ['observation']: shape (3,) but the space needs (4,)"),
+        (lambda v: v.update(observation=np.zeros(4, np.float64)), "at ['observation']: dtype float64 but the space needs float32"),
+        (lambda v: v.update(observation=[0.0] * 4), "at ['observation']: a list where the space needs a numpy array"),
+        (lambda v: v.update(extra=(2, np.zeros(2, np.float32))), "at ['extra'][0]: 2 is outside Discrete(2)"),
+        (lambda v: v.update(extra=(1, np.full(2, 3.0, np.float32))), "at ['extra'][1]: value 3.0 at index (0,) is outside"),
+        (lambda v: v.pop("action_mask"), "keys ['extra', 'observation'] but the space has"),
+    ],
+)
+def test_diagnosis_names_the_path_and_the_problem(change, expected) -> None:
+    value = good_nested()
+    change(value)
+    reason = why_not_contained(NESTED, value)
+    assert reason is not None and expected in reason
+
+
+def test_discrete_rejects_floats_and_bools() -> None:
+    assert "float" in why_not_contained(spaces.Discrete(3), 1.0)
+    assert "bool" in why_not_contained(spaces.Discrete(3), True)
+    assert why_not_contained(spaces.Discrete(3), np.int64(2)) is None
+
+
+def test_invalid_action_message_names_agent_expected_received() -> None:
+    with pytest.raises(InvalidActionError) as caught:
+        check_action("player_1", spaces.Discrete(3), 7)
+    message = str(caught.value)
+    assert "'player_1'" in message and "Discrete(3)" in message and "received 7" in message
+
+
+def test_masked_action_is_illegal_and_lists_legal_ones() -> None:
+    with pytest.raises(IllegalActionError, match=r"legal actions now: \[0, 2\]"):
+        check_action("p", spaces.Discrete(3), 1, mask=np.array([1, 0, 1], np.int8))
+
+
+def test_action_dict_checks_name_the_agents() -> None:
+    env = RockPaperScissors()
+    with pytest.raises(UnexpectedActionError, match=r"agent 'player_9' which is not expected to act \(acting now: \['player1'\]\)"):
+        check_action_dict(env, {"player_9": 0}, ["player1"])
+    with pytest.raises(MissingActionError, match="player2"):
+        check_action_dict(env, {"player1": 0}, ["player1", "player2"])
+
+
+def test_mask_helpers() -> None:
+    space = masked_space(spaces.Box(0, 1, (2,)), 5)
+    assert is_masked(space) and not is_masked(spaces.Discrete(2))
+    assert action_mask_size(spaces.Discrete(5)) == 5
+    assert action_mask_size(spaces.MultiDiscrete([2, 3])) == 5
+    assert action_mask_size(spaces.Box(0, 1, (2,))) is None
+    np.testing.assert_array_equal(mask_from_legal([0, 3], 5), [1, 0, 0, 1, 0])
+    assert action_mask_of({"action_mask": [1, 0]}).tolist() == [1, 0]
+    assert action_mask_of(np.zeros(2)) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=12).filter(any), st.integers(0, 2**32 - 1))
+def test_masked_sampling_never_draws_a_masked_action(mask_bits, seed) -> None:
+    mask = np.array(mask_bits, np.int8)
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        action = sample_action(spaces.Discrete(len(mask)), rng, mask)
+        assert mask[action] == 1
+
+
+def test_masked_sampling_with_no_legal_action_is_an_error() -> None:
+    with pytest.raises(IllegalActionError, match="allows no action"):
+        sample_action(spaces.Discrete(2), np.random.default_rng(0), np.zeros(2, np.int8), "p")
+
+
+@pytest.mark.parametrize("agent_id", ["box", "discrete", "masked", "multi"])
+def test_sampling_is_in_space_and_seeded(agent_id: str) -> None:
+    space = HeterogeneousSpacesEnv().get_action_space(agent_id)
+    first = [sample_action(space, np.random.default_rng(1)) for _ in range(3)]
+    second = [sample_action(space, np.random.default_rng(1)) for _ in range(3)]
+    assert all(space.contains(a) for a in first)
+    assert repr(first) == repr(second)
+
+
+def test_sampling_unbounded_and_nested_spaces() -> None:
+    space = spaces.Tuple(
+        (
+            spaces.Box(-np.inf, np.inf, (3,), np.float32),
+            spaces.Box(0.0, np.inf, (2,), np.float32),
+            spaces.Dict({"k": spaces.MultiBinary(4)}),
+        )
+    )
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        assert space.contains(sample_action(space, rng))
