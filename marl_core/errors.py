@@ -116,3 +116,16 @@ class DependencyNotInstalled(ImportError):
 
 class OpponentSpecError(MultiAgentEnvError):
     """An evaluation opponent that is not ``"random"`` or ``"mcts:N"`` with a positive ``N``."""
+
+
+class VectorEnvError(MultiAgentEnvError):
+    """Bad input to a vectorized env, or a failure in one of its sub-envs.
+
+    ``index`` names the sub-env (None when the error concerns the whole vector) and
+    ``remote_traceback`` holds the worker process's traceback when the sub-env ran in one.
+    """
+
+    def __init__(self, message: str, index: int | None = None, remote_traceback: str | None = None) -> None:
+        self.index = index
+        self.remote_traceback = remote_traceback
+        super().__init__(message)

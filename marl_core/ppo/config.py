@@ -1,0 +1,352 @@
+"""PPOConfig: every knob of the trainer, one documented field each, set with RLlib-style builders.
+
+Example:
+    >>> from marl_core.ppo import PPOConfig
+    >>> config = (
+    ...     PPOConfig()
+    ...     .environment("examples.rock_paper_scissors:RockPaperScissors")
+    ...     .env_runners(num_env_runners=0, num_envs_per_env_runner=4)
+    ...     .training(lr=1e-3, train_batch_size=200)
+    ... )
+    >>> config.lr, config.num_envs_per_env_runner
+    (0.001, 4)
+    >>> config.set("training.gamma", "0.9").gamma
+    0.9
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+from marl_core.errors import CheckpointError, SpaceError
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from marl_core.ppo.algorithm import PPO
+
+PolicyID = str
+DEFAULT_POLICY = "default_policy"
+
+#: Default model: separate actor and critic MLPs (CNN encoders for uint8 HWC images).
+DEFAULT_MODEL: dict[str, Any] = {
+    "hiddens": [64, 64],
+    "activation": "tanh",
+    "conv_filters": [[32, 8, 4], [64, 4, 2], [64, 3, 1]],
+    "conv_hidden": 512,
+    "vf_share_layers": False,
+    "free_log_std": True,
+}
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One policy: per-policy overrides of the training config, spaces and model.
+
+    Attributes:
+        observation_space: None: inferred from the first agent mapped to this policy.
+        action_space: None: inferred like ``observation_space``.
+        config: overrides of training fields for this policy only (``lr``, ``gamma``,
+            ``lambda_``, ``clip_param``, ``entropy_coeff``, ``vf_coeff``, ``num_epochs``,
+            ``minibatch_size``, ``grad_clip``, ``vf_clip_param``).
+        model: overrides of :data:`DEFAULT_MODEL` keys, or ``{"module": factory}`` where
+            ``factory(observation_space, action_space, model_config) -> torch.nn.Module`` builds
+            a module whose ``forward(obs) -> (dist_inputs, values)``.
+    """
+
+    observation_space: gym.Space | None = None
+    action_space: gym.Space | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    model: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: A policy entry: None (learned, defaults), a PolicySpec, or a fixed ``fn(observation) -> action``.
+PolicyEntry = Union[None, PolicySpec, Callable[[Any], Any]]
+
+PER_POLICY_FIELDS = (
+    "lr", "gamma", "lambda_", "clip_param", "entropy_coeff", "vf_coeff", "num_epochs",
+    "minibatch_size", "grad_clip", "vf_clip_param",
+)
+
+
+def default_policy_mapping_fn(agent_id: str, episode: Any, **kwargs: Any) -> PolicyID:
+    """Map every agent to ``"default_policy"`` (RLlib's default)."""
+    return DEFAULT_POLICY
+
+
+@dataclass
+class PPOConfig:
+    """The trainer's configuration. Builders return ``self`` so calls chain as in RLlib."""
+
+    # environment
+    env: Any = None
+    """A MultiAgentEnv class or ``creator(env_config) -> env``, or its ``"module:name"`` import path."""
+    env_config: dict[str, Any] = field(default_factory=dict)
+    """Passed to the env creator."""
+
+    # multi-agent
+    policies: dict[PolicyID, Any] = field(default_factory=dict)
+    """Policy id -> None, PolicySpec or fixed callable; empty means one ``"default_policy"``."""
+    policy_mapping_fn: Callable[..., PolicyID] = default_policy_mapping_fn
+    """``fn(agent_id, episode, **kwargs) -> policy_id``, called when an agent first appears in an episode."""
+    policies_to_train: list[PolicyID] | None = None
+    """Learned policies to update; None: every learned (non-callable) policy."""
+
+    # env runners
+    num_env_runners: int = 0
+    """Ray actors stepping envs; 0 samples in the driver."""
+    num_envs_per_env_runner: int = 8
+    """Envs stepped together by each runner (one batched forward pass per policy)."""
+    rollout_fragment_length: int | str = "auto"
+    """Env steps per env per sample call; "auto": train_batch_size split over all envs."""
+    max_runner_restarts: int = 3
+    """Restarts of one runner allowed within one iteration before the iteration fails."""
+    max_env_errors_in_a_row: int = 10
+    """Consecutive failed rebuilds of one env before the runner gives up."""
+
+    # training
+    lr: float = 3e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    lambda_: float = 0.95
+    """GAE lambda."""
+    clip_param: float = 0.2
+    """PPO surrogate clip range."""
+    vf_clip_param: float | None = None
+    """Clip range of the value update around the old values; None: no clipping."""
+    num_epochs: int = 4
+    """Passes over each train batch."""
+    minibatch_size: int = 128
+    """Agent steps per SGD minibatch."""
+    train_batch_size: int = 2000
+    """Env steps sampled per iteration (over all runners)."""
+    entropy_coeff: float = 0.0
+    """Entropy bonus weight."""
+    vf_coeff: float = 0.5
+    """Value loss weight."""
+    grad_clip: float | None = 0.5
+    """Max global gradient norm; None: no clipping."""
+    normalize_advantages: bool = True
+    """Normalize advantages per policy over its train batch."""
+    model: dict[str, Any] = field(default_factory=dict)
+    """Overrides of DEFAULT_MODEL for every learned policy."""
+
+    # resources
+    ray_address: str | None = None
+    """None: start a local Ray with ``num_cpus``; otherwise the cluster to join ("auto" works)."""
+    num_cpus: int | None = None
+    """CPUs for a local Ray; None lets Ray decide."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Learner device; runners always infer on CPU."""
+
+    # debugging
+    seed: int | None = 0
+    """Seeds torch, numpy, every env (runner r, env i: seed + 1000 * r + i) and minibatch order."""
+    log_level: str = "WARNING"
+    """Logging level inside the env runners."""
+
+    # Builders ---------------------------------------------------------------------------------
+
+    def environment(self, env: Any = None, *, env_config: Mapping[str, Any] | None = None) -> PPOConfig:
+        """Set the env (class, creator or ``"module:name"``) and its config."""
+        if env is not None:
+            self.env = env
+        if env_config is not None:
+            self.env_config = dict(env_config)
+        return self
+
+    def multi_agent(
+        self,
+        *,
+        policies: Mapping[PolicyID, PolicyEntry] | set[PolicyID] | list[PolicyID] | None = None,
+        policy_mapping_fn: Callable[..., PolicyID] | None = None,
+        policies_to_train: list[PolicyID] | None = None,
+    ) -> PPOConfig:
+        """Set policies (a dict, or a set/list of ids meaning learned defaults) and their mapping."""
+        if policies is not None:
+            if isinstance(policies, Mapping):
+                self.policies = dict(policies)
+            else:
+                self.policies = dict.fromkeys(policies)
+        if policy_mapping_fn is not None:
+            self.policy_mapping_fn = policy_mapping_fn
+        if policies_to_train is not None:
+            self.policies_to_train = list(policies_to_train)
+        return self
+
+    def env_runners(self, **kwargs: Any) -> PPOConfig:
+        """Set ``num_env_runners``, ``num_envs_per_env_runner``, ``rollout_fragment_length``, ..."""
+        return self._update("env_runners", kwargs)
+
+    def training(self, **kwargs: Any) -> PPOConfig:
+        """Set ``lr``, ``gamma``, ``lambda_``, ``clip_param``, ``num_epochs``, ``minibatch_size``, ..."""
+        return self._update("training", kwargs)
+
+    def resources(self, **kwargs: Any) -> PPOConfig:
+        """Set ``ray_address``, ``num_cpus`` and ``device``."""
+        return self._update("resources", kwargs)
+
+    def debugging(self, **kwargs: Any) -> PPOConfig:
+        """Set ``seed`` and ``log_level``."""
+        return self._update("debugging", kwargs)
+
+    def _update(self, section: str, kwargs: Mapping[str, Any]) -> PPOConfig:
+        names = {f.name for f in fields(self)}
+        for key, value in kwargs.items():
+            if key not in names:
+                raise SpaceError(
+                    f"unknown {section}() option {key!r}; known options: {sorted(names)}"
+                )
+            setattr(self, key, value)
+        return self
+
+    def set(self, key: str, value: Any) -> PPOConfig:
+        """Set one field from text, e.g. ``set("training.lr", "3e-4")`` (the section is optional).
+
+        Values are parsed as JSON when they can be (numbers, booleans, null, lists, dicts) and
+        kept as strings otherwise.
+        """
+        name = key.split(".")[-1]
+        if name not in {f.name for f in fields(self)}:
+            raise SpaceError(f"unknown config field {key!r}; known fields: {sorted(f.name for f in fields(self))}")
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                pass
+        setattr(self, name, value)
+        return self
+
+    def copy(self) -> PPOConfig:
+        """A shallow copy whose dict and list fields are copied too."""
+        out = dataclasses.replace(self)
+        out.env_config, out.policies, out.model = dict(self.env_config), dict(self.policies), dict(self.model)
+        return out
+
+    def build(self) -> PPO:
+        """Build the algorithm (starts Ray when ``num_env_runners > 0``)."""
+        from marl_core.ppo.algorithm import PPO
+
+        return PPO(self)
+
+    # Derived values ---------------------------------------------------------------------------
+
+    def policy_entries(self) -> dict[PolicyID, Any]:
+        """The policies, or ``{"default_policy": None}`` when none are set."""
+        return dict(self.policies) if self.policies else {DEFAULT_POLICY: None}
+
+    def for_policy(self, spec: PolicySpec | None) -> dict[str, Any]:
+        """The training fields of one policy, with its PolicySpec overrides applied."""
+        values = {name: getattr(self, name) for name in PER_POLICY_FIELDS}
+        overrides = dict(spec.config) if spec is not None else {}
+        unknown = sorted(set(overrides) - set(PER_POLICY_FIELDS))
+        if unknown:
+            raise SpaceError(f"PolicySpec.config has unknown keys {unknown}; allowed: {list(PER_POLICY_FIELDS)}")
+        values.update(overrides)
+        return values
+
+    def model_for(self, spec: PolicySpec | None) -> dict[str, Any]:
+        """The model config of one policy: defaults, then ``model``, then the spec's ``model``."""
+        out = dict(DEFAULT_MODEL)
+        out.update(self.model)
+        if spec is not None:
+            out.update(spec.model)
+        return out
+
+    # JSON -------------------------------------------------------------------------------------
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict; callables become ``"module:qualname"`` (None when not importable)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "policies":
+                value = {pid: _policy_to_json(entry) for pid, entry in value.items()}
+            elif callable(value) or f.name == "env":
+                value = reference_of(value)
+            out[f.name] = value
+        return json.loads(json.dumps(out, default=lambda v: None))
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any], **overrides: Any) -> PPOConfig:
+        """The inverse of :meth:`to_json_dict`; ``overrides`` replace fields (e.g. callables)."""
+        config = cls()
+        names = {f.name for f in fields(cls)}
+        for key, value in data.items():
+            if key not in names or key in overrides:
+                continue
+            if key == "policies":
+                value = {pid: _policy_from_json(pid, entry) for pid, entry in value.items()}
+            elif key in ("env", "policy_mapping_fn") and value is not None:
+                value = resolve(value)
+            elif key == "policy_mapping_fn":
+                raise CheckpointError(
+                    "the saved policy_mapping_fn was not importable by name; pass "
+                    "policy_mapping_fn=... to from_checkpoint"
+                )
+            setattr(config, key, value)
+        for key, value in overrides.items():
+            config.set(key, value) if key in names else config._update("from_checkpoint", {key: value})
+        return config
+
+
+def reference_of(obj: Any) -> str | None:
+    """``"module:qualname"`` when ``obj`` can be imported back by that name, else None."""
+    if isinstance(obj, str) or obj is None:
+        return obj
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        return None
+    try:
+        found = resolve(f"{module}:{qualname}")
+    except Exception:
+        return None
+    return f"{module}:{qualname}" if found is obj else None
+
+
+def resolve(reference: Any) -> Any:
+    """Import ``"module:qualname"``; anything that is not a string is returned as is."""
+    if not isinstance(reference, str):
+        return reference
+    module_name, _, qualname = reference.partition(":")
+    if not qualname:
+        raise CheckpointError(f"expected 'module:name', received {reference!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _policy_to_json(entry: Any) -> Any:
+    if entry is None:
+        return {"kind": "learned"}
+    if isinstance(entry, PolicySpec):
+        model = {k: v for k, v in entry.model.items() if k != "module"}
+        if "module" in entry.model:
+            model["module"] = reference_of(entry.model["module"])
+        return {"kind": "spec", "config": dict(entry.config), "model": model,
+                "has_spaces": entry.observation_space is not None or entry.action_space is not None}
+    return {"kind": "fixed", "ref": reference_of(entry)}
+
+
+def _policy_from_json(policy_id: str, data: Mapping[str, Any]) -> Any:
+    kind = data.get("kind")
+    if kind == "learned":
+        return None
+    if kind == "spec":
+        model = dict(data.get("model", {}))
+        if "module" in model:
+            model["module"] = resolve(model["module"])
+        return PolicySpec(config=dict(data.get("config", {})), model=model)
+    if data.get("ref") is None:
+        raise CheckpointError(
+            f"fixed policy {policy_id!r} was not importable by name when saved; pass "
+            f"policies={{...}} with it to from_checkpoint"
+        )
+    return resolve(data["ref"])
