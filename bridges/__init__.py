@@ -11,6 +11,13 @@ from typing import Any
 
 # name -> module that defines it; resolved lazily so `import bridges` stays light.
 _EXPORTS: dict[str, str] = {
+    "from_gymnasium": "bridges.gymnasium",
+    "to_gymnasium": "bridges.gymnasium",
+    "from_rllib": "bridges.rllib",
+    "to_rllib": "bridges.rllib",
+    "wrap": "bridges.wrap",
+    "OpenSpielEnv": "bridges.openspiel",
+    "to_openspiel": "bridges.openspiel_game",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -57,8 +57,8 @@ class GymnasiumEnv(MultiAgentEnv):
           :class:`~marl_core.errors.ResetNeededError` (the env is not stepped).
         - **Chance / simultaneous moves:** none beyond the env's own; the one agent acts at
           every step.
-        - **Seeding:** ``reset(seed=s)`` seeds the env with ``s`` (and this wrapper's
-          ``np_random``), so seeded episodes repeat exactly when the env's do.
+        - **Seeding:** ``reset(seed=s)`` seeds the env with ``s``, so seeded episodes repeat
+          exactly when the env's do; the bridge draws no random numbers of its own.
         - **Masks:** only with ``mask_info_key``: the mask moves from ``info`` into the
           observation (int8, 1 = legal) and stays in ``info`` too.
         - **Errors:** an action outside the action space, for another agent, or missing raises a
@@ -105,7 +105,6 @@ class GymnasiumEnv(MultiAgentEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
-        super().reset(seed=seed)
         observation, info = self.env.reset(seed=seed, options=options)
         self.agents = [self.agent_id]
         return {self.agent_id: self._observation(observation, info)}, {self.agent_id: dict(info)}

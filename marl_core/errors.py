@@ -129,3 +129,27 @@ class VectorEnvError(MultiAgentEnvError):
         self.index = index
         self.remote_traceback = remote_traceback
         super().__init__(message)
+
+
+class ConfigError(MultiAgentEnvError):
+    """A trainer configuration value that is unknown, of the wrong type or inconsistent."""
+
+
+class UnsupportedEnvError(MultiAgentEnvError):
+    """A foreign env or game that a bridge cannot represent; the message says why."""
+
+
+class ConformanceError(MultiAgentEnvError):
+    """The conformance checker found errors (``raise_if_errors``) or got a bad request.
+
+    Attributes:
+        findings: the error findings, when raised by ``ConformanceReport.raise_if_errors()``.
+    """
+
+    def __init__(self, message: str, findings: Iterable[Any] = ()) -> None:
+        self.findings = tuple(findings)
+        super().__init__(message)
+
+
+class TargetBuildError(ConformanceError):
+    """The object handed to the checker is not an env, and no env could be built from it."""

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, Union
 
-from marl_core.errors import CheckpointError, SpaceError
+from marl_core.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -144,6 +145,9 @@ class PPOConfig:
     """CPUs for a local Ray; None lets Ray decide."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Learner device; runners always infer on CPU."""
+    torch_threads: int | None = None
+    """torch threads of the driver (the learner) when set; runners always use 1. On a small
+    shared machine 1 is often the fastest."""
 
     # debugging
     seed: int | None = 0
@@ -189,7 +193,7 @@ class PPOConfig:
         return self._update("training", kwargs)
 
     def resources(self, **kwargs: Any) -> PPOConfig:
-        """Set ``ray_address``, ``num_cpus`` and ``device``."""
+        """Set ``ray_address``, ``num_cpus``, ``device`` and ``torch_threads``."""
         return self._update("resources", kwargs)
 
     def debugging(self, **kwargs: Any) -> PPOConfig:
@@ -200,7 +204,7 @@ class PPOConfig:
         names = {f.name for f in fields(self)}
         for key, value in kwargs.items():
             if key not in names:
-                raise SpaceError(
+                raise ConfigError(
                     f"unknown {section}() option {key!r}; known options: {sorted(names)}"
                 )
             setattr(self, key, value)
@@ -214,12 +218,10 @@ class PPOConfig:
         """
         name = key.split(".")[-1]
         if name not in {f.name for f in fields(self)}:
-            raise SpaceError(f"unknown config field {key!r}; known fields: {sorted(f.name for f in fields(self))}")
+            raise ConfigError(f"unknown config field {key!r}; known fields: {sorted(f.name for f in fields(self))}")
         if isinstance(value, str):
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 value = json.loads(value)
-            except json.JSONDecodeError:
-                pass
         setattr(self, name, value)
         return self
 
@@ -247,7 +249,7 @@ class PPOConfig:
         overrides = dict(spec.config) if spec is not None else {}
         unknown = sorted(set(overrides) - set(PER_POLICY_FIELDS))
         if unknown:
-            raise SpaceError(f"PolicySpec.config has unknown keys {unknown}; allowed: {list(PER_POLICY_FIELDS)}")
+            raise ConfigError(f"PolicySpec.config has unknown keys {unknown}; allowed: {list(PER_POLICY_FIELDS)}")
         values.update(overrides)
         return values
 
@@ -291,9 +293,7 @@ class PPOConfig:
                     "policy_mapping_fn=... to from_checkpoint"
                 )
             setattr(config, key, value)
-        for key, value in overrides.items():
-            config.set(key, value) if key in names else config._update("from_checkpoint", {key: value})
-        return config
+        return config._update("from_checkpoint", overrides)
 
 
 def reference_of(obj: Any) -> str | None:

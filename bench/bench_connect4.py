@@ -1,0 +1,107 @@
+"""Connect-4 self-play with the README defaults: win rate against random and MCTS over wall-clock time.
+
+Trains ``marl-train connect4``'s preset (same config, league and periodic evaluation) for
+``--minutes``, saving a checkpoint at each of ``--at`` minutes of wall-clock time (evaluation
+included). After training, every checkpoint plays evaluation games against random moves and
+OpenSpiel's MCTS at 25, 100 and 400 simulations (half the games in each seat), so the curve is
+measured on separate games and the slow MCTS games do not eat the training budget. Prints a
+table with 95% Wilson intervals and writes ``curve.png`` and ``curve.jsonl`` into ``--out``.
+
+Run::
+
+    python bench/bench_connect4.py --minutes 30 --out runs/bench-connect4
+    python bench/bench_connect4.py --minutes 5 --at 1,2,3,4,5 --games random=100,mcts:100=40
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from marl_core.ppo import PPO
+from marl_core.ppo.evaluation import EvaluationPoint, evaluate, plot_history, save_history
+from marl_core.ppo.selfplay import MAIN, connect4_preset
+
+
+def parse_games(text: str) -> list[tuple[str, int]]:
+    pairs = []
+    for item in text.split(","):
+        spec, _, games = item.partition("=")
+        pairs.append((spec.strip(), int(games)))
+    return pairs
+
+
+def train(minutes: float, at: list[float], out: Path, seed: int) -> list[tuple[float, int, int, Path]]:
+    """Train with the preset; return ``(minutes, iteration, env_steps, checkpoint)`` per mark."""
+    preset = connect4_preset()
+    config = preset.build_config()
+    config.seed = seed
+    start = time.perf_counter()
+    algo = config.build()
+    marks = sorted(m for m in at if m <= minutes)
+    saved = []
+    try:
+        while marks:
+            result = algo.train()
+            for callback in preset.callbacks:
+                callback(algo, result)
+            elapsed = (time.perf_counter() - start) / 60.0
+            if elapsed >= marks[0]:
+                while marks and elapsed >= marks[0]:
+                    marks.pop(0)
+                path = algo.save(out / f"at-{elapsed:05.2f}min")
+                saved.append((elapsed, algo.iteration, algo.env_steps_lifetime, path))
+                league = result.get("league", {})
+                print(f"  {elapsed:5.2f} min  iteration {algo.iteration:4d}  {algo.env_steps_lifetime:9d} env steps"
+                      f"  league size {league.get('size', '?')}  load {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        algo.stop()
+    return saved
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0, help="training budget (wall clock)")
+    parser.add_argument("--at", default="1,2,3,5,10,20,30", help="minutes at which to checkpoint")
+    parser.add_argument("--games", default="random=100,mcts:25=50,mcts:100=50,mcts:400=20",
+                        help="opponent=games evaluated per checkpoint")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench-connect4"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    at = [float(x) for x in args.at.split(",")]
+    games = parse_games(args.games)
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"Connect-4 self-play, README defaults, {args.minutes} min on {os.cpu_count()} CPUs "
+          f"(load average at start: {os.getloadavg()[0]:.1f})")
+    saved = train(args.minutes, at, args.out, args.seed)
+    print(f"\nevaluating {len(saved)} checkpoints: {', '.join(f'{s}={g}' for s, g in games)} games, half per seat")
+    points = []
+    for minutes, iteration, steps, path in saved:
+        algo = PPO.from_checkpoint(path)
+        try:
+            results = evaluate(algo.get_policy_callable(MAIN), games, seed=777)
+        finally:
+            algo.stop()
+        points.append(EvaluationPoint(iteration, minutes, steps, results))
+        save_history(points, args.out / "curve.jsonl")
+    plot_history(points, args.out / "curve.png", title="Connect-4 self-play (README defaults): checkpoints vs opponents")
+    header = f"{'minutes':>7} {'env steps':>10} " + " ".join(f"{spec + ' win% [95% CI]':>26}" for spec, _ in games)
+    print("\n" + header)
+    for point in points:
+        cells = []
+        for spec, _ in games:
+            match = point.results[spec]
+            low, high = match.interval("win")
+            cells.append(f"{100 * match.win_rate:9.1f} [{100 * low:5.1f}, {100 * high:5.1f}] ({match.games:3d})")
+        print(f"{point.minutes:7.2f} {point.env_steps:10d} " + " ".join(f"{c:>26}" for c in cells))
+    print(f"\nload average at end: {os.getloadavg()[0]:.1f}; chart: {args.out / 'curve.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Per-step cost of OpenSpielEnv against a raw pyspiel loop, RLlib's OpenSpielEnv and Shimmy.
+
+Every loop plays uniformly random legal actions, drawn the same way (``random.Random``), and
+reads what an RL loop needs:
+
+- ``raw``: pyspiel itself: apply the action, then read the acting players' observation tensors
+  and legal actions; chance nodes sampled in the loop.
+- ``ours``: ``bridges.OpenSpielEnv``; legal actions come from the ``"action_mask"``.
+- ``rllib``: ``ray.rllib.env.wrappers.open_spiel.OpenSpielEnv``; it gives no mask, so the loop
+  asks ``env.state.legal_actions(player)``.
+- ``shimmy``: ``shimmy.OpenSpielCompatibilityV0`` (a PettingZoo AEC env); mask from ``infos``.
+
+A step is one decision: one ``step()`` call (a joint action at a simultaneous node). The loops
+alternate in rounds within one process, so machine load hits all of them alike; the table shows
+the median over rounds of microseconds per step and of each loop's ratio to ``raw`` in the same
+round.
+
+Run: ``python bench/bench_openspiel.py [--rounds 7] [--steps 20000] [--games connect_four ...]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import pyspiel
+
+from bridges import OpenSpielEnv
+
+GAMES = ["connect_four", "tic_tac_toe", "kuhn_poker", "leduc_poker", "goofspiel"]
+Loop = Callable[[int, int], int]
+
+
+def _chance(state: pyspiel.State, rng: random.Random) -> None:
+    while state.is_chance_node():
+        draw = rng.random()
+        outcomes = state.chance_outcomes()
+        action = outcomes[-1][0]
+        for outcome, probability in outcomes:
+            draw -= probability
+            if draw < 0.0:
+                action = outcome
+                break
+        state.apply_action(action)
+
+
+def raw_loop(name: str) -> Loop:
+    game = pyspiel.load_game(name)
+    players = range(game.num_players())
+
+    def run(steps: int, seed: int) -> int:
+        rng = random.Random(seed)
+        done_steps = 0
+        while done_steps < steps:
+            state = game.new_initial_state()
+            _chance(state, rng)
+            while not state.is_terminal():
+                if state.is_simultaneous_node():
+                    joint = []
+                    for player in players:
+                        state.observation_tensor(player)
+                        legal = state.legal_actions(player)
+                        joint.append(legal[int(rng.random() * len(legal))])
+                    state.apply_actions(joint)
+                else:
+                    player = state.current_player()
+                    state.observation_tensor(player)
+                    legal = state.legal_actions(player)
+                    state.apply_action(legal[int(rng.random() * len(legal))])
+                done_steps += 1
+                _chance(state, rng)
+        return done_steps
+
+    return run
+
+
+def ours_loop(name: str) -> Loop:
+    env = OpenSpielEnv(name)
+
+    def run(steps: int, seed: int) -> int:
+        rng = random.Random(seed)
+        done_steps = 0
+        episode = 0
+        while done_steps < steps:
+            obs, _ = env.reset(seed=seed if episode == 0 else None)  # seeded once, as RL loops do
+            episode += 1
+            done = False
+            while not done:
+                actions = {}
+                for agent_id, observation in obs.items():
+                    legal = observation["action_mask"].nonzero()[0]
+                    actions[agent_id] = int(legal[int(rng.random() * len(legal))])
+                obs, _, terminateds, truncateds, _ = env.step(actions)
+                done_steps += 1
+                done = terminateds["__all__"] or truncateds["__all__"]
+        return done_steps
+
+    return run
+
+
+def rllib_loop(name: str) -> Loop:
+    from ray.rllib.env.wrappers.open_spiel import OpenSpielEnv as RLlibOpenSpielEnv
+
+    env = RLlibOpenSpielEnv(pyspiel.load_game(name))
+
+    def run(steps: int, seed: int) -> int:
+        rng = random.Random(seed)
+        np.random.seed(seed)  # RLlib samples chance nodes with numpy's global RNG
+        done_steps = 0
+        while done_steps < steps:
+            obs, _ = env.reset(seed=seed)
+            done = False
+            while not done:
+                actions = {}
+                for player in obs:
+                    legal = env.state.legal_actions(player)
+                    actions[player] = legal[int(rng.random() * len(legal))]
+                obs, _, terminateds, _, _ = env.step(actions)
+                done_steps += 1
+                done = terminateds["__all__"]
+        return done_steps
+
+    return run
+
+
+def shimmy_loop(name: str) -> Loop:
+    from shimmy import OpenSpielCompatibilityV0
+
+    env = OpenSpielCompatibilityV0(env=pyspiel.load_game(name))
+
+    def run(steps: int, seed: int) -> int:
+        rng = random.Random(seed)
+        done_steps = 0
+        episode = 0
+        while done_steps < steps:
+            env.reset(seed=seed if episode == 0 else None)
+            episode += 1
+            for agent in env.agent_iter():
+                _, _, terminated, truncated, info = env.last()
+                if terminated or truncated:
+                    env.step(None)
+                    continue
+                legal = info["action_mask"].nonzero()[0]
+                env.step(int(legal[int(rng.random() * len(legal))]))
+                done_steps += 1
+                del agent
+        return done_steps
+
+    return run
+
+
+LOOPS: dict[str, tuple[Callable[[str], Loop], float]] = {
+    # name: (builder, share of --steps it runs per round; the slow wrappers run fewer)
+    "raw": (raw_loop, 1.0),
+    "ours": (ours_loop, 1.0),
+    "rllib": (rllib_loop, 1.0),
+    "shimmy": (shimmy_loop, 0.1),
+}
+
+
+def measure(name: str, rounds: int, steps: int) -> dict[str, tuple[float, float]]:
+    """Median us/step and median ratio to raw, per loop, over alternating rounds."""
+    loops = {label: (build(name), share) for label, (build, share) in LOOPS.items()}
+    per_step: dict[str, list[float]] = {label: [] for label in loops}
+    ratios: dict[str, list[float]] = {label: [] for label in loops}
+    for label, (loop, share) in loops.items():  # warm-up
+        loop(max(100, int(steps * share) // 10), 0)
+    for index in range(rounds):
+        this_round = {}
+        for label, (loop, share) in loops.items():
+            start = time.perf_counter()
+            done = loop(max(100, int(steps * share)), index + 1)
+            this_round[label] = (time.perf_counter() - start) / done * 1e6
+        for label, value in this_round.items():
+            per_step[label].append(value)
+            ratios[label].append(value / this_round["raw"])
+    return {label: (statistics.median(per_step[label]), statistics.median(ratios[label])) for label in loops}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=20_000, help="steps per loop per round (shimmy: a tenth)")
+    parser.add_argument("--games", nargs="+", default=GAMES)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")  # ray and shimmy warn about their own deprecations on import
+    print(f"us/step (median of {args.rounds} alternating rounds; x = median ratio to raw in the same round)")
+    print(f"| game | {' | '.join(LOOPS)} |")
+    print(f"|---|{'---|' * len(LOOPS)}")
+    for name in args.games:
+        results = measure(name, args.rounds, args.steps)
+        cells = [f"{us:.1f} ({ratio:.2f}x)" for us, ratio in results.values()]
+        print(f"| {name} | {' | '.join(cells)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""Our PPO vs RLlib's PPO on RLlib's own Connect-4 self-play example setup, side by side.
+
+Both sides: OpenSpiel connect_four, policies "main" (learned) and "random" (uniform legal moves),
+mapped by episode id parity as in RLlib's ``self_play_with_open_spiel.py``; one env runner; the
+example's model (MLP 512x512, tanh, separate value net) and PPO settings (RLlib 2.60 defaults
+with ``num_epochs=20``: lr 5e-5, train batch 4000, minibatch 128, gamma 0.99, lambda 1.0, clip
+0.3, vf clip 10, no entropy bonus). The example's SelfPlayCallback is left out on both sides (it
+only adds frozen opponents; in RLlib it crashes its runner now and then).
+
+Each configuration runs in a fresh subprocess; the parent samples the memory (PSS and RSS, summed
+over the subprocess and all its descendants, Ray's processes included) every 0.5 s.
+
+Usage::
+
+    python bench/bench_ppo.py --side ours --num-envs 1 8 --seconds 60
+    python bench/bench_ppo.py --side rllib --num-envs 1 --seconds 90
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HPARAMS = {"lr": 5e-5, "train_batch_size": 4000, "minibatch_size": 128, "num_epochs": 20, "gamma": 0.99,
+           "lambda_": 1.0, "clip_param": 0.3, "vf_clip_param": 10.0, "entropy_coeff": 0.0}
+
+
+# Shared by both sides ---------------------------------------------------------------------------
+
+
+def connect_four_env(config: dict[str, Any]) -> Any:
+    """Our OpenSpiel bridge on connect_four."""
+    from bridges.openspiel import OpenSpielEnv
+
+    return OpenSpielEnv("connect_four")
+
+
+class RandomLegal:
+    """Uniformly random legal moves from the observation's action mask."""
+
+    def __init__(self, seed: int = 0) -> None:
+        import numpy as np
+
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, observation: Any) -> int:
+        import numpy as np
+
+        legal = np.flatnonzero(observation["action_mask"])
+        return int(legal[self.rng.integers(len(legal))])
+
+
+def main_vs_random(agent_id: str, episode: Any, **kwargs: Any) -> str:
+    """RLlib's example mapping: "main" plays player 0 in even episodes, player 1 in odd ones."""
+    return "main" if episode.id_ % 2 == int(agent_id[-1]) else "random"
+
+
+# One run in a subprocess --------------------------------------------------------------------------
+
+
+def run_ours(num_envs: int, seconds: float, launch: float) -> dict[str, Any]:
+    from marl_core.ppo import PPOConfig
+
+    config = (
+        PPOConfig()
+        .environment(connect_four_env)
+        .multi_agent(policies={"main": None, "random": RandomLegal(0)}, policy_mapping_fn=main_vs_random,
+                     policies_to_train=["main"])
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=num_envs)
+        .training(grad_clip=None, model={"hiddens": [512, 512], "activation": "tanh"}, **HPARAMS)
+        .resources(num_cpus=2, torch_threads=1)
+    )
+    algo = config.build()
+    rates, first = [], None
+    try:
+        while True:
+            result = algo.train()
+            if first is None:
+                first = time.time() - launch
+            else:
+                rates.append(result["env_steps_per_s"])
+            if time.time() - launch > seconds and len(rates) >= 2:
+                break
+    finally:
+        algo.stop()
+    return {"first_result_s": first, "rates": rates, "return": result["policies"]["main"]["episode_return_mean"]}
+
+
+def run_rllib(num_envs: int, seconds: float, launch: float) -> dict[str, Any]:
+    import pyspiel
+    import ray
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    from ray.rllib.env.wrappers.open_spiel import OpenSpielEnv
+    from ray.rllib.examples.rl_modules.classes.random_rlm import RandomRLModule
+    from ray.tune.registry import register_env
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    register_env("open_spiel_env", lambda _: OpenSpielEnv(pyspiel.load_game("connect_four")))
+    config = (
+        PPOConfig()
+        .environment("open_spiel_env")
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=num_envs)
+        .multi_agent(policies={"main", "random"},
+                     policy_mapping_fn=lambda agent_id, episode, **kw: "main" if hash(episode.id_) % 2 == agent_id else "random",
+                     policies_to_train=["main"])
+        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[512, 512]),
+                   rl_module_spec=MultiRLModuleSpec(rl_module_specs={
+                       "main": RLModuleSpec(), "random": RLModuleSpec(module_class=RandomRLModule)}))
+        .training(num_epochs=20)
+    )
+    algo = config.build()
+    rates, first, last = [], None, 0
+    try:
+        while True:
+            start = time.time()
+            result = algo.train()
+            steps = result["env_runners"]["num_env_steps_sampled_lifetime"]
+            if first is None:
+                first = time.time() - launch
+            else:
+                rates.append((steps - last) / (time.time() - start))
+            last = steps
+            if time.time() - launch > seconds and len(rates) >= 2:
+                break
+    finally:
+        algo.stop()
+        ray.shutdown()
+    return {"first_result_s": first, "rates": rates, "return": None}
+
+
+# The parent: launch, watch memory, print the table -------------------------------------------------
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        out.append(current)
+        todo.extend(children.get(current, []))
+    return out
+
+
+def _memory_mb(pid: int) -> tuple[float, float, int]:
+    pss = rss = 0.0
+    pids = _descendants(pid)
+    for child in pids:
+        try:
+            with open(f"/proc/{child}/smaps_rollup") as handle:
+                for line in handle:
+                    if line.startswith("Pss:"):
+                        pss += int(line.split()[1]) / 1024
+                    elif line.startswith("Rss:"):
+                        rss += int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return pss, rss, len(pids)
+
+
+def measure(side: str, num_envs: int, seconds: float) -> dict[str, Any]:
+    """Run one configuration in a subprocess; return its figures."""
+    out_file = Path(f"/tmp/bench_ppo_{side}_{num_envs}_{os.getpid()}.json")
+    command = [sys.executable, __file__, "--child", side, "--num-envs", str(num_envs), "--seconds", str(seconds),
+               "--out", str(out_file)]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak_pss = peak_rss = 0.0
+    peak_procs = 0
+    while process.poll() is None:
+        pss, rss, procs = _memory_mb(process.pid)
+        if pss > peak_pss:
+            peak_pss, peak_rss, peak_procs = pss, rss, procs
+        time.sleep(0.5)
+    if process.returncode != 0:
+        raise RuntimeError(f"{side} run failed:\n{process.stderr.read().decode()[-3000:]}")
+    result = json.loads(out_file.read_text())
+    out_file.unlink()
+    return {**result, "peak_pss_mb": peak_pss, "peak_rss_mb": peak_rss, "processes": peak_procs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--side", nargs="+", default=["ours", "rllib"], choices=["ours", "rllib"])
+    parser.add_argument("--num-envs", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--seconds", type=float, default=60.0, help="run length per configuration")
+    parser.add_argument("--child", choices=["ours", "rllib"], help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        launch = time.time()
+        sys.path.insert(0, str(ROOT))
+        runner = run_ours if args.child == "ours" else run_rllib
+        Path(args.out).write_text(json.dumps(runner(args.num_envs[0], args.seconds, launch)))
+        return
+    rows = []
+    for side in args.side:
+        for num_envs in args.num_envs:
+            figures = measure(side, num_envs, args.seconds)
+            rows.append((side, num_envs, figures))
+            print(f"done: {side} x{num_envs}", file=sys.stderr, flush=True)
+    load = os.getloadavg()[0]
+    print(f"\nConnect-4 self-play PPO, 1 env runner, {os.cpu_count()} CPUs, load average {load:.1f} "
+          f"(the machine is shared: absolute figures vary; compare rows of the same run)\n")
+    print("| side | envs/runner | env steps/s (median) | iterations | first result (s) | peak PSS (MB) | peak RSS (MB) | processes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for side, num_envs, f in rows:
+        median = statistics.median(f["rates"]) if f["rates"] else float("nan")
+        print(f"| {side} | {num_envs} | {median:.0f} | {len(f['rates']) + 1} | {f['first_result_s']:.1f} | "
+              f"{f['peak_pss_mb']:.0f} | {f['peak_rss_mb']:.0f} | {f['processes']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,371 @@
+"""``marl-matrix``: run the conformance suite over every case table and write ``compat_matrix.md``.
+
+Every row of the case tables in :mod:`bridges.compat` (PettingZoo AEC and parallel, OpenSpiel,
+RLlib's example envs, Gymnasium) runs in its own process, ``--jobs`` at a time, with a per-row
+timeout, so a crash or a hang fails only that row. A row records the source API, the bridge,
+``check_env``'s errors and warnings, a round trip through the source API's own tooling
+(PettingZoo's ``api_test`` / ``parallel_api_test`` on ``to_aec`` / ``to_parallel``; the
+equivalence of legal actions and returns against raw pyspiel under the same moves; RLlib's own
+env checker on ``to_rllib``; Gymnasium's ``check_env`` on ``to_gymnasium``), the per-action
+overhead against the raw env, and the reason for any gap. The file is generated, never edited.
+
+Run: ``marl-matrix`` (all rows) or ``python -m bridges.matrix --subset fast --jobs 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import importlib
+import io
+import logging
+import multiprocessing
+import os
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bridges.compat import Case
+from bridges.matrix_probes import overhead, round_trip
+
+logger = logging.getLogger(__name__)
+
+TABLES = (
+    "bridges.compat.pettingzoo_cases",
+    "bridges.compat.openspiel_cases",
+    "bridges.compat.rllib_cases",
+    "bridges.compat.gymnasium_cases",
+)
+UPSTREAM = (
+    "gymnasium", "numpy", "pettingzoo", "mpe2", "open_spiel", "shimmy", "supersuit", "ray", "torch", "pygame",
+    "chess", "rlcard", "box2d", "Box2D",
+)
+EPISODES = 3
+DEFAULT_MAX_STEPS = 500
+FAST_PER_SOURCE = 2
+HEADER = "| case | source API | bridge | errors | warnings | rules with findings | round trip | µs/action raw | µs/action bridged | overhead | gap |"
+DETERMINISTIC = ("case", "source", "bridge", "errors", "warnings", "rules", "round_trip", "gap")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the matrix."""
+
+    case: str
+    source: str
+    bridge: str = ""
+    errors: str = ""
+    warnings: str = ""
+    rules: str = ""
+    round_trip: str = ""
+    raw_us: str = ""
+    bridged_us: str = ""
+    overhead: str = ""
+    gap: str = ""
+
+    def markdown(self) -> str:
+        cells = [f"`{self.case}`", *(getattr(self, f.name) for f in fields(self)[1:])]
+        return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+    @classmethod
+    def parse(cls, line: str) -> Row:
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        cells[0] = cells[0].strip("`")
+        return cls(*(c.replace("\\|", "|") for c in cells))
+
+    def deterministic(self) -> tuple[str, ...]:
+        """The columns that do not depend on timing."""
+        return tuple(getattr(self, name) for name in DETERMINISTIC)
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+# Case tables -----------------------------------------------------------------------------------
+
+
+def load_cases() -> tuple[list[Case], list[str]]:
+    """Every case of every table, and the tables that could not be imported (with the reason)."""
+    cases: list[Case] = []
+    missing: list[str] = []
+    for table in TABLES:
+        try:
+            cases.extend(importlib.import_module(table).CASES)
+        except Exception as error:  # a broken table must not hide the others
+            missing.append(f"{table}: {type(error).__name__}: {error}")
+    return cases, missing
+
+
+def fast_subset(cases: Sequence[Case]) -> list[Case]:
+    """The first :data:`FAST_PER_SOURCE` runnable, non-slow cases of each source, in table order."""
+    taken: dict[str, int] = {}
+    chosen = []
+    for case in cases:
+        if case.left_out is None and not case.slow and taken.get(case.source, 0) < FAST_PER_SOURCE:
+            taken[case.source] = taken.get(case.source, 0) + 1
+            chosen.append(case)
+    return chosen
+
+
+def factory_of(case: Case) -> Callable[..., Any]:
+    """The callable that ``case.target`` (``"module:attr"``) names."""
+    module, _, attr = case.target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def build(case: Case) -> Any:
+    """A fresh bridged env (our MultiAgentEnv) for ``case``."""
+    if case.source == "openspiel":
+        from bridges.openspiel import OpenSpielEnv
+
+        return OpenSpielEnv(case.target, **dict(case.kwargs))
+    raw = factory_of(case)(**dict(case.kwargs))
+    if case.source == "pettingzoo-aec":
+        from bridges.pettingzoo import PettingZooEnv
+
+        return PettingZooEnv(raw)
+    if case.source == "pettingzoo-parallel":
+        from bridges.pettingzoo import ParallelPettingZooEnv
+
+        return ParallelPettingZooEnv(raw)
+    if case.source == "rllib":
+        from bridges.rllib import from_rllib
+
+        return from_rllib(raw)
+    from bridges.wrap import wrap
+
+    return wrap(raw)
+
+
+class _Builder:
+    """A picklable zero-argument factory for ``case`` (the checker may pickle it)."""
+
+    def __init__(self, case: Case) -> None:
+        self.case = case
+
+    def __call__(self) -> Any:
+        return build(self.case)
+
+
+# One row ---------------------------------------------------------------------------------------
+
+
+def run_case(case: Case) -> Row:
+    """Measure one case (in the calling process; :func:`run_all` gives each its own)."""
+    if case.left_out is not None:
+        return Row(case.id, case.source, gap=f"left out: {case.left_out}")
+    from marl_core.conformance import check_env
+
+    env = build(case)
+    bridge = type(env).__name__
+    env.close()
+    report = check_env(_Builder(case), seed=0, episodes=EPISODES, max_steps=case.max_steps or DEFAULT_MAX_STEPS)
+    trip = round_trip(case, build)
+    raw_us, bridged_us = overhead(case, build)
+    gap = ""
+    if report.errors:
+        first = report.errors[0]
+        gap = f"{first.rule}: {first.message.splitlines()[0]}"
+    elif trip.startswith("fail"):
+        gap = trip
+    return Row(
+        case.id,
+        case.source,
+        bridge=bridge,
+        errors=str(len(report.errors)),
+        warnings=str(len(report.warnings)),
+        rules=", ".join(sorted(report.rules)) or "-",
+        round_trip=trip,
+        raw_us="-" if raw_us is None else f"{raw_us:.1f}",
+        bridged_us=f"{bridged_us:.1f}",
+        overhead="-" if raw_us is None else f"{bridged_us / raw_us:.2f}x",
+        gap=_short(gap, 240) or ("-" if not case.notes else f"- ({case.notes})"),
+    )
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _child(case: Case, connection: Any) -> None:
+    logging.disable(logging.CRITICAL)
+    warnings.simplefilter("ignore")
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            row = run_case(case)
+    except BaseException as error:
+        last = traceback.extract_tb(error.__traceback__)[-1]
+        row = Row(case.id, case.source, gap=_short(
+            f"crashed: {type(error).__name__}: {error} (at {Path(last.filename).name}:{last.lineno})", 240))
+    connection.send(asdict(row))
+    connection.close()
+
+
+_PRELOAD = {
+    "pettingzoo-aec": ("bridges.pettingzoo", "pettingzoo.test"),
+    "pettingzoo-parallel": ("bridges.pettingzoo", "pettingzoo.test"),
+    "openspiel": ("bridges.openspiel",),
+    "rllib": ("bridges.rllib", "ray.rllib.utils.pre_checks.env"),
+    "gymnasium": ("bridges.gymnasium",),
+}
+
+
+def _preload(cases: Sequence[Case]) -> None:
+    """Import the bridges the rows need once, so that forked rows do not each pay for it."""
+    for module in dict.fromkeys(m for case in cases for m in _PRELOAD.get(case.source, ())):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                importlib.import_module(module)
+        except Exception as error:  # the row itself will report the failure
+            logger.debug("could not preload %s: %s", module, error)
+
+
+def run_all(cases: Sequence[Case], *, jobs: int = 2, timeout: float = 300.0,
+            progress: Callable[[Row], None] | None = None) -> list[Row]:
+    """Run every case in its own process, ``jobs`` at a time; rows come back in ``cases`` order."""
+    fork = hasattr(os, "fork")
+    context = multiprocessing.get_context("fork" if fork else "spawn")
+    if fork:
+        _preload(cases)
+    pending = list(cases)
+    running: dict[str, tuple[Case, Any, Any, float]] = {}
+    results: dict[str, Row] = {}
+
+    def finish(case: Case, row: Row) -> None:
+        results[case.id] = row
+        if progress is not None:
+            progress(row)
+
+    while pending or running:
+        while pending and len(running) < max(1, jobs):
+            case = pending.pop(0)
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(target=_child, args=(case, sender), daemon=True)
+            process.start()
+            sender.close()
+            running[case.id] = (case, process, receiver, time.monotonic())
+        for case_id, (case, process, receiver, started) in list(running.items()):
+            row = None
+            if receiver.poll():
+                try:
+                    row = Row(**receiver.recv())
+                except EOFError:
+                    row = None
+            if row is None and process.is_alive() and time.monotonic() - started <= timeout:
+                continue
+            if row is None and process.is_alive():
+                process.kill()
+                row = Row(case.id, case.source, gap=f"timeout: no result within {timeout:.0f} s")
+            process.join()
+            if row is None:
+                row = Row(case.id, case.source, gap=f"crashed: the row's process exited with code {process.exitcode}")
+            receiver.close()
+            del running[case_id]
+            finish(case, row)
+        time.sleep(0.02)
+    return [results[case.id] for case in cases]
+
+
+# The file --------------------------------------------------------------------------------------
+
+
+def versions() -> list[tuple[str, str]]:
+    """(distribution, version) of every installed upstream package the matrix depends on."""
+    seen: dict[str, str] = {"python": sys.version.split()[0]}
+    for name in UPSTREAM:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            dist = metadata.distribution(name)
+            seen.setdefault(dist.metadata["Name"], dist.version)
+    return sorted(seen.items(), key=lambda item: item[0].lower())
+
+
+def render(rows: Sequence[Row], *, subset: str, missing: Sequence[str], seconds: float) -> str:
+    """The Markdown text of the matrix."""
+    counts = {"clean": 0, "gap": 0, "left out": 0}
+    for row in rows:
+        key = "left out" if row.gap.startswith("left out") else "clean" if row.errors == "0" and not row.round_trip.startswith("fail") else "gap"
+        counts[key] += 1
+    lines = [
+        "# Compatibility matrix",
+        "",
+        "Generated by `marl-matrix` (`python -m bridges.matrix`); do not edit by hand. "
+        f"Subset: `{subset}`; {len(rows)} rows in {seconds:.0f} s on "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}.",
+        "",
+        "## Upstream versions",
+        "",
+        "| package | version |",
+        "|---|---|",
+        *(f"| {name} | {version} |" for name, version in versions()),
+        "",
+        "## How to read a row",
+        "",
+        f"- **errors / warnings / rules**: `marl_core.conformance.check_env` on the bridged env, seed 0, {EPISODES} "
+        f"episodes, at most the case's `max_steps` (default {DEFAULT_MAX_STEPS}) steps each.",
+        "- **round trip**: PettingZoo's `api_test` on `to_aec(...)` or `parallel_api_test` on `to_parallel(...)`; "
+        "for OpenSpiel, legal actions, turns and returns compared with raw pyspiel replaying the same moves and "
+        "chance outcomes; for RLlib, RLlib's `check_multiagent_environments` on `to_rllib(...)` of the bridged env; "
+        "for Gymnasium, Gymnasium's `check_env` on `to_gymnasium(...)` of a one-agent version.",
+        "- **µs/action**: wall time per agent action over seeded random (legal) play, raw API loop vs the bridged env, "
+        "alternated in one process and the median of 5 rounds taken. Timing columns vary from run to run and the "
+        "machine was shared with other work while they were taken: read the ratio, not the absolute figures.",
+        "- **gap**: why a row is not clean: the first error's rule and message, a round-trip failure, a crash, a "
+        "timeout, or why the case is left out (then only the notes follow `-`).",
+        "",
+        f"Summary: {counts['clean']} clean, {counts['gap']} with gaps, {counts['left out']} left out.",
+        "",
+    ]
+    if missing:
+        lines += ["Case tables that could not be loaded:", "", *(f"- {m}" for m in missing), ""]
+    lines += ["## Rows", "", HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
+    lines += [row.markdown() for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def read_rows(text: str) -> list[Row]:
+    """The rows of a matrix file written by :func:`render`."""
+    lines = text.splitlines()
+    start = lines.index(HEADER) + 2
+    return [Row.parse(line) for line in lines[start:] if line.startswith("| `")]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``marl-matrix`` command line."""
+    parser = argparse.ArgumentParser(prog="marl-matrix", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--subset", choices=("all", "fast"), default="all",
+                        help="all: every case; fast: the first runnable non-slow cases of each source")
+    parser.add_argument("--jobs", type=int, default=2, help="rows run at once, each in its own process")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds a row may take")
+    parser.add_argument("--only", default=None, help="run only cases whose id contains this text")
+    parser.add_argument("--output", default="compat_matrix.md", help="where to write the Markdown")
+    args = parser.parse_args(argv)
+    cases, missing = load_cases()
+    if args.subset == "fast":
+        cases = fast_subset(cases)
+    if args.only:
+        cases = [case for case in cases if args.only in case.id]
+    started = time.monotonic()
+
+    def progress(row: Row) -> None:
+        status = row.gap if row.gap and not row.gap.startswith("-") else "clean"
+        print(f"{row.case}: {row.errors or '-'} errors, {row.overhead or '-'} overhead; {status[:100]}", flush=True)
+
+    rows = run_all(cases, jobs=args.jobs, timeout=args.timeout, progress=progress)
+    text = render(rows, subset=args.subset, missing=missing, seconds=time.monotonic() - started)
+    Path(args.output).write_text(text, encoding="utf-8")
+    print(f"wrote {args.output}: {len(rows)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

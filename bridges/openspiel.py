@@ -1,0 +1,493 @@
+"""OpenSpiel games as MultiAgentEnvs: :class:`OpenSpielEnv` (the other direction is
+:func:`to_openspiel`, in :mod:`bridges.openspiel_game`).
+
+Interaction model. An OpenSpiel state is a decision node of one player (turn-based), a
+simultaneous node (several players choose at once), a chance node, or terminal. The env asks
+exactly the players who decide now: the current player at a turn, every player with legal actions
+at a simultaneous node. Chance nodes never reach the caller: the env samples them from
+``state.chance_outcomes()`` with its own generator, seeded by ``reset(seed=...)``.
+
+Example:
+    >>> from bridges.openspiel import OpenSpielEnv
+    >>> env = OpenSpielEnv("tic_tac_toe")
+    >>> obs, infos = env.reset(seed=0)
+    >>> list(obs), obs["player_0"]["observation"].shape, obs["player_0"]["action_mask"].tolist()
+    (['player_0'], (3, 3, 3), [1, 1, 1, 1, 1, 1, 1, 1, 1])
+    >>> obs, rewards, terminateds, truncateds, infos = env.step({"player_0": 4})
+    >>> list(obs), rewards, terminateds
+    (['player_1'], {'player_0': 0.0, 'player_1': 0.0}, {'__all__': False})
+    >>> env.state.history()
+    [4]
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from gymnasium import spaces
+
+from marl_core.env import ALL, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
+from marl_core.errors import (
+    IllegalActionError,
+    InvalidActionError,
+    MissingActionError,
+    ResetNeededError,
+    UnexpectedActionError,
+    UnsupportedEnvError,
+)
+from marl_core.spaces import MASK_KEY, OBS_KEY, masked_space
+
+if TYPE_CHECKING:
+    import pyspiel
+
+logger = logging.getLogger(__name__)
+
+ObservationType = Literal[
+    "auto", "observation_tensor", "information_state_tensor", "observation_string", "information_state_string"
+]
+"""Which view of the state the ``"observation"`` entry holds (see :class:`OpenSpielEnv`)."""
+
+#: Characters of the ``Text`` observation space: printable ASCII, escape (colour codes), box
+#: drawing, card suits and the Unicode playing cards that OpenSpiel's string renderings use.
+TEXT_CHARSET = frozenset(
+    string.printable
+    + "\x1b"
+    + "".join(map(chr, range(0x2500, 0x2580)))
+    + "".join(map(chr, range(0x2660, 0x2668)))
+    + "".join(map(chr, range(0x1F0A0, 0x1F100)))
+)
+TEXT_MAX_LENGTH = 1 << 16
+
+_AUTO_ORDER: tuple[ObservationType, ...] = (
+    "observation_tensor",
+    "information_state_tensor",
+    "observation_string",
+    "information_state_string",
+)
+_MASK_CACHE_SIZE = 4096  # masks kept per env, keyed by the tuple of legal actions
+
+
+def _pyspiel() -> Any:
+    """pyspiel, imported on first use so that ``import bridges`` stays light."""
+    import pyspiel
+
+    return pyspiel
+
+
+def player_id(player: int) -> AgentID:
+    """The agent id of OpenSpiel player ``player`` (``"player_0"``, ``"player_1"``, ...)."""
+    return f"player_{player}"
+
+
+def load_game(game: str | pyspiel.Game) -> pyspiel.Game:
+    """A ``pyspiel.Game`` from a game or a name with optional parameters (``"goofspiel(num_cards=4)"``).
+
+    Raises:
+        UnsupportedEnvError: the name does not load (unknown game, missing parameter).
+    """
+    import pyspiel
+
+    if isinstance(game, pyspiel.Game):
+        return game
+    if not isinstance(game, str):
+        raise UnsupportedEnvError(
+            f"OpenSpielEnv needs a pyspiel.Game or a game name such as 'connect_four', received "
+            f"{type(game).__name__} {game!r}"
+        )
+    try:
+        return pyspiel.load_game(game)
+    except Exception as error:  # pyspiel raises SpielError, and IndexError or RuntimeError from C++
+        raise UnsupportedEnvError(f"OpenSpiel game {game!r} does not load: {error}") from error
+
+
+def _provides(game_type: Any, kind: ObservationType) -> bool:
+    return bool(getattr(game_type, f"provides_{kind}"))
+
+
+def choose_observation_type(game: pyspiel.Game, requested: ObservationType = "auto") -> ObservationType:
+    """The observation type used for ``game``: ``requested``, or for ``"auto"`` the first one the
+    game provides among observation tensor, information-state tensor, observation string,
+    information-state string.
+
+    Raises:
+        UnsupportedEnvError: the game does not provide the requested type, or provides none.
+    """
+    game_type = game.get_type()
+    if requested != "auto":
+        if requested not in _AUTO_ORDER:
+            raise UnsupportedEnvError(
+                f"unknown observation_type {requested!r}; expected one of {['auto', *_AUTO_ORDER]}"
+            )
+        if not _provides(game_type, requested):
+            offered = [kind for kind in _AUTO_ORDER if _provides(game_type, kind)]
+            raise UnsupportedEnvError(
+                f"OpenSpiel game {game_type.short_name!r} does not provide {requested}; it provides {offered}"
+            )
+        return requested
+    for kind in _AUTO_ORDER:
+        if _provides(game_type, kind):
+            return kind
+    raise UnsupportedEnvError(f"OpenSpiel game {game_type.short_name!r} provides no observation at all")
+
+
+class OpenSpielEnv(MultiAgentEnv):
+    """An OpenSpiel game as a MultiAgentEnv, with action masks, seeded chance and final observations.
+
+    Args:
+        game: a ``pyspiel.Game``, or a game name with optional parameters such as
+            ``"connect_four"`` or ``"goofspiel(num_cards=4)"``.
+        observation_type: what the ``"observation"`` entry holds. ``"auto"`` (the default) takes the
+            first one the game provides, in this order: the observation tensor, the
+            information-state tensor, the observation string, the information-state string. Tensors
+            are float32 ``Box`` values shaped like the game's tensor (connect_four: ``(3, 6, 7)``);
+            strings live in a gymnasium ``Text`` space. Pass ``"information_state_tensor"`` for
+            perfect-recall inputs in imperfect-information games.
+        max_steps: truncate the episode after this many ``step()`` calls (None: never).
+
+    Attributes:
+        game: the live ``pyspiel.Game``.
+        state: the live ``pyspiel.State`` (None before the first ``reset``).
+        observation_type: the observation type in use (never ``"auto"``).
+
+    Semantics:
+        - **Agents**: ``"player_0"`` ... ``"player_{n-1}"``; all of them are alive until the end.
+        - **Who acts**: at a turn, only the current player is in the obs dict; at a simultaneous
+          node, every player with legal actions.
+        - **Masks**: every observation is ``{"observation": ..., "action_mask": int8}`` with one mask
+          entry per distinct action, 1 exactly for ``state.legal_actions(player)`` (all zeros in
+          final observations). An illegal action raises :class:`~marl_core.errors.IllegalActionError`
+          listing the legal ones; it is never replaced, and the state is unchanged.
+        - **Chance**: resolved inside the env by sampling ``state.chance_outcomes()`` with
+          ``self.np_random``. Games that sample chance inside pyspiel from an ``rng_seed``
+          parameter are reloaded with ``rng_seed`` derived from the seed at every seeded reset.
+          So ``reset(seed=s)`` and the same actions give the same ``state.history()``.
+        - **Rewards**: every step, a reward for every player: what the step added to
+          ``state.returns()``, i.e. ``state.rewards()`` of the player's transition plus those of
+          the chance transitions after it (games differ in what ``rewards()`` reports after a
+          chance node; the change of ``returns()`` is exact for all of them). Chance transitions
+          resolved by ``reset`` pay with the first step. Each player's episode sum equals
+          ``state.returns()`` at the end.
+        - **"__all__"**: at the terminal state every player gets a final observation,
+          ``terminateds`` is True for each of them and for ``"__all__"``. When ``max_steps`` runs
+          out first, the same happens through ``truncateds``. Otherwise both hold only
+          ``"__all__": False``.
+        - **Simultaneous moves**: every acting player must send an action in the same
+          ``step()``; players without legal actions at such a node are sent
+          ``pyspiel.INVALID_ACTION``.
+        - **Refused**: mean-field games, and games that have no legal-action list (action structs
+          only), raise :class:`~marl_core.errors.UnsupportedEnvError` at construction.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        game: str | pyspiel.Game,
+        *,
+        observation_type: ObservationType = "auto",
+        max_steps: int | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        import pyspiel
+
+        self.game = load_game(game)
+        game_type = self.game.get_type()
+        name = game_type.short_name
+        if game_type.dynamics == pyspiel.GameType.Dynamics.MEAN_FIELD:
+            raise UnsupportedEnvError(
+                f"OpenSpiel game {name!r} is a mean-field game: its players are a distribution over a "
+                "population, updated with distribution nodes, which have no multi-agent equivalent"
+            )
+        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+            raise UnsupportedEnvError(f"max_steps must be a positive int or None, received {max_steps!r}")
+        self.observation_type: ObservationType = choose_observation_type(self.game, observation_type)
+        self._check_legal_actions(name)
+        self.max_steps = max_steps
+        self.render_mode = render_mode
+        self._num_players = self.game.num_players()
+        self._num_actions = self.game.num_distinct_actions()
+        self._ids: tuple[AgentID, ...] = tuple(player_id(p) for p in range(self._num_players))
+        self._index = {agent_id: p for p, agent_id in enumerate(self._ids)}
+        self._reseed_game = (
+            game_type.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC
+            and "rng_seed" in self.game.get_parameters()
+        )
+        self._setup_observations()
+        self._action_space = spaces.Discrete(self._num_actions)
+        self.possible_agents = list(self._ids)
+        self.agents = []
+        self.observation_spaces = {agent_id: self._observation_space for agent_id in self._ids}
+        self.action_spaces = {agent_id: self._action_space for agent_id in self._ids}
+        super().__init__()
+        self.state: pyspiel.State | None = None
+        self._acting: tuple[int, ...] = ()
+        self._masks: dict[int, np.ndarray] = {}
+        self._mask_cache: dict[tuple[int, ...], np.ndarray] = {}
+        self._terminal_rewards = game_type.reward_model == pyspiel.GameType.RewardModel.TERMINAL
+        self._has_chance = game_type.chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC
+        self._returns: list[float] = []
+        self._steps = 0
+
+    # Construction helpers ----------------------------------------------------------------------
+
+    def _check_legal_actions(self, name: str) -> None:
+        """Refuse games whose decision nodes have no legal-action list."""
+        if self.game.num_distinct_actions() < 1:
+            raise UnsupportedEnvError(
+                f"OpenSpiel game {name!r} has no distinct actions (it uses action structs only), so "
+                "there is no legal-action list to mask"
+            )
+        state = self.game.new_initial_state()
+        try:
+            for _ in range(10_000):
+                if not state.is_chance_node():
+                    break
+                state.apply_action(state.chance_outcomes()[0][0])
+            if not state.is_terminal():
+                players = [state.current_player()] if state.current_player() >= 0 else range(self.game.num_players())
+                for player in players:
+                    state.legal_actions(player)
+        except _pyspiel().SpielError as error:
+            raise UnsupportedEnvError(
+                f"OpenSpiel game {name!r} has no legal-action list, so actions cannot be masked or "
+                f"checked: {error}"
+            ) from error
+
+    def _setup_observations(self) -> None:
+        kind = self.observation_type
+        self._observer = None
+        if kind.endswith("_string"):
+            inner: spaces.Space = spaces.Text(TEXT_MAX_LENGTH, min_length=0, charset=TEXT_CHARSET)
+        else:
+            from open_spiel.python.observation import make_observation
+
+            perfect_recall = kind == "information_state_tensor"
+            shape = tuple(
+                self.game.information_state_tensor_shape() if perfect_recall else self.game.observation_tensor_shape()
+            )
+            iig = _pyspiel().IIGObservationType(perfect_recall=True) if perfect_recall else None
+            try:
+                observer = make_observation(self.game, iig)
+            except _pyspiel().SpielError:
+                observer = None
+            if observer is not None and observer.tensor is not None and observer.tensor.size == int(np.prod(shape)):
+                self._observer = observer
+                self._view = observer.tensor.reshape(shape)  # shares memory: set_from fills it
+            else:
+                logger.debug("no observer for %s; reading %s from the state", self.game, kind)
+            self._shape = shape
+            inner = spaces.Box(-np.inf, np.inf, shape, np.float32)
+        self._observation_space = masked_space(inner, self.game.num_distinct_actions())
+
+    # Observations ------------------------------------------------------------------------------
+
+    def _observe(self, player: int) -> Any:
+        observer = self._observer
+        if observer is not None:
+            observer.set_from(self.state, player)
+            return self._view.copy()
+        if self.observation_type == "observation_tensor":
+            return np.asarray(self.state.observation_tensor(player), np.float32).reshape(self._shape)
+        if self.observation_type == "information_state_tensor":
+            return np.asarray(self.state.information_state_tensor(player), np.float32).reshape(self._shape)
+        return getattr(self.state, self.observation_type)(player)
+
+    def _mask(self, player: int) -> np.ndarray:
+        """The mask of ``player``'s legal actions: a shared array that only the env reads."""
+        legal = tuple(self.state.legal_actions(player))
+        mask = self._mask_cache.get(legal)
+        if mask is None:
+            mask = np.zeros(self._num_actions, np.int8)
+            mask[list(legal)] = 1
+            if len(self._mask_cache) < _MASK_CACHE_SIZE:
+                self._mask_cache[legal] = mask
+        return mask
+
+    def _decision_obs(self) -> ObsDict:
+        """Observations of the players who decide now (the state is a decision node)."""
+        state = self.state
+        current = state.current_player()
+        if current >= 0:
+            self._acting = (current,)
+            mask = self._masks[current] = self._mask(current)
+            return {self._ids[current]: {OBS_KEY: self._observe(current), MASK_KEY: mask.copy()}}
+        acting = self._acting = tuple(p for p in range(self._num_players) if state.legal_actions(p))
+        obs = {}
+        for player in acting:
+            mask = self._masks[player] = self._mask(player)
+            obs[self._ids[player]] = {OBS_KEY: self._observe(player), MASK_KEY: mask.copy()}
+        return obs
+
+    def _final_obs(self) -> ObsDict:
+        zeros = np.zeros(self._num_actions, np.int8)
+        return {
+            agent_id: {OBS_KEY: self._observe(player), MASK_KEY: zeros.copy()}
+            for player, agent_id in enumerate(self._ids)
+        }
+
+    # Chance --------------------------------------------------------------------------------------
+
+    def _resolve_chance(self) -> None:
+        """Sample chance nodes with ``self.np_random`` until a decision or terminal node."""
+        state = self.state
+        while state.is_chance_node():
+            outcomes = state.chance_outcomes()
+            draw = self.np_random.random()
+            action = outcomes[-1][0]
+            for outcome, probability in outcomes:
+                draw -= probability
+                if draw < 0.0:
+                    action = outcome
+                    break
+            state.apply_action(action)
+
+    # Episode API -------------------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[ObsDict, MultiAgentDict]:
+        """Start a game; ``seed`` seeds the chance events (and the game's ``rng_seed`` if it has one)."""
+        super().reset(seed=seed)
+        if seed is not None and self._reseed_game:
+            params = dict(self.game.get_parameters())
+            params["rng_seed"] = int(self.np_random.integers(2**31 - 1))
+            self.game = _pyspiel().load_game(self.game.get_type().short_name, params)
+        self.state = self.game.new_initial_state()
+        self._steps = 0
+        self._returns = [0.0] * self._num_players
+        self._resolve_chance()
+        if self.state.is_terminal():  # a game over before anyone acts still shows its end
+            self.agents, self._acting = [], ()
+            return self._final_obs(), {}
+        self.agents = list(self._ids)
+        return self._decision_obs(), {}
+
+    def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
+        """Apply the acting players' actions, then resolve chance up to the next decision."""
+        state = self.state
+        if state is None or not self.agents:
+            raise ResetNeededError(
+                "OpenSpielEnv.step() called before reset() or after the episode ended; call reset()"
+            )
+        acting = self._acting
+        if len(acting) == 1 and len(action_dict) == 1:
+            player = acting[0]
+            try:
+                action = action_dict[self._ids[player]]
+            except KeyError:
+                self._check_keys(action_dict)
+                raise
+            self._apply(player, action)
+        else:
+            self._check_keys(action_dict)
+            if state.is_simultaneous_node():
+                joint = [_pyspiel().INVALID_ACTION] * self._num_players
+                for player in acting:
+                    joint[player] = self._legal(player, action_dict[self._ids[player]])
+                self._apply_joint(joint)
+            else:
+                self._apply(acting[0], action_dict[self._ids[acting[0]]])
+        if self._has_chance and state.is_chance_node():
+            self._resolve_chance()
+        self._steps += 1
+        if state.is_terminal():
+            return self._end(self._rewards(), terminated=True)
+        if self.max_steps is not None and self._steps >= self.max_steps:
+            return self._end(self._rewards(), terminated=False)
+        if self._terminal_rewards:  # rewards only at the end: returns() need not be read now
+            return self._decision_obs(), dict.fromkeys(self._ids, 0.0), {ALL: False}, {ALL: False}, {}
+        return self._decision_obs(), self._rewards(), {ALL: False}, {ALL: False}, {}
+
+    def _rewards(self) -> dict[AgentID, float]:
+        """What ``state.returns()`` gained since the last time it was read."""
+        returns = self.state.returns()
+        rewards = dict(zip(self._ids, [now - before for now, before in zip(returns, self._returns, strict=True)], strict=True))
+        self._returns = returns
+        return rewards
+
+    def _end(self, rewards: dict[AgentID, float], *, terminated: bool) -> StepResult:
+        obs = self._final_obs()
+        ended = dict.fromkeys(self._ids, True)
+        ended[ALL] = True
+        still = dict.fromkeys(self._ids, False)
+        still[ALL] = False
+        self.agents = []
+        self._acting = ()
+        if terminated:
+            return obs, rewards, ended, still, {}
+        return obs, rewards, still, ended, {}
+
+    # Actions -----------------------------------------------------------------------------------
+
+    def _check_keys(self, action_dict: Mapping[AgentID, Any]) -> None:
+        acting_ids = [self._ids[p] for p in self._acting]
+        unexpected = [agent_id for agent_id in action_dict if agent_id not in acting_ids]
+        if unexpected:
+            raise UnexpectedActionError(unexpected, acting_ids)
+        missing = [agent_id for agent_id in acting_ids if agent_id not in action_dict]
+        if missing:
+            raise MissingActionError(missing, list(action_dict))
+
+    def _legal(self, player: int, action: Any) -> int:
+        """``action`` as an int, after checking its type and that it is legal for ``player``."""
+        if type(action) is not int:
+            if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer, np.ndarray)):
+                raise InvalidActionError(
+                    self._ids[player], f"an integer action in {self._action_space}", action,
+                    f"a {type(action).__name__}",
+                )
+            if isinstance(action, np.ndarray) and (action.shape != () or not np.issubdtype(action.dtype, np.integer)):
+                raise InvalidActionError(
+                    self._ids[player], f"an integer action in {self._action_space}", action,
+                    f"an array of shape {action.shape} and dtype {action.dtype}",
+                )
+            action = int(action)
+        if not 0 <= action < self._num_actions or not self._masks[player][action]:
+            self._raise_illegal(player, action)
+        return action
+
+    def _raise_illegal(self, player: int, action: int) -> None:
+        legal = self.state.legal_actions(player)
+        hint = f"{self.game.get_type().short_name} has {self._num_actions} distinct actions"
+        if 0 <= action < self._num_actions:
+            hint = f"{self.state.action_to_string(player, action)!r} is not legal in this state"
+        raise IllegalActionError(self._ids[player], action, legal, hint=hint)
+
+    def _apply(self, player: int, action: Any) -> None:
+        action = self._legal(player, action)
+        try:
+            self.state.apply_action_with_legality_check(action)
+        except _pyspiel().SpielError as error:
+            raise IllegalActionError(self._ids[player], action, self.state.legal_actions(player)) from error
+
+    def _apply_joint(self, joint: list[int]) -> None:
+        try:
+            self.state.apply_actions_with_legality_checks(joint)
+        except _pyspiel().SpielError as error:
+            raise IllegalActionError(
+                "every acting player", joint, [self.state.legal_actions(p) for p in self._acting]
+            ) from error
+
+    # Copying and pickling (pyspiel observers cannot be copied; they are rebuilt) ----------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_observer"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup_observations()
+
+    # Rendering ---------------------------------------------------------------------------------
+
+    def render(self) -> str | None:
+        """The state as text (OpenSpiel's ``str(state)``), or None before the first reset."""
+        return None if self.state is None else str(self.state)
+
+    def __str__(self) -> str:
+        return f"<OpenSpielEnv<{self.game}>>"

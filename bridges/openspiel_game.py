@@ -1,0 +1,471 @@
+"""MultiAgentEnvs as OpenSpiel games: :func:`to_openspiel` (the other direction is
+:class:`bridges.openspiel.OpenSpielEnv`).
+
+The exported game is a registered Python game, so OpenSpiel's own tools (MCTS, CFR on small games,
+``pyspiel.random_sim_test``, ``pyspiel.load_game(name)``) run on our envs. Each ``pyspiel.State``
+owns one env built by the factory. Cloning a state replays its history (the seed, then every
+action) on a fresh env, which is exact because a MultiAgentEnv repeats its trajectory from
+``reset(seed=...)`` and the same actions.
+
+Example:
+    >>> import pyspiel
+    >>> from bridges.openspiel import OpenSpielEnv
+    >>> from bridges.openspiel_game import to_openspiel
+    >>> game = to_openspiel(lambda: OpenSpielEnv("tic_tac_toe"), name="doc_tic_tac_toe")
+    >>> state = game.new_initial_state()
+    >>> state.current_player(), state.legal_actions()
+    (0, [0, 1, 2, 3, 4, 5, 6, 7, 8])
+    >>> for action in [4, 0, 2, 6, 3, 5, 1, 7, 8]:
+    ...     state.apply_action(action)
+    >>> state.is_terminal(), state.returns()
+    (True, [0.0, 0.0])
+    >>> pyspiel.load_game("doc_tic_tac_toe").num_players()
+    2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pyspiel
+from gymnasium import spaces
+
+from marl_core.env import ALL, AgentID, MultiAgentEnv
+from marl_core.errors import EnvContractError, UnsupportedEnvError
+from marl_core.spaces import OBS_KEY, action_mask_of, is_masked
+
+Dynamics = Literal["auto", "sequential", "simultaneous"]
+RewardModel = Literal["rewards", "terminal"]
+
+_POOL_SIZE = 64  # envs kept for reuse per exported game
+_REGISTERED: dict[str, tuple[_Spec, pyspiel.GameType, pyspiel.GameInfo]] = {}
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """Everything the game, its states and observers share."""
+
+    factory: Callable[[], MultiAgentEnv]
+    agents: tuple[AgentID, ...]
+    sizes: tuple[int, ...]  # number of actions of each agent
+    starts: tuple[int, ...]  # the Discrete ``start`` of each agent's action space
+    seeds: tuple[int, ...]
+    max_game_length: int
+    terminal_rewards: bool
+    tensor_shape: tuple[int, ...] | None
+    pool: list[MultiAgentEnv] = field(default_factory=list, compare=False, repr=False)
+
+
+def _inner_space(space: spaces.Space) -> spaces.Space:
+    return space[OBS_KEY] if is_masked(space) else space
+
+
+def _tensor_shape(env: MultiAgentEnv, agents: Sequence[AgentID]) -> tuple[int, ...] | None:
+    """The common shape of every agent's Box observation, the flat size if shapes differ in
+    layout only, or None when there is no common tensor."""
+    inner = [_inner_space(env.get_observation_space(agent_id)) for agent_id in agents]
+    if not all(isinstance(space, spaces.Box) for space in inner):
+        return None
+    shapes = {space.shape for space in inner}
+    if len(shapes) == 1:
+        return next(iter(shapes))
+    sizes = {int(np.prod(shape)) for shape in shapes}
+    return (sizes.pop(),) if len(sizes) == 1 else None
+
+
+def to_openspiel(
+    env_factory: Callable[[], MultiAgentEnv],
+    *,
+    name: str = "marl_bridges_env",
+    long_name: str | None = None,
+    seeds: Sequence[int] = (0,),
+    dynamics: Dynamics = "auto",
+    reward_model: RewardModel = "rewards",
+    max_game_length: int = 1000,
+    utility_range: tuple[float, float] = (-float("inf"), float("inf")),
+    perfect_information: bool = False,
+) -> pyspiel.Game:
+    """Expose a turn-based or simultaneous MultiAgentEnv as a registered OpenSpiel game.
+
+    Args:
+        env_factory: builds a fresh env; called once per state (and once here to read the spaces).
+            Every agent needs a ``Discrete`` action space.
+        name: the game's short name, registered with pyspiel so ``pyspiel.load_game(name)`` works.
+            Exporting again under the same name replaces the previous export.
+        long_name: the game's long name (default: ``name``).
+        seeds: the seeds an episode may start from. With one seed the game starts at a decision
+            node; with several, the initial state is a chance node choosing one uniformly.
+        dynamics: ``"sequential"`` (one agent acts at a time), ``"simultaneous"``, or ``"auto"``:
+            simultaneous when the first reset asks more than one agent to act.
+        reward_model: ``"rewards"`` passes each step's rewards through ``state.rewards()``;
+            ``"terminal"`` pays each player's summed rewards at the end (what MCTS needs).
+        max_game_length: the game ends (terminal) after this many env steps.
+        utility_range: the game's ``min_utility`` and ``max_utility``.
+        perfect_information: declare the game as perfect information (the env's observations must
+            then show the whole state); imperfect by default.
+
+    Returns:
+        The ``pyspiel.Game``.
+
+    Raises:
+        UnsupportedEnvError: an action space is not Discrete, ``seeds`` is empty, or ``name`` is
+            taken by a game that pyspiel already knows.
+
+    Semantics:
+        - **Players**: ``env.possible_agents`` in order are players 0..n-1. A node where one agent
+          acts is that player's turn; a node where several act is simultaneous, and players not
+          acting there have no legal actions (their entry of the joint action is ignored).
+        - **Masks**: legal actions are the ``"action_mask"`` of the agent's observation, or every
+          action of its space when it has no mask. OpenSpiel actions are 0-based; an agent's
+          ``Discrete(n, start)`` action ``start + k`` is OpenSpiel action ``k``.
+        - **Rewards**: ``state.rewards()`` are the env's step rewards (agents not named get 0),
+          ``state.returns()`` their running sums; with ``reward_model="terminal"`` both are zero
+          until the end, where they are the sums. Nothing is lost or invented.
+        - **"__all__"**: the game is terminal when the env sets ``"__all__"`` in terminateds or
+          truncateds, or after ``max_game_length`` steps.
+        - **Observations**: a player's observation is the last one its agent received (zeros or
+          ``""`` before the first); the tensor is its ``"observation"`` entry flattened, provided
+          when every agent observes a Box of the same size. The information state string lists
+          everything the agent observed and did, in order (perfect recall).
+        - **Chance and seeding**: the only chance event is the seed (see ``seeds``); everything
+          random in the env follows from it, so cloning a state replays its history exactly.
+    """
+    if not seeds:
+        raise UnsupportedEnvError("to_openspiel needs at least one seed in seeds, received none")
+    if dynamics not in ("auto", "sequential", "simultaneous"):
+        raise UnsupportedEnvError(f"dynamics must be 'auto', 'sequential' or 'simultaneous', received {dynamics!r}")
+    if reward_model not in ("rewards", "terminal"):
+        raise UnsupportedEnvError(f"reward_model must be 'rewards' or 'terminal', received {reward_model!r}")
+    if name in pyspiel.registered_names() and name not in _REGISTERED:
+        raise UnsupportedEnvError(f"to_openspiel name {name!r} is already a pyspiel game; choose another name")
+    probe = env_factory()
+    agents = tuple(probe.possible_agents)
+    sizes, starts = [], []
+    for agent_id in agents:
+        space = probe.get_action_space(agent_id)
+        if not isinstance(space, spaces.Discrete):
+            raise UnsupportedEnvError(
+                f"to_openspiel needs a Discrete action space for every agent; agent {agent_id!r} has {space}"
+            )
+        sizes.append(int(space.n))
+        starts.append(int(space.start))
+    if dynamics == "auto":
+        obs, _ = probe.reset(seed=int(seeds[0]))
+        dynamics = "simultaneous" if len(obs) > 1 else "sequential"
+    spec = _Spec(
+        factory=env_factory,
+        agents=agents,
+        sizes=tuple(sizes),
+        starts=tuple(starts),
+        seeds=tuple(int(seed) for seed in seeds),
+        max_game_length=int(max_game_length),
+        terminal_rewards=reward_model == "terminal",
+        tensor_shape=_tensor_shape(probe, agents),
+    )
+    probe.close()
+    game_type = pyspiel.GameType(
+        short_name=name,
+        long_name=long_name or name,
+        dynamics=(
+            pyspiel.GameType.Dynamics.SIMULTANEOUS if dynamics == "simultaneous" else pyspiel.GameType.Dynamics.SEQUENTIAL
+        ),
+        chance_mode=(
+            pyspiel.GameType.ChanceMode.EXPLICIT_STOCHASTIC if len(spec.seeds) > 1 else pyspiel.GameType.ChanceMode.DETERMINISTIC
+        ),
+        information=(
+            pyspiel.GameType.Information.PERFECT_INFORMATION
+            if perfect_information
+            else pyspiel.GameType.Information.IMPERFECT_INFORMATION
+        ),
+        utility=pyspiel.GameType.Utility.GENERAL_SUM,
+        reward_model=pyspiel.GameType.RewardModel.TERMINAL if spec.terminal_rewards else pyspiel.GameType.RewardModel.REWARDS,
+        max_num_players=len(agents),
+        min_num_players=len(agents),
+        provides_information_state_string=True,
+        provides_information_state_tensor=False,
+        provides_observation_string=True,
+        provides_observation_tensor=spec.tensor_shape is not None,
+        parameter_specification={},
+    )
+    game_info = pyspiel.GameInfo(
+        num_distinct_actions=max(sizes),
+        max_chance_outcomes=len(spec.seeds) if len(spec.seeds) > 1 else 0,
+        num_players=len(agents),
+        min_utility=float(utility_range[0]),
+        max_utility=float(utility_range[1]),
+        utility_sum=None,
+        max_game_length=spec.max_game_length,
+    )
+
+    first = name not in _REGISTERED
+    _REGISTERED[name] = (spec, game_type, game_info)
+    if first:
+        # A class per name, not a closure: pyspiel keeps the factory until the interpreter exits,
+        # and releasing a plain function there aborts the process (a class is only freed by the
+        # garbage collector, before that).
+        class RegisteredGame(_EnvGame):
+            def __init__(self, params: dict[str, Any] | None = None) -> None:
+                super().__init__(*_REGISTERED[name], params)
+
+        RegisteredGame.__name__ = RegisteredGame.__qualname__ = f"RegisteredGame_{name}"
+        pyspiel.register_game(game_type, RegisteredGame)
+    return pyspiel.load_game(name)
+
+
+class _EnvGame(pyspiel.Game):
+    """An exported MultiAgentEnv (see :func:`to_openspiel`)."""
+
+    def __init__(
+        self, spec: _Spec, game_type: pyspiel.GameType, game_info: pyspiel.GameInfo, params: dict[str, Any] | None
+    ) -> None:
+        super().__init__(game_type, game_info, params or {})
+        self.spec = spec
+
+    def new_initial_state(self) -> _EnvState:
+        """A fresh state: a chance node choosing the seed, or the env reset with the only seed."""
+        return _EnvState(self, self.spec)
+
+    def make_py_observer(self, iig_obs_type: Any = None, params: Any = None) -> _EnvObserver:
+        """The observer of the last observations, or of the whole record with perfect recall."""
+        perfect_recall = bool(iig_obs_type is not None and iig_obs_type.perfect_recall)
+        return _EnvObserver(self.spec, perfect_recall)
+
+
+class _Position:
+    """The Python side of a state: the env and what OpenSpiel asks about it.
+
+    pyspiel clones a Python state by building a new initial state and deep-copying each attribute
+    of the original; this object is the state's only attribute, and its ``__deepcopy__`` records
+    the history instead of copying the env. The copy builds its env when first asked (so a clone
+    that is only read never steps an env) by replaying that history on a fresh one.
+    """
+
+    def __init__(self, spec: _Spec, sequential: bool, replay: Sequence[Any] = ()) -> None:
+        self.spec = spec
+        self.sequential = sequential
+        self.replay: list[Any] = list(replay)  # what was applied: ints (turns, chance), lists (joint)
+        self._ready = False
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Position:
+        return _Position(self.spec, self.sequential, self.replay)
+
+    def __del__(self) -> None:
+        # Envs of discarded positions are reset and reused: a reset env is as good as a new one.
+        env = self.__dict__.get("env")
+        if env is not None and len(self.spec.pool) < _POOL_SIZE:
+            self.spec.pool.append(env)
+
+    # Building the env --------------------------------------------------------------------------
+
+    def ready(self) -> _Position:
+        """Build the env and replay the history on it, once."""
+        if not self._ready:
+            count = len(self.spec.agents)
+            self._ready = True
+            self.env: MultiAgentEnv | None = None
+            self.acting: list[int] = []
+            self.last_obs: list[Any] = [None] * count
+            self.record: list[list[tuple[str, Any]]] = [[] for _ in range(count)]
+            self.rewards = [0.0] * count
+            self.returns = [0.0] * count
+            self.done = False
+            self.steps = 0
+            replay, self.replay = self.replay, []
+            if len(self.spec.seeds) == 1:
+                self._start(self.spec.seeds[0])
+            for applied in replay:
+                if isinstance(applied, list):
+                    self.apply_joint(applied)
+                else:
+                    self.apply(applied)
+        return self
+
+    def _start(self, seed: int) -> None:
+        self.env = self.spec.pool.pop() if self.spec.pool else self.spec.factory()
+        obs, _ = self.env.reset(seed=seed)
+        self._observe(obs, set())
+
+    def _player(self, agent_id: AgentID, what: str) -> int:
+        try:
+            return self.spec.agents.index(agent_id)
+        except ValueError:
+            raise EnvContractError(
+                f"{type(self.env).__name__} returned a {what} for {agent_id!r}, which is not in "
+                f"possible_agents {list(self.spec.agents)}"
+            ) from None
+
+    def _observe(self, obs: dict[AgentID, Any], ended: set[AgentID]) -> None:
+        acting = []
+        for agent_id, observation in obs.items():
+            player = self._player(agent_id, "observation")
+            self.last_obs[player] = observation
+            self.record[player].append(("observed", observation))
+            if agent_id not in ended:
+                acting.append(player)
+        self.acting = [] if self.done else sorted(acting)
+        if not self.done and not acting:
+            raise EnvContractError(
+                f"{type(self.env).__name__} asked no agent to act after {self.steps} steps without "
+                "setting '__all__' in terminateds or truncateds"
+            )
+        if self.sequential and len(self.acting) > 1:
+            raise EnvContractError(
+                f"{type(self.env).__name__} asks {[self.spec.agents[p] for p in self.acting]} to act at "
+                "once in a game exported as sequential; pass dynamics='simultaneous' to to_openspiel"
+            )
+
+    def _step(self, actions: dict[AgentID, Any]) -> None:
+        obs, rewards, terminateds, truncateds, _ = self.env.step(actions)
+        self.steps += 1
+        step_rewards = [0.0] * len(self.spec.agents)
+        for agent_id, reward in rewards.items():
+            if agent_id != ALL:
+                step_rewards[self._player(agent_id, "reward")] += float(reward)
+        self.returns = [total + reward for total, reward in zip(self.returns, step_rewards, strict=True)]
+        self.rewards = step_rewards
+        self.done = bool(
+            terminateds.get(ALL, False) or truncateds.get(ALL, False) or self.steps >= self.spec.max_game_length
+        )
+        ended = {a for a in obs if terminateds.get(a, False) or truncateds.get(a, False)}
+        self._observe(obs, ended)
+
+    # Transitions ---------------------------------------------------------------------------------
+
+    def apply(self, action: int) -> None:
+        """A chance outcome (the seed) or the one acting player's action."""
+        self.replay.append(int(action))
+        if self.env is None:
+            self._start(self.spec.seeds[action])
+            return
+        player = self.acting[0]
+        self.record[player].append(("did", int(action)))
+        self._step({self.spec.agents[player]: self.spec.starts[player] + int(action)})
+
+    def apply_joint(self, actions: Sequence[int]) -> None:
+        """A joint action at a simultaneous node (entries of players not acting are ignored)."""
+        self.replay.append([int(a) for a in actions])
+        joint = {}
+        for player in self.acting:
+            self.record[player].append(("did", int(actions[player])))
+            joint[self.spec.agents[player]] = self.spec.starts[player] + int(actions[player])
+        self._step(joint)
+
+    def legal_actions(self, player: int) -> list[int]:
+        """The legal actions of ``player`` (none when it does not act now)."""
+        if self.done or player not in self.acting:
+            return []
+        mask = action_mask_of(self.last_obs[player])
+        if mask is None:
+            return list(range(self.spec.sizes[player]))
+        return [int(k) for k in np.flatnonzero(mask)]
+
+    def information_state(self, player: int) -> str:
+        """Everything ``player`` observed and did, one event a line."""
+        return "\n".join(f"{kind} {_render(value)}" for kind, value in self.record[player])
+
+
+class _EnvState(pyspiel.State):
+    """A position of the exported env (see :class:`_Position`)."""
+
+    def __init__(self, game: _EnvGame, spec: _Spec) -> None:
+        super().__init__(game)
+        self._position = _Position(spec, game.get_type().dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL)
+
+    def current_player(self) -> int:
+        """TERMINAL, CHANCE (choosing the seed), the one acting player, or SIMULTANEOUS."""
+        position = self._position.ready()
+        if position.done:
+            return pyspiel.PlayerId.TERMINAL
+        if position.env is None:
+            return pyspiel.PlayerId.CHANCE
+        if len(position.acting) == 1:
+            return position.acting[0]
+        return pyspiel.PlayerId.SIMULTANEOUS
+
+    def _legal_actions(self, player: int) -> list[int]:
+        return self._position.ready().legal_actions(player)
+
+    def chance_outcomes(self) -> list[tuple[int, float]]:
+        """The seeds, uniformly."""
+        count = len(self._position.spec.seeds)
+        return [(k, 1.0 / count) for k in range(count)]
+
+    def _apply_action(self, action: int) -> None:
+        self._position.ready().apply(action)
+
+    def _apply_actions(self, actions: Sequence[int]) -> None:
+        self._position.ready().apply_joint(actions)
+
+    def _action_to_string(self, player: int, action: int) -> str:
+        spec = self._position.spec
+        if player == pyspiel.PlayerId.CHANCE:
+            return f"seed={spec.seeds[action]}"
+        return f"{spec.agents[player]}:{spec.starts[player] + action}"
+
+    def is_terminal(self) -> bool:
+        """Whether the env ended the episode (or ``max_game_length`` ran out)."""
+        return self._position.ready().done
+
+    def rewards(self) -> list[float]:
+        """The last transition's rewards (with terminal rewards: the sums at the end, else zeros)."""
+        position = self._position.ready()
+        if position.spec.terminal_rewards:
+            return list(position.returns) if position.done else [0.0] * len(position.returns)
+        return list(position.rewards)
+
+    def returns(self) -> list[float]:
+        """Each player's summed rewards so far (with terminal rewards: zeros until the end)."""
+        position = self._position.ready()
+        if position.spec.terminal_rewards and not position.done:
+            return [0.0] * len(position.returns)
+        return list(position.returns)
+
+    def __str__(self) -> str:
+        return f"{self.get_game().get_type().short_name} after {self._position.replay}"
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {_render(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, np.ndarray):
+        return np.array2string(value, separator=",", threshold=10_000).replace("\n", "")
+    return repr(value)
+
+
+class _EnvObserver:
+    """The PyObserver of exported games (see ``open_spiel/python/observation.py``)."""
+
+    def __init__(self, spec: _Spec, perfect_recall: bool) -> None:
+        self._spec = spec
+        self._perfect_recall = perfect_recall
+        if spec.tensor_shape is not None and not perfect_recall:
+            self.tensor: np.ndarray | None = np.zeros(int(np.prod(spec.tensor_shape)), np.float32)
+            self.dict = {OBS_KEY: self.tensor.reshape(spec.tensor_shape)}
+        else:
+            self.tensor, self.dict = None, {}
+
+    def set_from(self, state: _EnvState, player: int) -> None:
+        """Fill ``self.tensor`` with ``player``'s last observation (zeros before the first)."""
+        if self.tensor is None:
+            return
+        observation = state._position.ready().last_obs[player]
+        if observation is None:
+            self.tensor.fill(0.0)
+            return
+        if isinstance(observation, dict) and OBS_KEY in observation:
+            observation = observation[OBS_KEY]
+        self.tensor[:] = np.asarray(observation, np.float32).ravel()
+
+    def string_from(self, state: _EnvState, player: int) -> str:
+        """The last observation as text, or the whole record with perfect recall."""
+        position = state._position.ready()
+        if self._perfect_recall:
+            return position.information_state(player)
+        observation = position.last_obs[player]
+        return "" if observation is None else _render(observation)
+
+
+__all__ = ["to_openspiel"]

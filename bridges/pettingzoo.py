@@ -1,0 +1,525 @@
+"""PettingZoo <-> MultiAgentEnv, in both directions.
+
+- :class:`PettingZooEnv` turns a PettingZoo ``AECEnv`` (agents act one at a time) into a
+  MultiAgentEnv whose observation dict holds the one agent in ``agent_selection``.
+- :class:`ParallelPettingZooEnv` turns a PettingZoo ``ParallelEnv`` (every live agent acts at
+  every step) into a MultiAgentEnv.
+- :func:`to_aec` and :func:`to_parallel` go back (see :mod:`bridges.pettingzoo_export`); they undo
+  the two classes above, so ``to_aec(PettingZooEnv(env)) is env``.
+
+Masks have one form on our side: a ``Dict`` observation with ``"observation"`` and
+``"action_mask"``. Envs that already observe that way (every classic game) pass through
+untouched; a mask that an env puts in ``info["action_mask"]`` moves into the observation.
+
+Example:
+    >>> from pettingzoo.classic.tictactoe import tictactoe
+    >>> from bridges.pettingzoo import PettingZooEnv
+    >>> env = PettingZooEnv(tictactoe.env())
+    >>> obs, infos = env.reset(seed=0)
+    >>> list(obs), obs["player_1"]["action_mask"].tolist()
+    (['player_1'], [1, 1, 1, 1, 1, 1, 1, 1, 1])
+    >>> obs, rewards, terminateds, truncateds, infos = env.step({"player_1": 4})
+    >>> list(obs), terminateds["__all__"]
+    (['player_2'], False)
+    >>> env.step({"player_2": 4})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    marl_core.errors.IllegalActionError: illegal action for agent 'player_2': received 4, legal actions now: [0, 1, 2, 3, 5, 6, 7, 8] (...)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+
+from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
+from marl_core.errors import (
+    EnvContractError,
+    MissingActionError,
+    ResetNeededError,
+    UnexpectedActionError,
+)
+from marl_core.spaces import MASK_KEY, OBS_KEY, action_mask_size, check_action, is_masked, masked_space
+
+if TYPE_CHECKING:
+    from bridges.pettingzoo_export import MultiAgentAECEnv, MultiAgentParallelEnv
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ParallelPettingZooEnv", "PettingZooEnv", "to_aec", "to_parallel"]
+
+# Integer types accepted on the fast path of action checks; anything else takes the full check.
+_INT_TYPES = frozenset(
+    {int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8}
+)
+
+
+class _ActionChecker:
+    """Per-agent action validation with a fast path for the common cases.
+
+    Discrete actions of a plain integer type and Box actions of the exact dtype and shape are
+    checked inline; everything else (and every failure) goes through
+    :func:`marl_core.spaces.check_action`, which raises with a precise message.
+    """
+
+    __slots__ = ("_box", "_discrete", "_space_of", "check_legal", "spaces")
+
+    def __init__(self, space_of: Any, check_legal: bool) -> None:
+        self._space_of = space_of
+        self.check_legal = check_legal
+        self.spaces: dict[AgentID, gym.Space] = {}
+        self._discrete: dict[AgentID, tuple[int, int]] = {}
+        self._box: dict[AgentID, tuple[tuple[int, ...], np.dtype, np.ndarray, np.ndarray]] = {}
+
+    def _learn(self, agent_id: AgentID) -> gym.Space:
+        space = self._space_of(agent_id)
+        self.spaces[agent_id] = space
+        if type(space) is gym.spaces.Discrete:
+            self._discrete[agent_id] = (int(space.start), int(space.start + space.n))
+        elif type(space) is gym.spaces.Box:
+            self._box[agent_id] = (space.shape, space.dtype, space.low, space.high)
+        return space
+
+    def __call__(self, agent_id: AgentID, action: Any, mask: np.ndarray | None) -> None:
+        """Raise unless ``action`` is in the agent's space and (if checked) legal under ``mask``."""
+        space = self.spaces.get(agent_id)
+        if space is None:
+            space = self._learn(agent_id)
+        bounds = self._discrete.get(agent_id)
+        if bounds is not None:
+            if (
+                type(action) in _INT_TYPES
+                and bounds[0] <= action < bounds[1]
+                and (mask is None or not self.check_legal or mask[action - bounds[0]])
+            ):
+                return
+        else:
+            box = self._box.get(agent_id)
+            if (
+                box is not None
+                and type(action) is np.ndarray
+                and action.shape == box[0]
+                and action.dtype == box[1]
+                and (action >= box[2]).all()
+                and (action <= box[3]).all()
+            ):
+                return
+        check_action(agent_id, space, action, mask if self.check_legal else None)
+
+
+def _masked_info_agents(
+    possible: Iterable[AgentID], obs_space_of: Any, act_space_of: Any
+) -> dict[AgentID, int]:
+    """Agents whose mask must move from info into the observation, with their mask sizes."""
+    sizes = {}
+    for agent_id in possible:
+        size = action_mask_size(act_space_of(agent_id))
+        if size is not None and not is_masked(obs_space_of(agent_id)):
+            sizes[agent_id] = size
+    return sizes
+
+
+def _with_mask(
+    observation: Any, info: Any, size: int
+) -> tuple[dict[str, Any], Any]:
+    """The canonical masked observation and the info without its ``"action_mask"`` (a new dict).
+
+    An info that carries no mask means that every action is legal.
+    """
+    if isinstance(info, Mapping) and MASK_KEY in info:
+        mask = np.asarray(info[MASK_KEY], dtype=np.int8)
+        info = {key: value for key, value in info.items() if key != MASK_KEY}
+    else:
+        mask = np.ones(size, dtype=np.int8)
+    return {OBS_KEY: observation, MASK_KEY: mask}, info
+
+
+def _end_flags(done: bool, terminateds: Mapping[AgentID, Any], truncateds: Mapping[AgentID, Any]) -> tuple[bool, bool]:
+    """The ``"__all__"`` flags: the episode is truncated when an agent ending now was cut short."""
+    if not done:
+        return False, False
+    cut_short = any(flag and not terminateds.get(agent_id, False) for agent_id, flag in truncateds.items())
+    return not cut_short, cut_short
+
+
+class _PettingZooBase(MultiAgentEnv):
+    """What both PettingZoo bridges share: spaces, masks from info, render and seeding."""
+
+    def __init__(self, env: Any, *, check_legal: bool, mask_in_info: bool | None) -> None:
+        self.env = env
+        self._running = False
+        super().__init__()
+        self.metadata = dict(getattr(env, "metadata", {}) or {})
+        possible = getattr(env, "possible_agents", None)
+        if mask_in_info is None:
+            mask_in_info = self._detect_info_masks()
+            possible = possible if possible is not None else list(env.agents)
+        elif possible is None:
+            self._reset_env(seed=None, options=None)
+            possible = list(env.agents)
+        self.possible_agents = list(possible)
+        self._info_masks = (
+            _masked_info_agents(self.possible_agents, env.observation_space, env.action_space)
+            if mask_in_info
+            else {}
+        )
+        self.observation_spaces = {a: self._observation_space(a) for a in self.possible_agents}
+        self.action_spaces = {a: env.action_space(a) for a in self.possible_agents}
+        self._check = _ActionChecker(self.get_action_space, check_legal)
+
+    def _reset_env(
+        self, seed: int | None, options: dict[str, Any] | None
+    ) -> tuple[Mapping[AgentID, Any] | None, Mapping[AgentID, Any]]:
+        """Reset the wrapped env; return its observations (None for AEC envs) and infos."""
+        raise NotImplementedError
+
+    def _detect_info_masks(self) -> bool:
+        _, infos = self._reset_env(seed=None, options=None)
+        return any(isinstance(info, Mapping) and MASK_KEY in info for info in infos.values())
+
+    def _observation_space(self, agent_id: AgentID) -> gym.Space:
+        space = self.env.observation_space(agent_id)
+        size = self._info_masks.get(agent_id)
+        return space if size is None else masked_space(space, size)
+
+    def get_observation_space(self, agent_id: AgentID) -> gym.Space:
+        """The observation space of ``agent_id`` (masked when its mask comes from info)."""
+        space = self.observation_spaces.get(agent_id)
+        if space is None:  # an agent outside possible_agents (generated during the episode)
+            space = self.observation_spaces[agent_id] = self._observation_space(agent_id)
+        return space
+
+    def get_action_space(self, agent_id: AgentID) -> gym.Space:
+        """The action space of ``agent_id``, as the wrapped env defines it."""
+        space = self.action_spaces.get(agent_id)
+        if space is None:
+            space = self.action_spaces[agent_id] = self.env.action_space(agent_id)
+        return space
+
+    @property  # type: ignore[override]
+    def agents(self) -> list[AgentID]:
+        """The agents alive now (empty before ``reset`` and after the end)."""
+        return list(self.env.agents) if self._running else []
+
+    @agents.setter
+    def agents(self, value: list[AgentID]) -> None:
+        """Ignored: the wrapped env owns its agents (kept for ``MultiAgentEnv.__init__``)."""
+
+    @property  # type: ignore[override]
+    def render_mode(self) -> str | None:
+        """The wrapped env's render mode."""
+        return getattr(self.env, "render_mode", None)
+
+    def render(self) -> Any:
+        """Render the wrapped env in its own ``render_mode``."""
+        return self.env.render()
+
+    def close(self) -> None:
+        """Close the wrapped env."""
+        self.env.close()
+
+    def _raise_keys(self, action_dict: Mapping[AgentID, Any], acting: list[AgentID]) -> None:
+        unexpected = [a for a in action_dict if a not in acting]
+        if unexpected:
+            raise UnexpectedActionError(unexpected, acting)
+        raise MissingActionError([a for a in acting if a not in action_dict], list(action_dict))
+
+    def __str__(self) -> str:
+        return f"<{type(self).__name__}<{self.env}>>"
+
+
+class PettingZooEnv(_PettingZooBase):
+    """A PettingZoo ``AECEnv`` as a MultiAgentEnv.
+
+    Args:
+        env: the AEC env (any wrappers included); available as ``.env``.
+        check_legal: raise :class:`~marl_core.errors.IllegalActionError` for an action that the
+            agent's action mask forbids (default). With False such actions reach the env, which
+            decides what they mean (the classic games end the game with a penalty).
+        mask_in_info: whether the env puts action masks in ``info["action_mask"]``. None (default)
+            finds out by resetting the env once at construction; True or False skips that reset.
+
+    Semantics:
+        - **Who acts:** the observation dict holds ``agent_selection``, the one agent that must act.
+          An agent that ended (terminated or truncated) appears once more with its final
+          observation, at the point where PettingZoo gives it its last turn; the bridge then makes
+          the dead step (``step(None)``) itself. Flattening the observation dicts of an episode
+          gives exactly the ``(agent, observation)`` sequence of PettingZoo's
+          ``for agent in env.agent_iter(): env.last()`` loop.
+        - **Rewards:** every step returns ``env.rewards`` summed over the agent's step and the
+          dead steps that follow, for every agent it names, so rewards reach agents as they
+          happen (not at their next turn) and each agent's sum equals the sum of what ``last()``
+          reports to it in PettingZoo.
+        - **"__all__":** True in ``terminateds`` when the last agent has left, or in ``truncateds``
+          instead when an agent ending in that step was truncated and not terminated.
+        - **Chance and seeding:** ``reset(seed=s)`` resets the wrapped env with ``seed=s``; the
+          bridge draws no random numbers of its own.
+        - **Simultaneous moves:** none in the AEC API; use :class:`ParallelPettingZooEnv`.
+        - **Masks:** masks in the observation stay as they are; masks in ``info`` move into a
+          ``Dict`` observation (see the module docstring) and out of the info.
+        - Different spaces per agent are kept as they are, without padding.
+    """
+
+    def __init__(self, env: Any, *, check_legal: bool = True, mask_in_info: bool | None = None) -> None:
+        self._acting: AgentID | None = None
+        self._mask: np.ndarray | None = None
+        super().__init__(env, check_legal=check_legal, mask_in_info=mask_in_info)
+
+    def _reset_env(
+        self, seed: int | None, options: dict[str, Any] | None
+    ) -> tuple[Mapping[AgentID, Any] | None, Mapping[AgentID, Any]]:
+        self.env.reset(seed=seed, options=options)
+        self._running = False
+        self._acting = None
+        return None, self.env.infos
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[ObsDict, MultiAgentDict]:
+        """Reset the wrapped env with ``seed`` and ``options``; the obs dict holds the first agent."""
+        if seed is not None:
+            super().reset(seed=seed)
+        self._reset_env(seed, options)
+        obs: ObsDict = {}
+        infos: MultiAgentDict = {}
+        rewards: MultiAgentDict = {}
+        terminateds: MultiAgentDict = {}
+        truncateds: MultiAgentDict = {}
+        self._advance(obs, rewards, terminateds, truncateds, infos)
+        if self._acting is None:
+            raise EnvContractError(
+                f"{self.env} has no agent to act after reset() (agents: {list(self.env.agents)})"
+            )
+        return obs, infos
+
+    def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
+        """Act for ``agent_selection``, then make the dead steps that follow."""
+        agent_id = self._acting
+        if agent_id is None:
+            raise ResetNeededError(
+                "step() called before reset() or after the episode ended; call reset() first"
+            )
+        if len(action_dict) != 1 or agent_id not in action_dict:
+            self._raise_keys(action_dict, [agent_id])
+        action = action_dict[agent_id]
+        self._check(agent_id, action, self._mask)
+        env = self.env
+        env.step(action)
+        rewards = dict(env.rewards)
+        obs: ObsDict = {}
+        terminateds: MultiAgentDict = {}
+        truncateds: MultiAgentDict = {}
+        infos: MultiAgentDict = {}
+        done = self._advance(obs, rewards, terminateds, truncateds, infos)
+        terminateds[ALL], truncateds[ALL] = _end_flags(done, terminateds, truncateds)
+        return obs, rewards, terminateds, truncateds, infos
+
+    def _advance(
+        self,
+        obs: ObsDict,
+        rewards: MultiAgentDict,
+        terminateds: MultiAgentDict,
+        truncateds: MultiAgentDict,
+        infos: MultiAgentDict,
+    ) -> bool:
+        """Report dead agents and step them out until a live agent is selected; True at the end."""
+        env = self.env
+        info_masks = self._info_masks
+        while env.agents:
+            agent_id = env.agent_selection
+            terminated = env.terminations[agent_id]
+            truncated = env.truncations[agent_id]
+            observation = env.observe(agent_id)
+            info = env.infos[agent_id]
+            if info_masks and agent_id in info_masks:
+                observation, info = _with_mask(observation, info, info_masks[agent_id])
+            obs[agent_id] = observation
+            infos[agent_id] = info
+            terminateds[agent_id] = terminated
+            truncateds[agent_id] = truncated
+            if not (terminated or truncated):
+                self._acting = agent_id
+                self._mask = observation.get(MASK_KEY) if type(observation) is dict else None
+                self._running = True
+                return False
+            env.step(None)
+            for other, reward in env.rewards.items():
+                if reward:
+                    rewards[other] = rewards.get(other, 0) + reward
+        self._acting = None
+        self._mask = None
+        self._running = False
+        return True
+
+
+class ParallelPettingZooEnv(_PettingZooBase):
+    """A PettingZoo ``ParallelEnv`` as a MultiAgentEnv.
+
+    Args:
+        env: the parallel env (any wrappers included); available as ``.env``.
+        check_legal: raise :class:`~marl_core.errors.IllegalActionError` for an action that the
+            agent's action mask forbids (default); with False it reaches the env.
+        mask_in_info: whether the env puts action masks in ``info["action_mask"]``. None (default)
+            finds out by resetting the env once at construction.
+
+    Semantics:
+        - **Who acts:** every agent in ``env.agents``; the observation dict also holds agents that
+          end in this step (with the final observation the env gave them).
+        - **Rewards** are the env's reward dict, unchanged: each agent's sum equals the env's.
+        - **"__all__":** True in ``terminateds`` when no agent is left, or in ``truncateds`` when an
+          agent ending in that step was truncated and not terminated.
+        - **Simultaneous moves:** the actions of one step go to the env together.
+        - **Chance and seeding:** ``reset(seed=s)`` resets the wrapped env with ``seed=s``.
+        - **Masks:** masks in observations stay; masks in ``info`` move into a ``Dict`` observation.
+        - The dicts the env returned are never modified: ``"__all__"`` goes into new dicts, and
+          infos of agents without an observation move under ``"__common__"``.
+    """
+
+    def __init__(self, env: Any, *, check_legal: bool = True, mask_in_info: bool | None = None) -> None:
+        self._acting_list: list[AgentID] = []
+        self._masks: dict[AgentID, np.ndarray] = {}
+        super().__init__(env, check_legal=check_legal, mask_in_info=mask_in_info)
+        self._track_masks = self._info_masks or any(is_masked(s) for s in self.observation_spaces.values())
+
+    def _reset_env(
+        self, seed: int | None, options: dict[str, Any] | None
+    ) -> tuple[Mapping[AgentID, Any] | None, Mapping[AgentID, Any]]:
+        self._running = False
+        self._acting_list = []
+        return self.env.reset(seed=seed, options=options)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[ObsDict, MultiAgentDict]:
+        """Reset the wrapped env with ``seed`` and ``options``; every live agent acts first."""
+        if seed is not None:
+            super().reset(seed=seed)
+        raw_obs, raw_infos = self._reset_env(seed, options)
+        obs, infos = self._adopt(raw_obs or {}, raw_infos or {}, {}, {})
+        if not self._acting_list:
+            raise EnvContractError(f"{self.env} has no agent to act after reset()")
+        return obs, infos
+
+    def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
+        """Step every live agent at once."""
+        acting = self._acting_list
+        if not acting:
+            raise ResetNeededError(
+                "step() called before reset() or after the episode ended; call reset() first"
+            )
+        if len(action_dict) != len(acting):
+            self._raise_keys(action_dict, acting)
+        check, masks = self._check, self._masks
+        for agent_id in acting:
+            if agent_id not in action_dict:
+                self._raise_keys(action_dict, acting)
+            check(agent_id, action_dict[agent_id], masks.get(agent_id))
+        obs, rewards, terms, truncs, infos = self.env.step(dict(action_dict))
+        obs, infos = self._adopt(obs, infos, terms, truncs)
+        terminateds = dict(terms)
+        truncateds = dict(truncs)
+        terminateds[ALL], truncateds[ALL] = _end_flags(not self._acting_list, terms, truncs)
+        return obs, rewards, terminateds, truncateds, infos
+
+    def _adopt(
+        self,
+        obs: Mapping[AgentID, Any],
+        infos: Mapping[AgentID, Any],
+        terms: Mapping[AgentID, Any],
+        truncs: Mapping[AgentID, Any],
+    ) -> tuple[ObsDict, MultiAgentDict]:
+        """Take the env's obs and infos: learn who acts next, move masks, keep our contract."""
+        live = self.env.agents
+        for agent_id in live:
+            if agent_id not in obs:
+                self._acting_list = []
+                self._running = False
+                raise EnvContractError(
+                    f"{self.env} returned no observation for live agent {agent_id!r} (observations "
+                    f"for: {list(obs)}); every agent in env.agents must be observed"
+                )
+        self._acting_list = list(live)
+        self._running = bool(live)
+        if len(obs) != len(live):
+            obs = self._drop_stale(obs, live, terms, truncs)
+        info_masks = self._info_masks
+        if info_masks:
+            obs, infos = self._move_masks(obs, infos, info_masks)
+        if self._track_masks:
+            self._masks = {a: o[MASK_KEY] for a, o in obs.items() if type(o) is dict and MASK_KEY in o}
+        if not infos.keys() <= obs.keys():
+            infos = self._split_infos(obs, infos)
+        return obs, infos  # type: ignore[return-value]
+
+    def _drop_stale(
+        self,
+        obs: Mapping[AgentID, Any],
+        live: list[AgentID],
+        terms: Mapping[AgentID, Any],
+        truncs: Mapping[AgentID, Any],
+    ) -> ObsDict:
+        """Obs of agents neither acting nor ending now break our contract: keep them out."""
+        keep = set(live) | {a for a in obs if terms.get(a) or truncs.get(a)}
+        stale = [a for a in obs if a not in keep]
+        if not stale:
+            return obs  # type: ignore[return-value]
+        logger.warning(
+            "%s observed agents that neither act nor end in this step: %s; their observations are "
+            "left out of the observation dict",
+            self.env,
+            stale,
+        )
+        return {a: o for a, o in obs.items() if a in keep}
+
+    @staticmethod
+    def _move_masks(
+        obs: Mapping[AgentID, Any], infos: Mapping[AgentID, Any], sizes: Mapping[AgentID, int]
+    ) -> tuple[ObsDict, MultiAgentDict]:
+        new_obs: ObsDict = {}
+        new_infos: MultiAgentDict = dict(infos)
+        for agent_id, observation in obs.items():
+            size = sizes.get(agent_id)
+            if size is None:
+                new_obs[agent_id] = observation
+                continue
+            new_obs[agent_id], info = _with_mask(observation, infos.get(agent_id), size)
+            if agent_id in infos:
+                new_infos[agent_id] = info
+        return new_obs, new_infos
+
+    @staticmethod
+    def _split_infos(obs: Mapping[AgentID, Any], infos: Mapping[AgentID, Any]) -> MultiAgentDict:
+        """Infos for agents without an observation go under ``"__common__"`` (nothing is lost)."""
+        kept: MultiAgentDict = {k: v for k, v in infos.items() if k in obs}
+        extra = {k: v for k, v in infos.items() if k not in obs and k != COMMON}
+        common = infos.get(COMMON)
+        if extra:
+            common = {**(common if isinstance(common, Mapping) else {}), **extra}
+        if common is not None:
+            kept[COMMON] = common
+        return kept
+
+
+def to_aec(env: MultiAgentEnv) -> MultiAgentAECEnv | Any:
+    """A PettingZoo ``AECEnv`` built from any MultiAgentEnv; see :mod:`bridges.pettingzoo_export`.
+
+    ``to_aec(PettingZooEnv(aec_env))`` returns ``aec_env`` itself.
+    """
+    from bridges.pettingzoo_export import to_aec as _to_aec
+
+    return _to_aec(env)
+
+
+def to_parallel(env: MultiAgentEnv) -> MultiAgentParallelEnv | Any:
+    """A PettingZoo ``ParallelEnv`` built from a MultiAgentEnv in which every live agent acts at
+    every step; see :mod:`bridges.pettingzoo_export`.
+
+    ``to_parallel(ParallelPettingZooEnv(parallel_env))`` returns ``parallel_env`` itself.
+    """
+    from bridges.pettingzoo_export import to_parallel as _to_parallel
+
+    return _to_parallel(env)

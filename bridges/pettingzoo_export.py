@@ -1,0 +1,412 @@
+"""MultiAgentEnv -> PettingZoo: :func:`to_aec` and :func:`to_parallel`.
+
+:func:`to_aec` works for any MultiAgentEnv: the agents in an observation dict are stepped one at
+a time in the dict's order, their actions buffered until every one of them has acted, and then
+sent to the MultiAgentEnv together. :func:`to_parallel` needs an env in which every live agent
+acts at every step, and says which agents were not asked to act when that does not hold.
+
+Both undo the bridges of :mod:`bridges.pettingzoo`: ``to_aec(PettingZooEnv(env))`` and
+``to_parallel(ParallelPettingZooEnv(env))`` return ``env`` itself, as PettingZoo's own
+``aec_to_parallel(parallel_to_aec(x))`` gives back ``x``.
+
+Example:
+    >>> from examples.rock_paper_scissors import RockPaperScissors
+    >>> from bridges.pettingzoo import to_aec
+    >>> aec = to_aec(RockPaperScissors())
+    >>> aec.reset(seed=0)
+    >>> aec.agent_selection
+    'player1'
+    >>> aec.step(0)  # buffered until player2 has acted too
+    >>> aec.agent_selection, aec.rewards
+    ('player2', {'player1': 0, 'player2': 0})
+    >>> aec.step(1)  # paper beats rock
+    >>> aec.rewards
+    {'player1': -1, 'player2': 1}
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+from marl_core.env import ALL, COMMON, AgentID, MultiAgentEnv
+from marl_core.errors import (
+    EnvContractError,
+    InvalidActionError,
+    MissingActionError,
+    ResetNeededError,
+    UnexpectedActionError,
+    UnsupportedEnvError,
+)
+from marl_core.spaces import check_action
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MultiAgentAECEnv", "MultiAgentParallelEnv", "to_aec", "to_parallel"]
+
+
+class _SpacesOf:
+    """Per-agent spaces of a MultiAgentEnv, cached so PettingZoo sees the same object each time."""
+
+    def __init__(self, env: MultiAgentEnv) -> None:
+        self._env = env
+        self._observation: dict[AgentID, gym.Space] = {}
+        self._action: dict[AgentID, gym.Space] = {}
+
+    def observation_space(self, agent_id: AgentID) -> gym.Space:
+        space = self._observation.get(agent_id)
+        if space is None:
+            space = self._observation[agent_id] = self._env.get_observation_space(agent_id)
+        return space
+
+    def action_space(self, agent_id: AgentID) -> gym.Space:
+        space = self._action.get(agent_id)
+        if space is None:
+            space = self._action[agent_id] = self._env.get_action_space(agent_id)
+        return space
+
+
+def _metadata(env: MultiAgentEnv, parallelizable: bool) -> dict[str, Any]:
+    metadata = dict(getattr(env, "metadata", {}) or {})
+    metadata["is_parallelizable"] = parallelizable
+    return metadata
+
+
+class MultiAgentAECEnv(AECEnv):
+    """A MultiAgentEnv as a PettingZoo ``AECEnv`` (build it with :func:`to_aec`).
+
+    Semantics:
+        - **Who acts:** the agents of the MultiAgentEnv's observation dict, one at a time in the
+          dict's order; their actions are buffered and sent together once the last has acted.
+        - **Agents:** ``agents`` starts as the MultiAgentEnv's ``agents`` plus the observed agents;
+          agents join when they first appear and leave after their dead step.
+        - **Rewards:** the MultiAgentEnv's rewards of a step land in ``rewards`` after the action
+          that completes the step (buffering steps clear ``rewards``), and accumulate in
+          ``last()`` as in any AEC env, so each agent's sum is unchanged. A reward for an agent
+          that has not joined yet waits until it joins.
+        - **Dead agents and "__all__":** agents that end (or all agents, on ``"__all__"``) get
+          ``terminations`` / ``truncations`` and a dead step, first in the order of the
+          observation dict; ``step`` must then receive None for them.
+        - **Observations:** ``observe(agent)`` is the agent's latest observation from the
+          MultiAgentEnv (it only observes agents when they act or end).
+        - **Seeding and chance:** ``reset(seed=s)`` resets the MultiAgentEnv with ``seed=s``.
+        - **Masks:** the MultiAgentEnv's Dict observations (with ``"action_mask"``) pass through;
+          the MultiAgentEnv judges legality when it steps.
+        - ``"__common__"`` infos are kept in ``common_infos``.
+    """
+
+    def __init__(self, env: MultiAgentEnv) -> None:
+        super().__init__()
+        self.env = env
+        self.metadata = _metadata(env, parallelizable=False)
+        self.render_mode = getattr(env, "render_mode", None)
+        self.possible_agents = list(env.possible_agents)
+        self._spaces = _SpacesOf(env)
+        self.agents: list[AgentID] = []
+        self.rewards: dict[AgentID, Any] = {}
+        self._cumulative_rewards: dict[AgentID, Any] = {}
+        self.terminations: dict[AgentID, bool] = {}
+        self.truncations: dict[AgentID, bool] = {}
+        self.infos: dict[AgentID, Any] = {}
+        self.common_infos: Any = {}
+        self.agent_selection: AgentID | None = None
+        self._observations: dict[AgentID, Any] = {}
+        self._pending: deque[AgentID] = deque()
+        self._dead: deque[AgentID] = deque()
+        self._buffer: dict[AgentID, Any] = {}
+        self._waiting_rewards: dict[AgentID, Any] = {}
+        self._gone: set[AgentID] = set()
+
+    def observation_space(self, agent: AgentID) -> gym.Space:
+        return self._spaces.observation_space(agent)
+
+    def action_space(self, agent: AgentID) -> gym.Space:
+        return self._spaces.action_space(agent)
+
+    def observe(self, agent: AgentID) -> Any:
+        return self._observations.get(agent)
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        obs, infos = self.env.reset(seed=seed, options=options)
+        if not obs:
+            raise EnvContractError(f"{self.env} asked no agent to act after reset()")
+        self._observations = dict(obs)
+        self.agents = []
+        self.rewards, self._cumulative_rewards = {}, {}
+        self.terminations, self.truncations, self.infos = {}, {}, {}
+        self._waiting_rewards = {}
+        self._gone = set()
+        self._join([*self.env.agents, *obs])
+        self._take_infos(infos)
+        self._buffer = {}
+        self._dead = deque()
+        self._pending = deque(obs)
+        self.agent_selection = self._pending[0]
+
+    def step(self, action: Any) -> None:
+        if not self.agents or self.agent_selection is None:
+            raise ResetNeededError("step() called before reset() or after the episode ended")
+        agent_id = self.agent_selection
+        if self._dead:
+            if action is not None:
+                raise InvalidActionError(
+                    agent_id, "None (the agent has ended; its dead step takes no action)", action
+                )
+            self._remove(self._dead.popleft())
+            self._select()
+            return
+        check_action(agent_id, self.action_space(agent_id), action)
+        if len(self._pending) > 1:
+            self._buffer[agent_id] = action
+            self._cumulative_rewards[agent_id] = 0
+            self._clear_rewards()
+            self._pending.popleft()
+            self.agent_selection = self._pending[0]
+            return
+        actions = {**self._buffer, agent_id: action}
+        result = self.env.step(actions)  # may raise: nothing has changed yet
+        self._cumulative_rewards[agent_id] = 0
+        self._buffer = {}
+        self._pending.clear()
+        self._apply(*result)
+
+    def _apply(
+        self,
+        obs: Mapping[AgentID, Any],
+        rewards: Mapping[AgentID, Any],
+        terminateds: Mapping[AgentID, Any],
+        truncateds: Mapping[AgentID, Any],
+        infos: Mapping[AgentID, Any],
+    ) -> None:
+        all_terminated = bool(terminateds.get(ALL, False))
+        all_truncated = bool(truncateds.get(ALL, False))
+        ended = [a for a in obs if terminateds.get(a) or truncateds.get(a)]
+        ended_set = set(ended)
+        self._observations.update(obs)
+        self._join([*self.env.agents, *(a for a in obs if a not in ended_set)])
+        self._join([a for a in ended if a not in self.terminations])
+        for agent_id in self.agents:
+            self.rewards[agent_id] = 0
+        for agent_id, reward in rewards.items():
+            if agent_id in self.rewards:
+                self.rewards[agent_id] += reward
+            elif agent_id in self._gone:
+                logger.warning(
+                    "%s gave agent %r a reward of %r after it left; an AEC env cannot deliver it",
+                    self.env,
+                    agent_id,
+                    reward,
+                )
+            elif agent_id != ALL:
+                self._waiting_rewards[agent_id] = self._waiting_rewards.get(agent_id, 0) + reward
+        self._accumulate_rewards()
+        self._take_infos(infos)
+        ended += [a for a in self.agents if (terminateds.get(a) or truncateds.get(a)) and a not in ended_set]
+        if all_terminated or all_truncated:
+            ended += [a for a in self.agents if a not in ended_set and a not in ended]
+        for agent_id in ended:
+            if terminateds.get(agent_id) or truncateds.get(agent_id):
+                self.terminations[agent_id] = bool(terminateds.get(agent_id, False))
+                self.truncations[agent_id] = bool(truncateds.get(agent_id, False))
+            else:
+                self.terminations[agent_id] = all_terminated
+                self.truncations[agent_id] = all_truncated
+        gone = set(ended)
+        self._dead = deque(ended)
+        self._pending = deque(a for a in obs if a not in gone)
+        if not self._dead and not self._pending:
+            raise EnvContractError(
+                f"{self.env} asked no agent to act after a step without ending the episode "
+                f"(agents: {self.agents})"
+            )
+        self._select()
+
+    def _join(self, agent_ids: list[AgentID]) -> None:
+        present = set(self.agents)
+        for agent_id in agent_ids:
+            if agent_id in present or agent_id in self._gone:
+                continue
+            present.add(agent_id)
+            self.agents.append(agent_id)
+            self.rewards[agent_id] = 0
+            self._cumulative_rewards[agent_id] = self._waiting_rewards.pop(agent_id, 0)
+            self.terminations[agent_id] = False
+            self.truncations[agent_id] = False
+            self.infos[agent_id] = {}
+
+    def _take_infos(self, infos: Mapping[AgentID, Any]) -> None:
+        for agent_id, info in infos.items():
+            if agent_id == COMMON:
+                self.common_infos = info
+            elif agent_id in self.infos:
+                self.infos[agent_id] = info
+
+    def _remove(self, agent_id: AgentID) -> None:
+        self.agents.remove(agent_id)
+        self._gone.add(agent_id)
+        for table in (self.rewards, self._cumulative_rewards, self.terminations, self.truncations, self.infos):
+            del table[agent_id]
+        self._clear_rewards()
+        if not self.agents and self._waiting_rewards:
+            logger.warning(
+                "%s ended with rewards for agents that never joined the AEC view: %s",
+                self.env,
+                self._waiting_rewards,
+            )
+
+    def _select(self) -> None:
+        if self._dead:
+            self.agent_selection = self._dead[0]
+        elif self._pending:
+            self.agent_selection = self._pending[0]
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __str__(self) -> str:
+        return str(self.metadata.get("name", type(self.env).__name__))
+
+
+class MultiAgentParallelEnv(ParallelEnv):
+    """A MultiAgentEnv in which every live agent acts at every step, as a PettingZoo
+    ``ParallelEnv`` (build it with :func:`to_parallel`).
+
+    Semantics:
+        - **Who acts:** every agent in ``agents``; when the MultiAgentEnv asks only some of its
+          live agents to act (a turn-based env), ``reset`` or ``step`` raises
+          :class:`~marl_core.errors.UnsupportedEnvError` naming the agents left out.
+        - **Rewards** pass unchanged (0 for an acting agent the MultiAgentEnv named no reward for).
+        - **Dead agents and "__all__":** ``"__all__"`` is removed; on it, every live agent gets the
+          flag; an ended agent without a final observation gets its latest one.
+        - **Seeding and chance:** ``reset(seed=s)`` resets the MultiAgentEnv with ``seed=s``.
+        - **Masks** pass through in the Dict observations; ``"__common__"`` infos stay in infos.
+    """
+
+    def __init__(self, env: MultiAgentEnv) -> None:
+        self.env = env
+        self.metadata = _metadata(env, parallelizable=True)
+        self.render_mode = getattr(env, "render_mode", None)
+        self.possible_agents = list(env.possible_agents)
+        self._spaces = _SpacesOf(env)
+        self.agents: list[AgentID] = []
+        self._observations: dict[AgentID, Any] = {}
+
+    def observation_space(self, agent: AgentID) -> gym.Space:
+        return self._spaces.observation_space(agent)
+
+    def action_space(self, agent: AgentID) -> gym.Space:
+        return self._spaces.action_space(agent)
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[AgentID, Any], dict[AgentID, Any]]:
+        self.agents = []
+        obs, infos = self.env.reset(seed=seed, options=options)
+        self._require_all_act(obs, set())
+        self._observations = dict(obs)
+        self.agents = list(obs)
+        return dict(obs), self._infos(infos, self.agents)
+
+    def step(
+        self, actions: Mapping[AgentID, Any]
+    ) -> tuple[dict[AgentID, Any], dict[AgentID, Any], dict[AgentID, bool], dict[AgentID, bool], dict[AgentID, Any]]:
+        acting = self.agents
+        if not acting:
+            raise ResetNeededError("step() called before reset() or after the episode ended")
+        acting_set = set(acting)
+        unexpected = [a for a in actions if a not in acting_set]
+        if unexpected:
+            raise UnexpectedActionError(unexpected, acting)
+        missing = [a for a in acting if a not in actions]
+        if missing:
+            raise MissingActionError(missing, list(actions))
+        for agent_id in acting:
+            check_action(agent_id, self.action_space(agent_id), actions[agent_id])
+        obs, rewards, terminateds, truncateds, infos = self.env.step(dict(actions))
+        all_terminated = bool(terminateds.get(ALL, False))
+        all_truncated = bool(truncateds.get(ALL, False))
+        done = all_terminated or all_truncated
+        terminations: dict[AgentID, bool] = {}
+        truncations: dict[AgentID, bool] = {}
+        ended: set[AgentID] = set()
+        joined = [a for a in obs if a not in acting]
+        for agent_id in [*acting, *joined]:
+            terminated = bool(terminateds.get(agent_id, False))
+            truncated = bool(truncateds.get(agent_id, False))
+            if done and not (terminated or truncated):
+                terminated, truncated = all_terminated, all_truncated
+            terminations[agent_id], truncations[agent_id] = terminated, truncated
+            if terminated or truncated:
+                ended.add(agent_id)
+        self._require_all_act(obs, ended)
+        self._observations.update(obs)
+        observations = {a: self._observations.get(a) for a in terminations}
+        out_rewards = {a: rewards.get(a, 0) for a in terminations}
+        out_rewards.update((a, r) for a, r in rewards.items() if a not in out_rewards and a != ALL)
+        self.agents = [a for a in terminations if a not in ended]
+        return observations, out_rewards, terminations, truncations, self._infos(infos, list(terminations))
+
+    def _require_all_act(self, obs: Mapping[AgentID, Any], ended: set[AgentID]) -> None:
+        left_out = [a for a in self.env.agents if a not in obs and a not in ended]
+        left_out += [a for a in self.agents if a not in obs and a not in ended and a not in left_out]
+        if left_out:
+            self.agents = []
+            raise UnsupportedEnvError(
+                f"to_parallel needs every live agent to act at every step, but {left_out} were not "
+                f"asked to act (acting now: {[a for a in obs if a not in ended]}); this env takes "
+                f"turns: use to_aec() instead"
+            )
+
+    @staticmethod
+    def _infos(infos: Mapping[AgentID, Any], agents: list[AgentID]) -> dict[AgentID, Any]:
+        out = {a: infos.get(a, {}) for a in agents}
+        if COMMON in infos:
+            out[COMMON] = infos[COMMON]
+        return out
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def state(self) -> Any:
+        raise NotImplementedError(f"{self.env} has no global state()")
+
+    def __str__(self) -> str:
+        return str(self.metadata.get("name", type(self.env).__name__))
+
+
+def to_aec(env: MultiAgentEnv) -> AECEnv:
+    """A PettingZoo ``AECEnv`` for any MultiAgentEnv.
+
+    ``to_aec(PettingZooEnv(aec_env))`` returns ``aec_env`` itself; any other env is wrapped in a
+    :class:`MultiAgentAECEnv`.
+    """
+    from bridges.pettingzoo import PettingZooEnv
+
+    if type(env) is PettingZooEnv:
+        return env.env
+    return MultiAgentAECEnv(env)
+
+
+def to_parallel(env: MultiAgentEnv) -> ParallelEnv:
+    """A PettingZoo ``ParallelEnv`` for a MultiAgentEnv in which every live agent acts at every step.
+
+    ``to_parallel(ParallelPettingZooEnv(parallel_env))`` returns ``parallel_env`` itself; any other
+    env is wrapped in a :class:`MultiAgentParallelEnv`, whose ``reset`` and ``step`` raise
+    :class:`~marl_core.errors.UnsupportedEnvError` naming the agents left out when the env takes turns.
+    """
+    from bridges.pettingzoo import ParallelPettingZooEnv
+
+    if type(env) is ParallelPettingZooEnv:
+        return env.env
+    return MultiAgentParallelEnv(env)

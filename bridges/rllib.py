@@ -1,0 +1,321 @@
+"""RLlib's ``MultiAgentEnv`` <-> ours, in both directions (needs the ``rllib`` extra).
+
+Both APIs share one interaction model (ours follows RLlib's docs), so this bridge is mostly about
+the decisions RLlib leaves open: agent ids that are not strings (RLlib's ``make_multi_agent``
+uses ``0, 1, ...``), a missing ``truncateds["__all__"]``, actions checked before the env sees
+them, ``step()`` after the end, and dicts copied at the boundary in both directions.
+
+:func:`from_rllib` gives our MultiAgentEnv for any RLlib multi-agent env; :func:`to_rllib` gives
+an instance of a subclass of ``ray.rllib.env.multi_agent_env.MultiAgentEnv`` that RLlib's
+algorithms train on (register a creator with ``ray.tune.register_env``). They undo each other.
+
+Example:
+    >>> from bridges.rllib import from_rllib, to_rllib
+    >>> from examples.tic_tac_toe import TicTacToe
+    >>> rllib_env = to_rllib(TicTacToe())
+    >>> from ray.rllib.env.multi_agent_env import MultiAgentEnv as RLlibMultiAgentEnv
+    >>> isinstance(rllib_env, RLlibMultiAgentEnv)
+    True
+    >>> from ray.rllib.env.multi_agent_env import make_multi_agent
+    >>> env = from_rllib(make_multi_agent("CartPole-v1")({"num_agents": 2}))
+    >>> env.possible_agents
+    ['agent_0', 'agent_1']
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import gymnasium as gym
+
+from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
+from marl_core.errors import DependencyNotInstalled, EnvContractError, ResetNeededError, SpaceError
+from marl_core.spaces import check_action_dict
+
+try:
+    from ray.rllib.env.multi_agent_env import MultiAgentEnv as RLlibMultiAgentEnv
+except ImportError as error:  # pragma: no cover - exercised only without the rllib extra
+    raise DependencyNotInstalled("ray[rllib]", "rllib") from error
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RLlibEnv", "RLlibMultiAgentEnvAdapter", "from_rllib", "to_rllib"]
+
+_SPECIAL = (ALL, COMMON)
+
+
+def string_id(source_id: Hashable) -> AgentID:
+    """Our string id for an RLlib agent id: strings stay, ``i`` (an int) becomes ``"agent_i"``.
+
+    >>> string_id(3), string_id("player1")
+    ('agent_3', 'player1')
+    """
+    if isinstance(source_id, str):
+        return str(source_id)  # also turns numpy's str_ into a plain str
+    if isinstance(source_id, int) and not isinstance(source_id, bool):
+        return f"agent_{source_id}"
+    return str(source_id)
+
+
+def _declared_agents(env: Any) -> list[Hashable]:
+    """The agent ids an RLlib env declares: ``possible_agents``, else ``agents``, else the old API
+    stack's ``_agent_ids`` set (sorted, so the order does not depend on hashing)."""
+    for attr in ("possible_agents", "agents"):
+        declared = getattr(env, attr, None)
+        if declared:
+            return list(declared)
+    old_ids = getattr(env, "_agent_ids", None) or ()
+    return sorted(old_ids, key=lambda agent: (type(agent).__name__, str(agent)))
+
+
+class RLlibEnv(MultiAgentEnv):
+    """Any RLlib multi-agent env as our MultiAgentEnv.
+
+    Args:
+        env: an instance of (a subclass of) RLlib's ``MultiAgentEnv``.
+
+    Semantics:
+        - **Agent ids:** ``possible_agents`` are the env's (or, on RLlib's old API stack, its
+          ``_agent_ids``); ids first seen later are appended. String ids stay as they are; integer ids ``i`` become ``"agent_i"`` (as in
+          :func:`marl_core.make_multi_agent`), other ids ``str(id)``. Two ids that would collide
+          raise :class:`~marl_core.errors.EnvContractError`.
+        - **Rewards:** every reward the env emits is passed on as a float, for any agent, acting
+          or not; none is added, dropped or delayed.
+        - **Dead agents / "__all__":** flags pass through; a missing ``truncateds["__all__"]``
+          means False (RLlib's own reading) and is added; a missing ``terminateds["__all__"]``
+          breaks RLlib's contract and raises :class:`~marl_core.errors.EnvContractError`.
+          ``agents`` drops an agent once it is flagged done; after ``"__all__"``, ``step()`` raises
+          :class:`~marl_core.errors.ResetNeededError` without touching the env. Final observations
+          are the env's: the bridge invents none.
+        - **Chance / simultaneous moves:** whoever is in the observation dict acts, as in RLlib;
+          an action for anyone else, a missing one or one outside its space raises before the env
+          is stepped.
+        - **Seeding:** ``reset(seed=s)`` passes ``s`` to the env; the bridge draws no random
+          numbers of its own. An env that draws from global RNGs instead (the RLlib docs'
+          TicTacToe) stays unseeded, and the conformance checker reports it.
+        - **Masks:** observations pass unchanged, so a canonical ``"action_mask"`` stays canonical.
+        - **Dicts:** every returned dict is a new one; the env's dicts are never mutated.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self._to_ours: dict[Hashable, AgentID] = {}
+        self._to_source: dict[AgentID, Hashable] = {}
+        source_agents = _declared_agents(env)
+        self.possible_agents = []
+        for agent in source_agents:
+            self._ours(agent)
+        self.agents = []
+        spaces_known = bool(source_agents) and all(
+            env.get_observation_space(a) is not None and env.get_action_space(a) is not None for a in source_agents
+        )
+        if spaces_known:
+            self.observation_spaces = {self._ours(a): env.get_observation_space(a) for a in source_agents}
+            self.action_spaces = {self._ours(a): env.get_action_space(a) for a in source_agents}
+        else:
+            self.observation_spaces = self.action_spaces = None
+        self.render_mode = getattr(env, "render_mode", None)
+        self.metadata = dict(getattr(env, "metadata", None) or {"render_modes": []})
+        self._acting: list[AgentID] = []
+        self._running = False
+        super().__init__()
+
+    # Ids ----------------------------------------------------------------------------------------
+
+    def _ours(self, source_id: Hashable) -> AgentID:
+        known = self._to_ours.get(source_id)
+        if known is not None:
+            return known
+        ours = string_id(source_id)
+        if ours in _SPECIAL:
+            raise EnvContractError(f"{type(self.env).__name__} uses the reserved id {source_id!r} as an agent id")
+        if ours in self._to_source and self._to_source[ours] != source_id:
+            raise EnvContractError(
+                f"agent ids {self._to_source[ours]!r} and {source_id!r} of {type(self.env).__name__} both map to "
+                f"{ours!r}; give the env distinct string ids"
+            )
+        self._to_ours[source_id] = ours
+        self._to_source[ours] = source_id
+        self.possible_agents.append(ours)
+        return ours
+
+    def _convert(self, mapping: Mapping[Hashable, Any], what: str) -> dict[AgentID, Any]:
+        if not isinstance(mapping, Mapping):
+            raise EnvContractError(
+                f"{type(self.env).__name__} returned {type(mapping).__name__} for {what}; expected a dict keyed by agent id"
+            )
+        return {key if key in _SPECIAL else self._ours(key): value for key, value in mapping.items()}
+
+    # Spaces -------------------------------------------------------------------------------------
+
+    def _source_space(self, agent_id: AgentID, kind: str) -> gym.Space:
+        source_id = self._to_source.get(agent_id, agent_id)
+        space = getattr(self.env, f"get_{kind}_space")(source_id)
+        if space is None:
+            raise SpaceError(f"{type(self.env).__name__} has no {kind} space for agent {agent_id!r}")
+        return space
+
+    def get_observation_space(self, agent_id: AgentID) -> gym.Space:
+        if self.observation_spaces is not None and agent_id in self.observation_spaces:
+            return self.observation_spaces[agent_id]
+        return self._source_space(agent_id, "observation")
+
+    def get_action_space(self, agent_id: AgentID) -> gym.Space:
+        if self.action_spaces is not None and agent_id in self.action_spaces:
+            return self.action_spaces[agent_id]
+        return self._source_space(agent_id, "action")
+
+    # Episode API --------------------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[ObsDict, MultiAgentDict]:
+        # No super().reset(seed=seed): the bridge draws no random numbers, and building a seeded
+        # generator on every reset costs more than a whole short episode of some envs.
+        result = self.env.reset(seed=seed, options=options)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise EnvContractError(
+                f"{type(self.env).__name__}.reset() returned {type(result).__name__}; expected (obs, infos), two dicts"
+            )
+        obs = self._convert(result[0], "reset observations")
+        infos = self._convert(result[1], "reset infos")
+        source_alive = list(getattr(self.env, "agents", None) or [])
+        self.agents = [self._ours(a) for a in source_alive] or list(obs)
+        self.agents += [a for a in obs if a not in self.agents]
+        self._acting = list(obs)
+        self._running = True
+        return obs, infos
+
+    def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
+        if not self._running:
+            raise ResetNeededError(
+                f"step() on {type(self.env).__name__} called before reset() or after the episode ended "
+                f"('__all__' was set)"
+            )
+        check_action_dict(self, action_dict, self._acting)
+        source_actions = {self._to_source.get(agent_id, agent_id): action for agent_id, action in action_dict.items()}
+        result = self.env.step(source_actions)
+        if not (isinstance(result, tuple) and len(result) == 5):
+            raise EnvContractError(
+                f"{type(self.env).__name__}.step() returned {type(result).__name__}; expected five dicts "
+                f"(obs, rewards, terminateds, truncateds, infos)"
+            )
+        obs = self._convert(result[0], "observations")
+        rewards = {a: float(r) for a, r in self._convert(result[1], "rewards").items()}
+        terminateds = self._convert(result[2], "terminateds")
+        truncateds = self._convert(result[3], "truncateds")
+        infos = self._convert(result[4], "infos")
+        if ALL not in terminateds:
+            raise EnvContractError(
+                f"{type(self.env).__name__}.step() returned terminateds without '__all__' "
+                f"(keys: {sorted(map(str, terminateds))}); RLlib requires it"
+            )
+        truncateds.setdefault(ALL, False)
+        ended = {a for a in (*terminateds, *truncateds) if a not in _SPECIAL and (terminateds.get(a) or truncateds.get(a))}
+        if terminateds[ALL] or truncateds[ALL]:
+            self.agents, self._acting, self._running = [], [], False
+        else:
+            self.agents = [a for a in self.agents if a not in ended] + [
+                a for a in obs if a not in ended and a not in self.agents
+            ]
+            self._acting = [a for a in obs if a not in ended]
+        return obs, rewards, terminateds, truncateds, infos
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        close = getattr(self.env, "close", None)
+        if close is not None:
+            close()
+
+    def __str__(self) -> str:
+        return f"<{type(self).__name__}<{type(self.env).__name__}>>"
+
+
+class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
+    """Our MultiAgentEnv as an RLlib ``MultiAgentEnv`` (made by :func:`to_rllib`).
+
+    Semantics:
+        - Everything (rewards, dead agents, ``"__all__"``, chance, simultaneous moves, masks)
+          is ours unchanged: both APIs share one model. ``terminateds`` and ``truncateds``
+          always carry ``"__all__"``.
+        - Spaces: ``observation_spaces`` / ``action_spaces`` list every possible agent, which
+          RLlib's env runners read; masked observations stay ``Dict`` spaces.
+        - Seeding: ``reset(seed=s)`` seeds the wrapped env.
+        - Dicts are copied both ways, so neither side can write into the other's.
+    """
+
+    def __init__(self, env: MultiAgentEnv) -> None:
+        super().__init__()
+        self.env = env
+        self.possible_agents = list(env.possible_agents)
+        self.agents = list(env.agents)
+        self.observation_spaces = {a: env.get_observation_space(a) for a in self.possible_agents}
+        self.action_spaces = {a: env.get_action_space(a) for a in self.possible_agents}
+        self.render_mode = getattr(env, "render_mode", None)
+        self.metadata = dict(getattr(env, "metadata", None) or {"render_modes": []})
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        obs, infos = self.env.reset(seed=seed, options=options)
+        self.agents = list(self.env.agents)
+        return dict(obs), dict(infos)
+
+    def step(self, action_dict: dict) -> tuple[dict, dict, dict, dict, dict]:
+        obs, rewards, terminateds, truncateds, infos = self.env.step(dict(action_dict))
+        terminateds, truncateds = dict(terminateds), dict(truncateds)
+        if ALL not in terminateds:
+            raise EnvContractError(
+                f"{type(self.env).__name__}.step() returned terminateds without '__all__' "
+                f"(keys: {sorted(map(str, terminateds))}); the contract requires it"
+            )
+        truncateds.setdefault(ALL, False)  # missing means False (DESIGN.md); RLlib needs the key
+        self.agents = list(self.env.agents)
+        return dict(obs), dict(rewards), terminateds, truncateds, dict(infos)
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __str__(self) -> str:
+        return f"<{type(self).__name__}{self.env}>"
+
+
+def to_rllib(env: MultiAgentEnv) -> Any:
+    """Our MultiAgentEnv as an instance of a subclass of RLlib's ``MultiAgentEnv``.
+
+    An :class:`RLlibEnv` (made by :func:`from_rllib`) gives back the RLlib env it wraps.
+
+    Raises:
+        SpaceError: ``env`` is not one of our MultiAgentEnvs.
+    """
+    if isinstance(env, RLlibEnv):
+        return env.env
+    if not isinstance(env, MultiAgentEnv):
+        raise SpaceError(
+            f"to_rllib needs a marl_core MultiAgentEnv, received {type(env).__module__}.{type(env).__qualname__}; "
+            f"use bridges.wrap(obj) first for foreign envs"
+        )
+    return RLlibMultiAgentEnvAdapter(env)
+
+
+def from_rllib(env: Any) -> MultiAgentEnv:
+    """Any RLlib multi-agent env as our MultiAgentEnv (see :class:`RLlibEnv`).
+
+    An env made by :func:`to_rllib` gives back the MultiAgentEnv it wraps.
+
+    Raises:
+        SpaceError: ``env`` is not an RLlib ``MultiAgentEnv``.
+    """
+    if isinstance(env, RLlibMultiAgentEnvAdapter):
+        return env.env
+    if not isinstance(env, RLlibMultiAgentEnv):
+        raise SpaceError(
+            f"from_rllib needs an instance of ray.rllib.env.multi_agent_env.MultiAgentEnv, received "
+            f"{type(env).__module__}.{type(env).__qualname__}"
+        )
+    return RLlibEnv(env)

@@ -1,0 +1,412 @@
+"""The per-call rules: what every ``reset()`` and ``step()`` result must satisfy.
+
+:class:`CallChecker` looks at one result at a time and records findings; it never raises because
+of what the env returned. It also tells the driver who must act next and which action masks can be
+trusted for sampling.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from marl_core.conformance.collect import Collector, describe
+from marl_core.env import ALL, COMMON
+from marl_core.spaces import action_mask_of, action_mask_size, why_not_contained
+
+_RESULT_NAMES = ("obs", "rewards", "terminateds", "truncateds", "infos")
+
+
+def names(ids: Iterable[Any]) -> str:
+    """A short list of ids for messages."""
+    ids = list(ids)
+    shown = ", ".join(repr(a) for a in ids[:12])
+    return f"[{shown}{', ...' if len(ids) > 12 else ''}]"
+
+
+def is_flag(value: Any) -> bool:
+    """Whether ``value`` is a Python or numpy bool."""
+    return isinstance(value, (bool, np.bool_))
+
+
+def space_of(env: Any, agent_id: Any, kind: str) -> spaces.Space:
+    """The ``kind`` ("observation" or "action") space of ``agent_id``, from the override or the dict."""
+    method = getattr(env, f"get_{kind}_space", None)
+    if callable(method):
+        return method(agent_id)
+    return getattr(env, f"{kind}_spaces")[agent_id]
+
+
+def lookup_spaces(env: Any, agent_ids: Iterable[Any], collector: Collector) -> tuple[dict, dict]:
+    """Every agent's observation and action spaces; ``spaces.defined`` findings for the gaps."""
+    found: tuple[dict, dict] = ({}, {})
+    for agent_id in agent_ids:
+        for table, kind in zip(found, ("observation", "action"), strict=True):
+            try:
+                space = space_of(env, agent_id, kind)
+            except Exception as error:
+                collector.add(
+                    "spaces.defined",
+                    f"no {kind} space for agent {agent_id!r}: looking it up raised {describe(error)}",
+                    agent=agent_id,
+                )
+                continue
+            if isinstance(space, spaces.Space):
+                table[agent_id] = space
+            else:
+                collector.add(
+                    "spaces.defined",
+                    f"the {kind} space of agent {agent_id!r} is a {type(space).__name__} ({space!r:.60}), "
+                    f"expected a gymnasium.spaces.Space",
+                    agent=agent_id,
+                )
+    return found
+
+
+def reward_problem(reward: Any) -> str | None:
+    """None for a finite real number; otherwise what is wrong with ``reward``."""
+    if is_flag(reward):
+        return f"a bool ({reward!r})"
+    if isinstance(reward, np.ndarray):
+        if reward.shape != () or reward.dtype.kind not in "iuf":
+            return f"an array of shape {reward.shape} and dtype {reward.dtype}"
+        reward = reward.item()
+    if not isinstance(reward, (int, float, np.integer, np.floating)):
+        return f"a {type(reward).__name__} ({reward!r:.60})"
+    try:
+        finite = math.isfinite(float(reward))
+    except OverflowError:
+        finite = False
+    if not finite:
+        return f"{reward!r:.40}, not a finite number"
+    return None
+
+
+def truthy(value: Any) -> bool:
+    """``bool(value)``, or False for values without a truth value (reported as non-bool elsewhere)."""
+    try:
+        return bool(value)
+    except Exception:
+        return False
+
+
+@dataclass
+class Frame:
+    """One ``reset()`` (``step == 0``) or ``step()`` result, already split into its dicts."""
+
+    step: int
+    obs: dict
+    infos: dict
+    rewards: dict = field(default_factory=dict)
+    terminateds: dict = field(default_factory=dict)
+    truncateds: dict = field(default_factory=dict)
+
+
+@dataclass
+class Verdict:
+    """What the driver needs after a checked call."""
+
+    acting: list[Any]
+    masks: dict[Any, np.ndarray]
+    done: bool
+    stalled: bool = False
+
+
+class CallChecker:
+    """Checks ``reset()`` and ``step()`` results against the per-call rules.
+
+    Args:
+        env: the env under test.
+        collector: where findings go.
+        possible: the env's possible agents.
+        obs_spaces: observation space per agent (agents without one are not checked).
+        act_spaces: action space per agent.
+    """
+
+    def __init__(
+        self, env: Any, collector: Collector, possible: list[Any], obs_spaces: dict, act_spaces: dict
+    ) -> None:
+        self.env = env
+        self.collector = collector
+        self.possible = set(possible)
+        self.possible_list = list(possible)
+        self.obs_spaces = obs_spaces
+        self.act_spaces = act_spaces
+        self.label = ""
+        self.dead: set[Any] = set()
+
+    def start_episode(self, label: str) -> None:
+        """Forget the previous episode; ``label`` (e.g. ``"episode 0 (seed 0)"``) goes in messages."""
+        self.label = label
+        self.dead = set()
+
+    # Splitting results ------------------------------------------------------------------------
+
+    def split_reset(self, result: Any) -> Frame | None:
+        """The obs and infos of a ``reset()`` result, or None (with an ``api.reset`` finding)."""
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            self.collector.add(
+                "api.reset",
+                f"reset() returned {_shape_of(result)} in {self.label}; expected a tuple (obs, infos) of two dicts",
+                step=0,
+                key="shape",
+            )
+            return None
+        bad = [name for name, part in zip(("obs", "infos"), result, strict=True) if not isinstance(part, dict)]
+        if bad:
+            self.collector.add(
+                "api.reset",
+                f"reset() returned {', '.join(f'{n} as a {type(p).__name__}' for n, p in zip(('obs', 'infos'), result, strict=True) if n in bad)} "
+                f"in {self.label}; expected dicts keyed by agent id",
+                step=0,
+                key="types",
+            )
+            return None
+        return Frame(0, result[0], result[1])
+
+    def split_step(self, result: Any, step: int) -> Frame | None:
+        """The five dicts of a ``step()`` result, or None (with an ``api.step`` finding)."""
+        if not isinstance(result, (tuple, list)) or len(result) != 5:
+            self.collector.add(
+                "api.step",
+                f"step() returned {_shape_of(result)} at step {step} of {self.label}; expected a tuple "
+                f"(obs, rewards, terminateds, truncateds, infos) of five dicts",
+                step=step,
+                key="shape",
+            )
+            return None
+        bad = [f"{name} as a {type(part).__name__}" for name, part in zip(_RESULT_NAMES, result, strict=True) if not isinstance(part, dict)]
+        if bad:
+            self.collector.add(
+                "api.step",
+                f"step() returned {', '.join(bad)} at step {step} of {self.label}; expected dicts keyed by agent id",
+                step=step,
+                key="types " + " ".join(bad),
+            )
+            return None
+        obs, rewards, terminateds, truncateds, infos = result
+        return Frame(step, obs, infos, rewards, terminateds, truncateds)
+
+    # The rules --------------------------------------------------------------------------------
+
+    def check(self, frame: Frame) -> Verdict:
+        """Check one frame; return who acts next, the trusted masks and whether the episode is over."""
+        at = f"at step {frame.step} of {self.label}" if frame.step else f"after reset() in {self.label}"
+        self._known(frame, at)
+        done, ending, all_missing = self._flags(frame, at) if frame.step else (False, set(), False)
+        if frame.step:
+            self._dead_agents(frame, at)
+            self._rewards(frame, at)
+        self._observations(frame, at)
+        self._infos(frame, at)
+        acting = [] if done else [a for a in frame.obs if a not in ending]
+        self._agents_attr(frame, at, acting)
+        self.dead |= ending
+        if not acting and not done:
+            if all_missing:  # already an api.all-key finding; every agent ended: treat as over
+                return Verdict([], {}, True)
+            self.collector.add(
+                "lifecycle.no-actor",
+                f"no agent must act {at} (obs keys: {names(frame.obs)}), but '__all__' is not True",
+                step=frame.step,
+                key="reset" if frame.step == 0 else "step",
+            )
+            return Verdict([], {}, False, stalled=True)
+        masks = {a: m for a in acting if (m := self._mask(a, frame.obs[a], frame.step, at)) is not None}
+        return Verdict(acting, masks, done)
+
+    def _known(self, frame: Frame, at: str) -> None:
+        tables = [("obs", frame.obs, ()), ("infos", frame.infos, (COMMON,))]
+        if frame.step:
+            tables += [
+                ("rewards", frame.rewards, ()),
+                ("terminateds", frame.terminateds, (ALL,)),
+                ("truncateds", frame.truncateds, (ALL,)),
+            ]
+        for name, table, extra in tables:
+            for key in table:
+                if key not in self.possible and key not in extra:
+                    allowed = f" or {names(extra)}" if extra else ""
+                    self.collector.add(
+                        "ids.known",
+                        f"{name} {at} has key {key!r}, which is not in possible_agents {names(self.possible_list)}{allowed}",
+                        agent=key,
+                        step=frame.step,
+                        key=f"{name}",
+                    )
+
+    def _flags(self, frame: Frame, at: str) -> tuple[bool, set[Any], bool]:
+        all_missing = ALL not in frame.terminateds
+        if all_missing:
+            self.collector.add(
+                "api.all-key",
+                f"terminateds {at} has no '__all__' key (keys: {names(frame.terminateds)})",
+                step=frame.step,
+                key="missing",
+            )
+        for name, table in (("terminateds", frame.terminateds), ("truncateds", frame.truncateds)):
+            if ALL in table and not is_flag(table[ALL]):
+                self.collector.add(
+                    "api.all-key",
+                    f"{name}['__all__'] {at} is {table[ALL]!r} (a {type(table[ALL]).__name__}); expected a bool",
+                    step=frame.step,
+                    key=f"{name} type",
+                )
+            for agent_id, flag in table.items():
+                if agent_id != ALL and not is_flag(flag):
+                    self.collector.add(
+                        "api.step",
+                        f"{name}[{agent_id!r}] {at} is {flag!r} (a {type(flag).__name__}); expected a bool",
+                        agent=agent_id,
+                        step=frame.step,
+                        key=f"{name} flag type",
+                    )
+        done = truthy(frame.terminateds.get(ALL, False)) or truthy(frame.truncateds.get(ALL, False))
+        ending = {
+            a for table in (frame.terminateds, frame.truncateds) for a, flag in table.items() if a != ALL and truthy(flag)
+        }
+        return done, ending, all_missing
+
+    def _dead_agents(self, frame: Frame, at: str) -> None:
+        for name, table in (("obs", frame.obs), ("terminateds", frame.terminateds), ("truncateds", frame.truncateds)):
+            for agent_id in table:
+                if agent_id in self.dead:
+                    self.collector.add(
+                        "lifecycle.dead-agent",
+                        f"agent {agent_id!r} appears in {name} {at}, after it terminated or truncated earlier in the episode",
+                        agent=agent_id,
+                        step=frame.step,
+                        key=name,
+                    )
+
+    def _rewards(self, frame: Frame, at: str) -> None:
+        for agent_id, reward in frame.rewards.items():
+            problem = reward_problem(reward)
+            if problem is not None:
+                self.collector.add(
+                    "rewards.numeric",
+                    f"reward of agent {agent_id!r} {at} is {problem}; expected a finite real number",
+                    agent=agent_id,
+                    step=frame.step,
+                    key=problem.split(" (")[0] if "array" not in problem else "array",
+                )
+
+    def _observations(self, frame: Frame, at: str) -> None:
+        for agent_id, observation in frame.obs.items():
+            space = self.obs_spaces.get(agent_id)
+            if space is None:
+                continue
+            try:
+                reason = why_not_contained(space, observation)
+            except Exception as error:  # values so odd that even the diagnosis fails
+                reason = f"checking it against the space raised {describe(error)}"
+            if reason is not None:
+                self.collector.add(
+                    "spaces.obs-contains",
+                    f"observation of agent {agent_id!r} {at} is not in its space {space}: {reason}",
+                    agent=agent_id,
+                    step=frame.step,
+                    key=reason.split(":")[0] if reason.startswith("at ") else reason[:40],
+                )
+
+    def _infos(self, frame: Frame, at: str) -> None:
+        for agent_id, info in frame.infos.items():
+            if agent_id != COMMON and agent_id not in frame.obs and agent_id in self.possible:
+                self.collector.add(
+                    "infos.keys",
+                    f"infos {at} has an entry for agent {agent_id!r}, which is not in the obs dict "
+                    f"(obs keys: {names(frame.obs)}); infos keys must be obs keys or '__common__'",
+                    agent=agent_id,
+                    step=frame.step,
+                    key="not in obs",
+                )
+            if not isinstance(info, dict):
+                self.collector.add(
+                    "infos.keys",
+                    f"infos[{agent_id!r}] {at} is a {type(info).__name__} ({info!r:.60}); expected a dict",
+                    agent=agent_id,
+                    step=frame.step,
+                    key="not a dict",
+                )
+
+    def _agents_attr(self, frame: Frame, at: str, acting: list[Any]) -> None:
+        try:
+            agents = getattr(self.env, "agents", None)
+        except Exception as error:
+            self.collector.add("ids.agents-attr", f"reading env.agents {at} raised", step=frame.step, error=error, key="raised")
+            return
+        if not isinstance(agents, (list, tuple)):
+            self.collector.add(
+                "ids.agents-attr",
+                f"env.agents {at} is {agents!r:.60}; expected a list of the agents alive now",
+                step=frame.step,
+                key="type",
+            )
+            return
+        alive = set(agents)
+        for agent_id in agents:
+            if agent_id not in self.possible:
+                self.collector.add(
+                    "ids.agents-attr",
+                    f"env.agents {at} lists {agent_id!r}, which is not in possible_agents {names(self.possible_list)}",
+                    agent=agent_id,
+                    step=frame.step,
+                    key="unknown",
+                )
+        for agent_id in acting:
+            if agent_id not in alive:
+                self.collector.add(
+                    "ids.agents-attr",
+                    f"agent {agent_id!r} must act {at} (it is in the obs dict) but is not in env.agents {names(agents)}",
+                    agent=agent_id,
+                    step=frame.step,
+                    key="acting not alive",
+                )
+
+    def _mask(self, agent_id: Any, observation: Any, step: int, at: str) -> np.ndarray | None:
+        if not isinstance(observation, Mapping):
+            return None
+        try:
+            mask = action_mask_of(observation)
+        except Exception as error:
+            self.collector.add(
+                "masks.valid",
+                f"action_mask of agent {agent_id!r} {at} is not an array: {describe(error)}",
+                agent=agent_id,
+                step=step,
+                key="not an array",
+            )
+            return None
+        space = self.act_spaces.get(agent_id)
+        if mask is None or space is None:
+            return None
+        size = action_mask_size(space)
+        problem = None
+        if size is None:
+            problem = f"an action_mask, but its action space {space} is not Discrete or MultiDiscrete"
+        elif mask.shape != (size,):
+            problem = f"an action_mask of shape {mask.shape}, but its action space {space} needs ({size},)"
+        elif mask.dtype.kind not in "biu" or not np.isin(mask, (0, 1)).all():
+            problem = f"an action_mask with values other than 0 and 1 (dtype {mask.dtype})"
+        elif isinstance(space, spaces.Discrete) and not mask.any():
+            problem = "an action_mask that allows no action"
+        elif isinstance(space, spaces.MultiDiscrete):
+            bounds = np.cumsum([0, *space.nvec.flat])
+            empty = [i for i in range(len(bounds) - 1) if not mask[bounds[i] : bounds[i + 1]].any()]
+            if empty:
+                problem = f"an action_mask that allows no value in action dimension(s) {empty}"
+        if problem is None:
+            return mask
+        self.collector.add("masks.valid", f"agent {agent_id!r} must act {at} and has {problem}", agent=agent_id, step=step, key=problem[:30])
+        return None
+
+
+def _shape_of(result: Any) -> str:
+    if isinstance(result, (tuple, list)):
+        return f"a {type(result).__name__} of {len(result)} ({', '.join(type(p).__name__ for p in result)})"
+    return f"a {type(result).__name__}"

@@ -1,0 +1,124 @@
+"""``marl-check MODULE:ATTR``: check a multi-agent env from the command line.
+
+Exit status: 0 when no error was found (warnings allowed), 1 when errors were found, 2 when the
+target cannot be imported or built (the message says why) or the arguments are wrong. ``--json``
+prints the report as JSON for CI; otherwise it prints plain text (no colour codes).
+
+Example:
+    >>> from marl_core.conformance.cli import main
+    >>> main(["examples.rock_paper_scissors:RockPaperScissors", "--episodes", "1"])  # doctest: +ELLIPSIS
+    marl-check examples.rock_paper_scissors.RockPaperScissors: OK, 0 errors, 0 warnings (seed 0, 1 episodes, ...)
+    0
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+from marl_core.conformance.collect import format_exception
+from marl_core.conformance.rules import RULES, catalog_markdown
+from marl_core.conformance.runner import DEFAULT_EPISODES, DEFAULT_MAX_STEPS, check_env
+from marl_core.errors import ConformanceError
+
+
+class TargetImportError(Exception):
+    """The ``MODULE:ATTR`` argument names nothing importable (the message says why)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="marl-check",
+        description="Check a multi-agent env against the marl-bridges contract and report every violation.",
+        epilog="Exit status: 0 no errors, 1 errors found, 2 target cannot be imported or built.",
+    )
+    parser.add_argument(
+        "target",
+        nargs="?",
+        help="MODULE:ATTR naming an env class, a factory or an env instance, e.g. mypkg.envs:MyEnv",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
+    parser.add_argument(
+        "--episodes", type=int, default=DEFAULT_EPISODES, help=f"episodes to explore (default {DEFAULT_EPISODES})"
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=DEFAULT_MAX_STEPS,
+        help=f"step budget per episode (default {DEFAULT_MAX_STEPS})",
+    )
+    parser.add_argument(
+        "--skip",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="RULE",
+        choices=sorted(RULES),
+        help="rule ids not to check",
+    )
+    parser.add_argument("--list-rules", action="store_true", help="print the rule catalog and exit")
+    return parser
+
+
+def load_target(spec: str) -> Any:
+    """The object named by ``MODULE:ATTR`` (ATTR may be dotted), importing from the working directory too.
+
+    Raises:
+        TargetImportError: the spec is malformed, the module does not import or has no such attribute.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise TargetImportError(f"expected MODULE:ATTR (e.g. mypkg.envs:MyEnv), received {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        raise TargetImportError(f"cannot import module {module_name!r}: {error}") from error
+    except Exception as error:
+        raise TargetImportError(
+            f"importing module {module_name!r} raised {type(error).__name__}: {error}\n{format_exception(error)}"
+        ) from error
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as error:
+            raise TargetImportError(f"{module_name}:{attr}: {type(obj).__name__} {getattr(obj, '__name__', obj)!r} has no attribute {part!r}") from error
+    return obj
+
+
+def _fail(message: str, as_json: bool, target: str | None) -> int:
+    print(f"marl-check: {message}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"target": target, "ok": False, "error": message}, indent=2))
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    args = _parser().parse_args(argv)
+    if args.list_rules:
+        print(catalog_markdown(), end="")
+        return 0
+    if not args.target:
+        return _fail("missing the target MODULE:ATTR (see marl-check --help)", args.json, None)
+    logging.basicConfig(level=logging.WARNING, format="marl-check: %(message)s")
+    try:
+        obj = load_target(args.target)
+        report = check_env(obj, seed=args.seed, episodes=args.episodes, max_steps=args.max_steps, skip=args.skip)
+    except (TargetImportError, ConformanceError) as error:
+        message = str(error)
+        cause = error.__cause__
+        if isinstance(error, ConformanceError) and cause is not None:
+            message += "\n" + "".join(traceback.format_exception(cause)).rstrip()
+        return _fail(message, args.json, args.target)
+    print(report.to_json() if args.json else str(report))
+    return 0 if report.ok else 1

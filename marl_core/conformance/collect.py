@@ -1,0 +1,134 @@
+"""Collecting findings: one per distinct violation, repeats counted, exceptions with tracebacks."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from marl_core.conformance.report import Finding
+from marl_core.conformance.rules import RULES
+
+MAX_PER_RULE = 10
+"""Distinct findings kept per rule; further ones are summed up in one closing finding."""
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def format_exception(error: BaseException) -> str:
+    """The traceback of ``error`` without the checker's own frames."""
+    summary = traceback.TracebackException.from_exception(error)
+    kept = [frame for frame in summary.stack if not os.path.abspath(frame.filename).startswith(_OWN_DIR)]
+    summary.stack = traceback.StackSummary.from_list(kept)
+    return "".join(summary.format()).rstrip()
+
+
+def describe(error: BaseException) -> str:
+    """``"TypeError: message"`` for ``error``."""
+    return f"{type(error).__name__}: {error}"
+
+
+@dataclass
+class _Entry:
+    rule: str
+    message: str
+    agent: Any
+    step: int | None
+    hint: str
+    traceback: str | None
+    count: int = 1
+
+
+class Collector:
+    """Gathers findings, merging repeats of the same violation.
+
+    A violation is identified by its rule, agent and ``key`` (by default the message); repeats only
+    raise its count, so a bug that fires on every step gives one finding saying how often it fired.
+
+    Args:
+        skip: rule ids whose findings are dropped (the caller asked not to check them).
+    """
+
+    def __init__(self, skip: frozenset[str] = frozenset()) -> None:
+        self.skip = skip
+        self._entries: dict[tuple[str, Any, str], _Entry] = {}
+        self._per_rule: dict[str, int] = {}
+        self._overflow: dict[str, list[Any]] = {}
+
+    def wants(self, rule: str) -> bool:
+        """Whether ``rule`` is being checked."""
+        return rule not in self.skip
+
+    def has(self, rule: str) -> bool:
+        """Whether ``rule`` has a finding already."""
+        return self._per_rule.get(rule, 0) > 0 or rule in self._overflow
+
+    def add(
+        self,
+        rule: str,
+        message: str,
+        *,
+        agent: Any = None,
+        step: int | None = None,
+        hint: str | None = None,
+        error: BaseException | None = None,
+        key: str | None = None,
+    ) -> None:
+        """Record one violation of ``rule`` (ignored when the rule is skipped)."""
+        if rule in self.skip:
+            return
+        if rule not in RULES:  # a checker bug, not the user's: never hide it behind a finding
+            raise KeyError(f"unknown rule id {rule!r}")
+        identity = (rule, _hashable(agent), message if key is None else key)
+        entry = self._entries.get(identity)
+        if entry is not None:
+            entry.count += 1
+            return
+        if self._per_rule.get(rule, 0) >= MAX_PER_RULE:
+            self._overflow.setdefault(rule, []).append(agent)
+            return
+        self._per_rule[rule] = self._per_rule.get(rule, 0) + 1
+        if error is not None and describe(error) not in message:
+            message = f"{message}: {describe(error)}"
+        self._entries[identity] = _Entry(
+            rule,
+            message,
+            agent,
+            step,
+            RULES[rule].fix if hint is None else hint,
+            None if error is None else format_exception(error),
+        )
+
+    def findings(self) -> tuple[Finding, ...]:
+        """Every finding, errors first, then in the order found."""
+        found = []
+        for entry in self._entries.values():
+            message = entry.message
+            if entry.count > 1:
+                message += f" (seen {entry.count} times; the first is reported)"
+            found.append(
+                Finding(entry.rule, RULES[entry.rule].severity, message, entry.agent, entry.step, entry.hint, entry.traceback)
+            )
+        for rule, agents in self._overflow.items():
+            named = sorted({repr(a) for a in agents if a is not None})
+            whom = f" (agents {', '.join(named[:12])}{', ...' if len(named) > 12 else ''})" if named else ""
+            found.append(
+                Finding(
+                    rule,
+                    RULES[rule].severity,
+                    f"{len(agents)} more distinct violations of {rule}{whom} beyond the first {MAX_PER_RULE}",
+                    None,
+                    None,
+                    RULES[rule].fix,
+                )
+            )
+        return tuple(sorted(found, key=lambda f: f.severity != "error"))
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value

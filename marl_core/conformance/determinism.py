@@ -1,0 +1,174 @@
+"""Trajectory records, value comparison and the watch on the global random generators.
+
+Trajectories are compared value by value (numpy arrays by shape, dtype and content, NaN equal to
+NaN), never by truthiness of dict keys. The checker never seeds numpy's or Python's global
+generator; it only reads their state before and after each call to see whether the env drew
+from them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from marl_core.conformance.checks import Frame, names
+
+
+def snapshot(value: Any) -> Any:
+    """A copy of ``value`` deep enough that later in-place changes to the original do not reach it."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {k: snapshot(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [snapshot(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(snapshot(v) for v in value)
+    return value
+
+
+SMALL_ARRAY_BYTES = 4096
+"""Arrays up to this size are kept as copies in trajectory records; larger ones as a :class:`Digest`."""
+
+
+@dataclass(frozen=True)
+class Digest:
+    """Stands for a large array in a trajectory record: equal digests mean equal arrays."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    hash: int
+
+    def __repr__(self) -> str:
+        return f"<array of shape {self.shape} and dtype {self.dtype}, digest {self.hash & 0xFFFFFFFF:08x}>"
+
+
+def fingerprint(value: Any) -> Any:
+    """Like :func:`snapshot`, but large arrays become a :class:`Digest` (records of image envs stay small)."""
+    if isinstance(value, np.ndarray):
+        if value.nbytes <= SMALL_ARRAY_BYTES or value.dtype.kind == "O":
+            return value.copy()
+        return Digest(value.shape, value.dtype.str, hash(np.ascontiguousarray(value).tobytes()))
+    if isinstance(value, dict):
+        return {k: fingerprint(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fingerprint(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(fingerprint(v) for v in value)
+    return value
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether two observations (or rewards, flags) are equal, arrays included, NaN equal to NaN."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            return False
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        try:
+            return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        except Exception:  # object arrays whose items refuse to compare
+            return a is b
+    if isinstance(a, Mapping):
+        return isinstance(b, Mapping) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating)) and a != a and b != b:
+        return True
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:
+        return a is b
+
+
+@dataclass(frozen=True)
+class Record:
+    """What one call returned, as compared across runs (infos are left out: they may hold timings)."""
+
+    obs: dict
+    rewards: dict
+    terminateds: dict
+    truncateds: dict
+
+    @classmethod
+    def of(cls, frame: Frame) -> Record:
+        """The record of ``frame`` (observations copied, large arrays as digests)."""
+        return cls(fingerprint(frame.obs), dict(frame.rewards), dict(frame.terminateds), dict(frame.truncateds))
+
+
+def first_difference(expected: Record, actual: Record) -> str | None:
+    """None when the records match; otherwise a sentence naming the first difference."""
+    if set(expected.obs) != set(actual.obs):
+        return f"different agents in the obs dict (who acts): {names(expected.obs)} then {names(actual.obs)}"
+    for agent_id, value in expected.obs.items():
+        if not same(value, actual.obs[agent_id]):
+            path, first, second = _where_different(value, actual.obs[agent_id], "")
+            at = f" at {path}" if path else ""
+            return f"observation of agent {agent_id!r} differs{at}: {_short(first)} then {_short(second)}"
+    for name in ("rewards", "terminateds", "truncateds"):
+        first, second = getattr(expected, name), getattr(actual, name)
+        if set(first) != set(second):
+            return f"{name} name different agents: {names(first)} then {names(second)}"
+        for agent_id, value in first.items():
+            if not same(value, second[agent_id]) and not _same_number(value, second[agent_id]):
+                return f"{name}[{agent_id!r}] differs: {value!r} then {second[agent_id]!r}"
+    return None
+
+
+def _where_different(a: Any, b: Any, path: str) -> tuple[str, Any, Any]:
+    """The path (``["key"]``, ``[i]``) of the first differing part of two nested values."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping) and a.keys() == b.keys():
+        for key in a:
+            if not same(a[key], b[key]):
+                return _where_different(a[key], b[key], f"{path}[{key!r}]")
+    if isinstance(a, (list, tuple)) and type(a) is type(b) and len(a) == len(b):
+        for index, (x, y) in enumerate(zip(a, b, strict=True)):
+            if not same(x, y):
+                return _where_different(x, y, f"{path}[{index}]")
+    return path, a, b
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
+def _short(value: Any) -> str:
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= 70 else text[:67] + "..."
+
+
+@dataclass
+class Episode:
+    """One explored episode: its seed, the actions sent and what each call returned.
+
+    ``records[0]`` is the reset; ``actions[i]`` led to ``records[i + 1]``. ``draws[i]`` is the
+    global-generator state after call ``i`` when that call drew from a global generator.
+    """
+
+    seed: int
+    records: list[Record] = field(default_factory=list)
+    actions: list[dict] = field(default_factory=list)
+    draws: list[tuple | None] = field(default_factory=list)
+
+
+def global_rng_state() -> tuple[Any, ...]:
+    """A fingerprint of numpy's legacy global generator and Python's ``random`` (read-only)."""
+    try:
+        _, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
+        numpy_state: Any = (hash(keys.tobytes()), pos, has_gauss, gauss)
+    except ValueError:  # someone replaced the global bit generator: compare its full state
+        numpy_state = repr(np.random.get_state(legacy=False))
+    return numpy_state, hash(random.getstate())
+
+
+def drew(before: tuple[Any, ...], after: tuple[Any, ...]) -> str | None:
+    """Which global generator changed between two fingerprints, or None."""
+    which = [name for name, x, y in zip(("numpy's global RNG (np.random.*)", "Python's random module"), before, after, strict=True) if x != y]
+    return " and ".join(which) or None

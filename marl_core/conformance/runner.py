@@ -1,0 +1,421 @@
+"""``check_env``: drive an env with seeded random legal actions and collect every violation.
+
+The plan of a check:
+
+1. build the env (see :mod:`marl_core.conformance.target`) and pickle its factory (``pickle``);
+2. read ``possible_agents`` and every agent's spaces (``ids.*``, ``spaces.defined``);
+3. call ``reset()`` without arguments, then explore ``episodes`` episodes (seeds ``seed``,
+   ``seed + 1``, ...) with random actions that respect action masks, checking every result
+   (:mod:`marl_core.conformance.checks`) and whether returned observations change later
+   (``obs.aliasing``) or the episode runs past ``max_steps`` (``termination.bounded``);
+4. replay every episode with the same seeds and actions on the same instance (state leaking
+   across ``reset()``) and on a fresh instance, comparing whole trajectories and watching the
+   global random generators (``determinism.seed``);
+5. call ``close()`` twice (``close.idempotent``).
+
+Every exception raised by the env becomes a finding with its traceback; nothing relies on
+``assert``, and the global random generators are never seeded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from marl_core.conformance.checks import CallChecker, Frame, lookup_spaces, names
+from marl_core.conformance.collect import Collector, describe
+from marl_core.conformance.determinism import (
+    Episode,
+    Record,
+    drew,
+    fingerprint,
+    first_difference,
+    global_rng_state,
+    same,
+    snapshot,
+)
+from marl_core.conformance.report import ConformanceReport
+from marl_core.conformance.rules import RULES
+from marl_core.conformance.target import Target, copier, resolve
+from marl_core.errors import ConformanceError
+from marl_core.spaces import sample_action
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_EPISODES = 3
+"""Episodes explored by default; each is replayed twice more for ``determinism.seed``."""
+
+DEFAULT_MAX_STEPS = 1000
+"""Step budget per episode by default (``termination.bounded`` warns past it)."""
+
+_POSSIBLE_HINT = "Set self.possible_agents in __init__ to the list of every agent id that may ever appear."
+
+_RAISED_HINT = (
+    "Fix the exception shown in the traceback: the checker calls reset(seed=..., options=None) and sends "
+    "one action per agent in the obs dict, drawn from its action space and legal under its action mask."
+)
+_RNG_HINT = (
+    "Draw every random number from self.np_random (seeded by super().reset(seed=seed)), never from "
+    "np.random.* or the random module."
+)
+
+
+def check_env(
+    env_or_factory: Any,
+    *,
+    seed: int = 0,
+    episodes: int = DEFAULT_EPISODES,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    skip: Iterable[str] = (),
+) -> ConformanceReport:
+    """Check a multi-agent env against every conformance rule and report all violations.
+
+    Args:
+        env_or_factory: an env instance (ours, or any object following the protocol such as a
+            subclass of RLlib's ``MultiAgentEnv``); a class or factory, called with no argument (or
+            with ``{}`` when it needs a ``config``); or a PettingZoo, OpenSpiel or Gymnasium env,
+            converted with ``bridges.wrap``.
+        seed: episode ``i`` is reset with ``seed + i``; the random actions are seeded from it too.
+        episodes: how many episodes to explore (each is replayed twice for ``determinism.seed``).
+        max_steps: step budget per episode (``termination.bounded`` warns past it).
+        skip: rule ids not to check (see :data:`~marl_core.conformance.rules.RULES`).
+
+    Returns:
+        The report; ``report.ok`` is False when any finding is an error. A crash of the env's code
+        is a finding, never an exception.
+
+    Raises:
+        TargetBuildError: ``env_or_factory`` is not an env and none could be built from it.
+        ConformanceError: unknown rule ids in ``skip``, or ``episodes`` / ``max_steps`` below 1.
+
+    Example:
+        >>> from marl_core.conformance import check_env
+        >>> from examples.rock_paper_scissors import RockPaperScissors
+        >>> report = check_env(RockPaperScissors)
+        >>> report.ok, report.findings
+        (True, ())
+    """
+    skipped = tuple(dict.fromkeys(skip))
+    unknown = [rule for rule in skipped if rule not in RULES]
+    if unknown:
+        raise ConformanceError(f"unknown rule id(s) in skip: {unknown}; known: {sorted(RULES)}")
+    if episodes < 1 or max_steps < 1:
+        raise ConformanceError(f"episodes and max_steps must be at least 1, received {episodes} and {max_steps}")
+    started = time.perf_counter()
+    target = resolve(env_or_factory)
+    run = _Run(target, Collector(frozenset(skipped)), seed, episodes, max_steps)
+    run.run()
+    return ConformanceReport(
+        target=target.name,
+        findings=run.collector.findings(),
+        seed=seed,
+        episodes=episodes,
+        max_steps=max_steps,
+        steps=run.steps,
+        seconds=time.perf_counter() - started,
+        skipped=skipped,
+    )
+
+
+class _Run:
+    """One check of one target (the state of :func:`check_env`)."""
+
+    def __init__(self, target: Target, collector: Collector, seed: int, episodes: int, max_steps: int) -> None:
+        self.target = target
+        self.env = target.env
+        self.collector = collector
+        self.seed = seed
+        self.episodes = episodes
+        self.max_steps = max_steps
+        self.steps = 0
+        self._previous: list[tuple[Any, Any, Any, str]] = []
+
+    def run(self) -> None:
+        self._pickle()
+        possible = self._possible_agents()
+        obs_spaces, act_spaces = lookup_spaces(self.env, possible, self.collector)
+        self.act_spaces = act_spaces
+        self.checker = CallChecker(self.env, self.collector, possible, obs_spaces, act_spaces)
+        self._reset_without_arguments()
+        explored = [self._explore(index) for index in range(self.episodes)]
+        if self.collector.wants("determinism.seed"):
+            self._replay(self.env, explored, "on the same instance reset again after the other episodes", leak=True)
+            self._compare_fresh(explored)
+        self._close()
+
+    # Setup -----------------------------------------------------------------------------------
+
+    def _pickle(self) -> None:
+        import cloudpickle
+
+        data = None
+        try:
+            data = cloudpickle.dumps(self.target.picklable)
+            cloudpickle.loads(data)
+        except Exception as error:
+            what = "the env factory" if self.target.factory is not None else "the env instance"
+            message = f"{what} {self.target.name} does not survive a cloudpickle round trip"
+            data = None
+            if self.target.factory is None:
+                fresh, why = copier(None, self.target.picklable)
+                self.target.factory, self.target.fresh_error = fresh, why
+                if why:
+                    message += f", and determinism across fresh instances was not checked because {why}"
+            self.collector.add("pickle", message, error=error)
+            return
+        if self.target.factory is None:
+            self.target.factory, self.target.fresh_error = copier(data, self.target.picklable)
+
+    def _possible_agents(self) -> list[Any]:
+        try:
+            possible = getattr(self.env, "possible_agents", None)
+        except Exception as error:
+            self.collector.add("ids.agents-attr", "reading possible_agents raised", error=error, hint=_POSSIBLE_HINT)
+            return []
+        if not isinstance(possible, (list, tuple)) or not possible:
+            self.collector.add(
+                "ids.agents-attr",
+                f"possible_agents is {possible!r:.60}; expected a non-empty list of every agent id that may appear",
+                hint=_POSSIBLE_HINT,
+            )
+            return list(possible) if isinstance(possible, (list, tuple)) else []
+        possible = list(possible)
+        unhashable = [a for a in possible if not _hashable(a)]
+        if unhashable:
+            self.collector.add(
+                "ids.agents-attr",
+                f"possible_agents holds unhashable ids {names(unhashable)}; agent ids must be usable as dict keys",
+                hint=_POSSIBLE_HINT,
+            )
+            possible = [a for a in possible if _hashable(a)]
+        repeated = sorted(repr(a) for a, count in Counter(possible).items() if count > 1)
+        if repeated:
+            self.collector.add("ids.agents-attr", f"possible_agents lists {', '.join(repeated)} more than once")
+        odd = [a for a in possible if not isinstance(a, str)]
+        if odd:
+            self.collector.add(
+                "ids.strings",
+                f"{len(odd)} agent id(s) are not strings: {names(odd)} ({type(odd[0]).__name__})",
+            )
+        return possible
+
+    def _reset_without_arguments(self) -> None:
+        self.checker.start_episode("reset() without arguments")
+        try:
+            result = self.env.reset()
+        except Exception as error:
+            self.collector.add(
+                "api.reset", "reset() without arguments raised", step=0, error=error, hint=_RAISED_HINT, key="no arguments"
+            )
+            return
+        self.checker.split_reset(result)
+
+    # Exploration -----------------------------------------------------------------------------
+
+    def _explore(self, index: int) -> Episode:
+        seed = self.seed + index
+        label = f"episode {index} (seed {seed})"
+        episode = Episode(seed)
+        self.checker.start_episode(label)
+        rng = np.random.default_rng([self.seed % 2**32, index])
+        before = global_rng_state()
+        try:
+            result = self.env.reset(seed=seed, options=None)
+        except Exception as error:
+            self.collector.add(
+                "api.reset", f"reset(seed={seed}, options=None) raised in {label}", step=0, error=error, hint=_RAISED_HINT, key="raised"
+            )
+            return episode
+        after = global_rng_state()
+        frame = self.checker.split_reset(result)
+        if frame is None:
+            return episode
+        self._record(episode, frame, before, after, label)
+        verdict = self.checker.check(frame)
+        step = 0
+        while not verdict.done and not verdict.stalled:
+            if step >= self.max_steps:
+                self.collector.add(
+                    "termination.bounded",
+                    f"{label} did not end within max_steps={self.max_steps} steps of random play",
+                    step=step,
+                    key="unbounded",
+                )
+                break
+            step += 1
+            actions = self._actions(verdict, rng, step, label)
+            if actions is None:
+                break
+            before = global_rng_state()
+            try:
+                result = self.env.step(snapshot(actions))
+            except Exception as error:
+                self.collector.add(
+                    "api.step",
+                    f"step() raised at step {step} of {label} with actions {_short(actions)}",
+                    step=step,
+                    error=error,
+                    hint=_RAISED_HINT,
+                    key=f"raised {type(error).__name__}",
+                )
+                break
+            after = global_rng_state()
+            self.steps += 1
+            frame = self.checker.split_step(result, step)
+            if frame is None:
+                break
+            episode.actions.append(actions)
+            self._record(episode, frame, before, after, label)
+            verdict = self.checker.check(frame)
+        return episode
+
+    def _actions(self, verdict: Any, rng: np.random.Generator, step: int, label: str) -> dict[Any, Any] | None:
+        actions = {}
+        for agent_id in verdict.acting:
+            space = self.act_spaces.get(agent_id)
+            if space is None:
+                self.collector.add(
+                    "spaces.defined",
+                    f"agent {agent_id!r} must act at step {step} of {label} but has no action space",
+                    agent=agent_id,
+                    step=step,
+                    key="acting without space",
+                )
+                return None
+            try:
+                actions[agent_id] = sample_action(space, rng, verdict.masks.get(agent_id), agent_id)
+            except Exception as error:
+                self.collector.add(
+                    "spaces.defined",
+                    f"cannot sample an action for agent {agent_id!r} from its action space {space}",
+                    agent=agent_id,
+                    step=step,
+                    error=error,
+                )
+                return None
+        return actions
+
+    def _record(self, episode: Episode, frame: Frame, before: tuple, after: tuple, label: str) -> None:
+        record = Record.of(frame)
+        episode.records.append(record)
+        episode.draws.append(after if drew(before, after) else None)
+        if not self.collector.wants("obs.aliasing"):
+            return
+        for agent_id, original, copy, where in self._previous:
+            if not same(fingerprint(original), copy):
+                self.collector.add(
+                    "obs.aliasing",
+                    f"the observation of agent {agent_id!r} returned {where} was changed in place by the "
+                    f"next call (step {frame.step} of {label}): it shares memory with the env's state",
+                    agent=agent_id,
+                    step=frame.step,
+                    key="changed",
+                )
+        at = f"at step {frame.step} of {label}" if frame.step else f"by reset() in {label}"
+        self._previous = [(a, frame.obs[a], record.obs[a], at) for a in frame.obs]
+
+    # Determinism -----------------------------------------------------------------------------
+
+    def _compare_fresh(self, explored: list[Episode]) -> None:
+        if self.target.factory is None:  # the pickle finding says so, unless that rule is skipped
+            log = logger.info if self.collector.wants("pickle") else logger.warning
+            log("determinism across fresh instances not checked: %s", self.target.fresh_error)
+            return
+        try:
+            fresh = self.target.factory()
+        except Exception as error:
+            self.collector.add("determinism.seed", "building a second, fresh instance to compare with raised", error=error)
+            return
+        try:  # the same calls as on the explored instance, which started with a bare reset()
+            fresh.reset()
+        except Exception as error:  # reported as api.reset for the explored instance already
+            logger.debug("reset() of the fresh instance raised %s", describe(error))
+        self._replay(fresh, explored, "on a second, fresh instance", leak=False)
+        try:
+            fresh.close()
+        except Exception as error:  # reported once, for the explored instance, by close.idempotent
+            logger.debug("close() of the fresh instance raised %s", describe(error))
+
+    def _replay(self, env: Any, explored: list[Episode], who: str, *, leak: bool) -> None:
+        """Replay each explored episode on ``env``; one finding at the first difference."""
+        for index, episode in enumerate(explored):
+            label = f"episode {index} (seed {episode.seed})"
+            for step, record in enumerate(episode.records):
+                call = f"reset(seed={episode.seed})" if step == 0 else f"step() at step {step}"
+                before = global_rng_state()
+                try:
+                    if step == 0:
+                        result = env.reset(seed=episode.seed, options=None)
+                    else:
+                        result = env.step(snapshot(episode.actions[step - 1]))
+                        self.steps += 1
+                except Exception as error:
+                    self._diverged(f"{call} of {label} raised {who}, where the first run did not", step, leak, error)
+                    return
+                after = global_rng_state()
+                source = drew(before, after)
+                if source and (episode.draws[step] is None or episode.draws[step] != after):
+                    self.collector.add(
+                        "determinism.seed",
+                        f"the env draws from {source} in {call} of {label}, which reset(seed=...) does not seed, "
+                        f"so the same seed gives different draws {who}",
+                        step=step,
+                        hint=_RNG_HINT,
+                        key=who,
+                    )
+                    return
+                difference = _difference(record, result, step)
+                if difference:
+                    self._diverged(
+                        f"with seed {episode.seed} and the same actions, the trajectory {who} diverges in "
+                        f"{call} of {label}: {difference}",
+                        step,
+                        leak,
+                    )
+                    return
+
+    def _diverged(self, message: str, step: int, leak: bool, error: BaseException | None = None) -> None:
+        hint = RULES["determinism.seed"].fix
+        if leak:
+            hint += " Something carries over from the previous episode: reset it in reset()."
+        self.collector.add("determinism.seed", message, step=step, hint=hint, error=error)
+
+    # Teardown --------------------------------------------------------------------------------
+
+    def _close(self) -> None:
+        for attempt in ("first", "second"):
+            try:
+                self.env.close()
+            except Exception as error:
+                self.collector.add("close.idempotent", f"the {attempt} call of close() raised", error=error)
+                return
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _difference(record: Record, result: Any, step: int) -> str | None:
+    size = 2 if step == 0 else 5
+    if not isinstance(result, (tuple, list)) or len(result) != size or not all(isinstance(p, dict) for p in result):
+        return f"it returned {type(result).__name__} instead of {size} dicts as in the first run"
+    if step == 0:
+        frame = Frame(0, result[0], result[1])
+    else:
+        frame = Frame(step, result[0], result[4], result[1], result[2], result[3])
+    return first_difference(record, Record.of(frame))
+
+
+def _short(value: Any) -> str:
+    text = repr(value).replace("\n", " ")
+    return text if len(text) <= 120 else text[:117] + "..."
+

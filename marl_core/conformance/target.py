@@ -1,0 +1,185 @@
+"""Turning what the user hands to the checker into an env, and more fresh envs of the same kind.
+
+Accepted: an env instance (ours, or any object following the protocol, such as a subclass of
+RLlib's ``MultiAgentEnv``); a class or zero-argument factory (a constructor or function taking one
+``config`` argument is called with ``{}`` when it cannot be called without one); and foreign envs
+(PettingZoo, OpenSpiel, Gymnasium), which go through ``bridges.wrap`` (the one place the checker
+imports ``bridges``).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from marl_core.env import MultiAgentEnv, accepts_config
+from marl_core.errors import TargetBuildError
+
+logger = logging.getLogger(__name__)
+
+_SPACE_ATTRS = (("observation_spaces", "get_observation_space"), ("action_spaces", "get_action_space"))
+
+
+@dataclass
+class Target:
+    """The env under test and how to get another fresh one.
+
+    Attributes:
+        env: the env the checker explores.
+        name: how reports name the target.
+        factory: builds a fresh env (None when there is no way to; see ``fresh_error``).
+        picklable: the object that must survive a cloudpickle round trip (factory or instance).
+        fresh_error: why no fresh env can be built, when ``factory`` is None.
+    """
+
+    env: Any
+    name: str
+    factory: Callable[[], Any] | None
+    picklable: Any
+    fresh_error: str | None = None
+
+
+def missing_protocol(obj: Any) -> list[str]:
+    """What ``obj`` lacks to be checked directly as a multi-agent env (empty: nothing)."""
+    if isinstance(obj, MultiAgentEnv):
+        return []
+    # PettingZoo envs have look-alike attributes but other semantics (no "__all__", AEC turns).
+    if any(cls.__module__.split(".")[0] == "pettingzoo" for cls in type(obj).__mro__):
+        return ["not a PettingZoo env (PettingZoo envs go through bridges.wrap)"]
+    missing = [name for name in ("reset", "step") if not callable(_probe(obj, name))]
+    if _probe(obj, "possible_agents", missing=_MISSING) is _MISSING:
+        missing.append("possible_agents")
+    for attr, method in _SPACE_ATTRS:
+        if _probe(obj, attr) is None and not callable(_probe(obj, method)):
+            missing.append(f"{attr} or {method}()")
+    return missing
+
+
+_MISSING = object()
+
+
+def _probe(obj: Any, name: str, missing: Any = None) -> Any:
+    """``getattr(obj, name, missing)``, where a property that raises counts as present."""
+    try:
+        return getattr(obj, name, missing)
+    except Exception:  # a broken property: the attribute exists; the checker reports the error later
+        return True
+
+
+def _name_of(obj: Any) -> str:
+    """``module.QualName`` of a class, function or (the type of) an instance, plus a short ``str(obj)``
+    for foreign instances that describe themselves (e.g. ``pyspiel.Game kuhn_poker()``)."""
+    target = obj if inspect.isclass(obj) or inspect.isroutine(obj) else type(obj)
+    module = getattr(target, "__module__", None)
+    qualname = getattr(target, "__qualname__", repr(target))
+    name = f"{module}.{qualname}" if module else qualname
+    if target is type(obj) and not isinstance(obj, MultiAgentEnv) and type(obj).__str__ is not object.__str__:
+        try:
+            text = str(obj)
+        except Exception:  # a broken __str__ does not stop the check
+            text = ""
+        if text and len(text) <= 80 and "\n" not in text:
+            name += f" {text}"
+    return name
+
+
+def _is_instance_like(obj: Any) -> bool:
+    return not inspect.isclass(obj) and callable(getattr(obj, "reset", None))
+
+
+def _call_factory(factory: Callable[..., Any]) -> Any:
+    try:
+        inspect.signature(factory).bind()
+        takes_nothing = True
+    except TypeError:
+        takes_nothing = False
+    except ValueError:  # no signature (builtins): try the plain call
+        takes_nothing = True
+    if takes_nothing:
+        return factory()
+    if accepts_config(factory):
+        return factory({})
+    raise TargetBuildError(
+        f"cannot call {_name_of(factory)}: it needs arguments (signature "
+        f"{inspect.signature(factory)}); pass a zero-argument factory, e.g. "
+        f"`lambda: {getattr(factory, '__name__', 'make_env')}(...)`"
+    )
+
+
+def _wrap(obj: Any) -> Any:
+    """Return ``obj`` as one of our envs: itself when it follows the protocol, else ``bridges.wrap(obj)``."""
+    missing = missing_protocol(obj)
+    if not missing:
+        return obj
+    try:
+        import bridges
+
+        wrap = getattr(bridges, "wrap", None)
+    except ImportError as error:
+        raise TargetBuildError(f"cannot load bridges.wrap to convert {_name_of(obj)}: {error}") from error
+    if wrap is None:
+        raise TargetBuildError(
+            f"{_name_of(obj)} is not a multi-agent env: it lacks {', '.join(missing)}, and "
+            f"bridges.wrap (which converts PettingZoo, OpenSpiel and Gymnasium envs) is not available"
+        )
+    try:
+        wrapped = wrap(obj)
+    except Exception as error:
+        raise TargetBuildError(f"bridges.wrap cannot convert {_name_of(obj)}: {type(error).__name__}: {error}") from error
+    still_missing = missing_protocol(wrapped)
+    if still_missing:
+        raise TargetBuildError(f"bridges.wrap({_name_of(obj)}) returned an object lacking {', '.join(still_missing)}")
+    return wrapped
+
+
+def resolve(obj: Any) -> Target:
+    """Build the env to check from ``obj`` (an env, a class or factory, or a foreign env).
+
+    Raises:
+        TargetBuildError: ``obj`` is not an env and none can be built from it (the message says why).
+    """
+    if _is_instance_like(obj) or not callable(obj):
+        env = _wrap(obj)
+        return Target(env=env, name=_name_of(obj), factory=None, picklable=obj)
+    try:
+        built = _call_factory(obj)
+    except TargetBuildError:
+        raise
+    except Exception as error:
+        raise TargetBuildError(
+            f"calling {_name_of(obj)} to build the env raised {type(error).__name__}: {error}"
+        ) from error
+    env = _wrap(built)
+    wraps = env is not built
+
+    def factory() -> Any:
+        fresh = _call_factory(obj)
+        return _wrap(fresh) if wraps else fresh
+
+    return Target(env=env, name=_name_of(obj), factory=factory, picklable=obj)
+
+
+def copier(snapshot: bytes | None, instance: Any) -> tuple[Callable[[], Any] | None, str | None]:
+    """A factory of copies of a given instance (from its pickle, else ``deepcopy``), or why not.
+
+    Args:
+        snapshot: the cloudpickle bytes of the untouched instance, when pickling worked.
+        instance: the instance itself (copied with ``copy.deepcopy`` when there is no snapshot).
+    """
+    if snapshot is not None:
+        import cloudpickle
+
+        return (lambda: _wrap(cloudpickle.loads(snapshot))), None
+    try:
+        pristine = copy.deepcopy(instance)
+    except Exception as error:
+        return None, f"it cannot be copied either ({type(error).__name__}: {error})"
+
+    def fresh() -> Any:
+        return _wrap(copy.deepcopy(pristine))
+
+    return fresh, None

@@ -1,0 +1,387 @@
+"""PPO: builds policies from the env's spaces, samples (driver or Ray runners), updates, reports.
+
+One iteration (:meth:`PPO.train`): broadcast weights, sample ``train_batch_size`` env steps,
+concatenate each policy's batch, run its PPO epochs, return a metrics dict namespaced per policy
+(``result["policies"][policy_id]``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from marl_core.env import accepts_config
+from marl_core.errors import ConfigError, SpaceError
+from marl_core.ppo.config import PolicySpec, PPOConfig, resolve
+from marl_core.ppo.learner import Learner
+from marl_core.ppo.model import TorchPolicy, concat_obs, stack_obs
+from marl_core.ppo.rollout import Episode, LearnedSpec, Sampler
+
+logger = logging.getLogger(__name__)
+
+PolicyID = str
+
+
+def make_env_creator(env: Any) -> Callable[[dict], Any]:
+    """``creator(env_config) -> env`` from a class, a creator or a ``"module:name"`` reference."""
+    target = resolve(env)
+    if not callable(target):
+        raise ConfigError(f"config.env must be an env class, a creator or 'module:name', received {env!r}")
+    return target if accepts_config(target) else (lambda _config: target())
+
+
+def _merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(batches) == 1:
+        return batches[0]
+    return {key: concat_obs([b[key] for b in batches]) for key in batches[0]}
+
+
+class PPO:
+    """The PPO algorithm of :class:`~marl_core.ppo.PPOConfig` (see the package docs)."""
+
+    def __init__(self, config: PPOConfig) -> None:
+        self.config = config = config.copy()
+        if config.env is None:
+            raise ConfigError("no env: call config.environment(env_class_or_creator) first")
+        self.env_creator = make_env_creator(config.env)
+        if config.torch_threads is not None:
+            torch.set_num_threads(int(config.torch_threads))
+        self.device = torch.device(
+            ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device)
+        self.rng = np.random.default_rng(config.seed)
+        self.iteration = 0
+        self.env_steps_lifetime = 0
+        self.num_env_errors_lifetime = 0
+        self.time_total_s = 0.0
+        self._build_mapping_fn = config.policy_mapping_fn
+        probe = self.env_creator(dict(config.env_config))
+        try:
+            self._agents = list(probe.possible_agents)
+            self._spaces = {a: (probe.get_observation_space(a), probe.get_action_space(a)) for a in self._agents}
+        finally:
+            probe.close()
+        self.policies: dict[PolicyID, TorchPolicy | Callable[[Any], Any]] = {}
+        self.learners: dict[PolicyID, Learner] = {}
+        self._specs: dict[PolicyID, PolicySpec | None] = {}
+        entries = config.policy_entries()
+        for policy_id, entry in entries.items():
+            self._install(policy_id, entry)
+        learned = [pid for pid, p in self.policies.items() if isinstance(p, TorchPolicy)]
+        to_train = learned if config.policies_to_train is None else config.policies_to_train
+        self._set_to_train(to_train)
+        self._returns: dict[PolicyID, deque] = {}
+        self._lengths: dict[PolicyID, deque] = {}
+        self._state_version = 0
+        self.runners = None
+        self.sampler: Sampler | None = None
+        if config.num_env_runners > 0:
+            from marl_core.ppo.runners import RunnerGroup
+
+            self.runners = RunnerGroup(
+                self.env_creator, config.env_config, config.num_env_runners, config.num_envs_per_env_runner,
+                seed=config.seed, ray_address=config.ray_address, num_cpus=config.num_cpus,
+                max_restarts=config.max_runner_restarts, max_env_errors_in_a_row=config.max_env_errors_in_a_row,
+                log_level=config.log_level)
+        else:
+            self.sampler = Sampler(self.env_creator, config.env_config, config.num_envs_per_env_runner,
+                                   worker_index=0, seed=config.seed,
+                                   max_env_errors_in_a_row=config.max_env_errors_in_a_row)
+        self._sync_state()
+
+    # Policies -----------------------------------------------------------------------------------
+
+    def _spaces_for(self, policy_id: PolicyID, spec: PolicySpec | None, weights_from: str | None) -> tuple:
+        obs_space = spec.observation_space if spec else None
+        act_space = spec.action_space if spec else None
+        if (obs_space is None or act_space is None) and weights_from in self.policies:
+            source = self.policies[weights_from]
+            if isinstance(source, TorchPolicy):
+                obs_space = obs_space or source.observation_space
+                act_space = act_space or source.action_space
+        if obs_space is None or act_space is None:
+            for agent_id in self._agents:
+                if self.config.policy_mapping_fn(agent_id, Episode(-1, 0, 0)) == policy_id:
+                    obs_space = obs_space or self._spaces[agent_id][0]
+                    act_space = act_space or self._spaces[agent_id][1]
+                    break
+        if obs_space is None or act_space is None:
+            distinct = {(repr(o), repr(a)) for o, a in self._spaces.values()}
+            if len(distinct) != 1:
+                raise SpaceError(
+                    f"cannot infer the spaces of policy {policy_id!r}: no agent maps to it and the agents' "
+                    f"spaces differ; pass PolicySpec(observation_space=..., action_space=...)")
+            first = next(iter(self._spaces.values()))
+            obs_space, act_space = obs_space or first[0], act_space or first[1]
+        return obs_space, act_space
+
+    def _install(self, policy_id: PolicyID, entry: Any, weights_from: str | None = None) -> None:
+        if entry is not None and not isinstance(entry, PolicySpec) and callable(entry):
+            self.policies[policy_id] = entry
+            self._specs[policy_id] = None
+            return
+        if entry is not None and not isinstance(entry, PolicySpec):
+            raise ConfigError(f"policy {policy_id!r}: expected None, a PolicySpec or a callable, received {entry!r}")
+        obs_space, act_space = self._spaces_for(policy_id, entry, weights_from)
+        self.config.for_policy(entry)  # validates the overrides
+        if self.config.seed is not None:
+            torch.manual_seed(self.config.seed + zlib.crc32(policy_id.encode()))
+        policy = TorchPolicy(obs_space, act_space, self.config.model_for(entry), self.device)
+        policy.module.eval()
+        if weights_from is not None:
+            source = self.policies.get(weights_from)
+            if not isinstance(source, TorchPolicy):
+                raise ConfigError(f"weights_from={weights_from!r} is not a learned policy; learned: "
+                                  f"{sorted(p for p, v in self.policies.items() if isinstance(v, TorchPolicy))}")
+            policy.set_weights(source.get_weights())
+        self.policies[policy_id] = policy
+        self._specs[policy_id] = entry
+
+    def _set_to_train(self, to_train: list[PolicyID]) -> None:
+        for policy_id in to_train:
+            if not isinstance(self.policies.get(policy_id), TorchPolicy):
+                raise ConfigError(f"policies_to_train names {policy_id!r}, which is not a learned policy; "
+                                  f"learned policies: {sorted(p for p, v in self.policies.items() if isinstance(v, TorchPolicy))}")
+        self.to_train = list(to_train)
+        for policy_id in self.to_train:
+            if policy_id not in self.learners:
+                policy = self.policies[policy_id]
+                self.learners[policy_id] = Learner(policy, self.config.for_policy(self._specs[policy_id]))
+        for policy_id in list(self.learners):
+            if policy_id not in self.to_train:
+                del self.learners[policy_id]
+
+    def add_policy(self, policy_id: PolicyID, policy: Any = None, *, weights_from: str | None = None,
+                   policy_mapping_fn: Callable[..., PolicyID] | None = None,
+                   policies_to_train: list[PolicyID] | None = None) -> None:
+        """Add a learned (None or PolicySpec) or fixed (callable) policy during training.
+
+        ``add_policy("main_v3", weights_from="main")`` adds a frozen copy of ``"main"`` (it is not
+        trained unless ``policies_to_train`` names it). The change reaches the runners before the
+        next sampling.
+        """
+        if policy_id in self.policies:
+            raise ConfigError(f"policy {policy_id!r} exists already; policies: {sorted(self.policies)}")
+        if policy_mapping_fn is not None:
+            self.config.policy_mapping_fn = policy_mapping_fn
+        self._install(policy_id, policy, weights_from)
+        self.config.policies = {**self.config.policy_entries(), policy_id: policy}
+        if policies_to_train is not None:
+            self._set_to_train(list(policies_to_train))
+        self._sync_state()
+
+    def remove_policy(self, policy_id: PolicyID, *, policy_mapping_fn: Callable[..., PolicyID] | None = None,
+                      policies_to_train: list[PolicyID] | None = None) -> None:
+        """Remove a policy; agents of ongoing episodes mapped to it are mapped again."""
+        if policy_id not in self.policies:
+            raise ConfigError(f"no policy {policy_id!r} to remove; policies: {sorted(self.policies)}")
+        del self.policies[policy_id]
+        self._specs.pop(policy_id, None)
+        self.config.policies = {k: v for k, v in self.config.policy_entries().items() if k != policy_id}
+        if policy_mapping_fn is not None:
+            self.config.policy_mapping_fn = policy_mapping_fn
+        self._set_to_train([p for p in (policies_to_train or self.to_train) if p != policy_id])
+        self._sync_state()
+
+    def set_policy_mapping_fn(self, policy_mapping_fn: Callable[..., PolicyID]) -> None:
+        """Replace the mapping fn; agents of new episodes use it."""
+        self.config.policy_mapping_fn = policy_mapping_fn
+        self._sync_state()
+
+    def _runner_state(self) -> tuple[dict, Callable, set]:
+        policies = {}
+        for policy_id, policy in self.policies.items():
+            if isinstance(policy, TorchPolicy):
+                params = self.config.for_policy(self._specs[policy_id])
+                policies[policy_id] = LearnedSpec(policy.observation_space, policy.action_space,
+                                                  self.config.model_for(self._specs[policy_id]),
+                                                  params["gamma"], params["lambda_"])
+            else:
+                policies[policy_id] = policy
+        return policies, self.config.policy_mapping_fn, set(self.to_train)
+
+    def _sync_state(self) -> None:
+        self._state_version += 1
+        self._state_blob: bytes | None = None
+        if self.sampler is not None:
+            shared = {p: v for p, v in self.policies.items() if isinstance(v, TorchPolicy) and v.device.type == "cpu"}
+            self.sampler.set_policies(*self._runner_state(), shared=shared)
+
+    # Weights ------------------------------------------------------------------------------------
+
+    def get_weights(self, policy_ids: list[PolicyID] | None = None) -> dict[PolicyID, dict[str, torch.Tensor]]:
+        """CPU state dicts of learned policies (all when ``policy_ids`` is None)."""
+        ids = [p for p in self.policies if isinstance(self.policies[p], TorchPolicy)] if policy_ids is None else policy_ids
+        out = {}
+        for policy_id in ids:
+            policy = self.policies.get(policy_id)
+            if not isinstance(policy, TorchPolicy):
+                raise ConfigError(f"{policy_id!r} is not a learned policy; policies: {sorted(self.policies)}")
+            out[policy_id] = policy.get_weights()
+        return out
+
+    def set_weights(self, weights: Mapping[PolicyID, Mapping[str, Any]]) -> None:
+        """Load state dicts from :meth:`get_weights` into the named policies."""
+        for policy_id, state in weights.items():
+            policy = self.policies.get(policy_id)
+            if not isinstance(policy, TorchPolicy):
+                raise ConfigError(f"{policy_id!r} is not a learned policy; policies: {sorted(self.policies)}")
+            policy.set_weights(dict(state))
+
+    # Training -----------------------------------------------------------------------------------
+
+    def _steps_per_runner(self) -> int:
+        config = self.config
+        runners = max(1, config.num_env_runners)
+        if config.rollout_fragment_length != "auto":
+            return int(config.rollout_fragment_length) * config.num_envs_per_env_runner
+        return max(config.num_envs_per_env_runner, math.ceil(config.train_batch_size / runners))
+
+    def train(self) -> dict[str, Any]:
+        """Run one iteration and return its metrics."""
+        start = time.perf_counter()
+        steps = self._steps_per_runner()
+        if self.sampler is not None:
+            self.sampler.set_weights({p: v.get_weights() for p, v in self.policies.items()
+                                      if isinstance(v, TorchPolicy) and v.device.type != "cpu"})
+            samples = [self.sampler.sample(steps)]
+            restarts = 0
+        else:
+            import cloudpickle
+
+            if self._state_blob is None:
+                self._state_blob = cloudpickle.dumps(self._runner_state())
+            before = self.runners.num_restarts
+            weights = {p: v.get_weights() for p, v in self.policies.items() if isinstance(v, TorchPolicy)}
+            samples = self.runners.sample(self._state_version, self._state_blob, weights, steps)
+            restarts = self.runners.num_restarts - before
+        sample_done = time.perf_counter()
+        learner_metrics = {}
+        for policy_id, learner in self.learners.items():
+            parts = [s["batches"][policy_id] for s in samples if policy_id in s["batches"]]
+            if parts:
+                learner_metrics[policy_id] = learner.update(_merge(parts), self.rng, self.config.normalize_advantages)
+        learn_done = time.perf_counter()
+        self.iteration += 1
+        env_steps = sum(s["env_steps"] for s in samples)
+        env_errors = sum(s["num_env_errors"] for s in samples)
+        self.env_steps_lifetime += env_steps
+        self.num_env_errors_lifetime += env_errors
+        elapsed = learn_done - start
+        self.time_total_s += elapsed
+        return {
+            "training_iteration": self.iteration,
+            "num_env_steps_sampled": env_steps,
+            "num_env_steps_sampled_lifetime": self.env_steps_lifetime,
+            "num_agent_steps_sampled": sum(s["agent_steps"] for s in samples),
+            "env_steps_per_s": env_steps / elapsed if elapsed > 0 else float("nan"),
+            "time_this_iter_s": elapsed,
+            "time_total_s": self.time_total_s,
+            "sample_time_s": sample_done - start,
+            "learn_time_s": learn_done - sample_done,
+            "num_env_errors": env_errors,
+            "num_env_errors_lifetime": self.num_env_errors_lifetime,
+            "num_runner_restarts": restarts,
+            "num_runner_restarts_lifetime": self.runners.num_restarts if self.runners else 0,
+            "num_episodes": len({e["episode_id"] for s in samples for e in s["episodes"]}),
+            "policies": self._policy_metrics(samples, learner_metrics),
+        }
+
+    def _policy_metrics(self, samples: list[dict], learner_metrics: dict[PolicyID, dict]) -> dict[PolicyID, dict]:
+        episodes: dict[PolicyID, list[dict]] = {}
+        for sample in samples:
+            for episode in sample["episodes"]:
+                episodes.setdefault(episode["policy_id"], []).append(episode)
+        out = {}
+        for policy_id in self.policies:
+            returns = self._returns.setdefault(policy_id, deque(maxlen=100))
+            lengths = self._lengths.setdefault(policy_id, deque(maxlen=100))
+            done = episodes.get(policy_id, [])
+            returns.extend(e["return"] for e in done)
+            lengths.extend(e["length"] for e in done)
+            metrics = {
+                "episode_return_mean": float(np.mean(returns)) if returns else float("nan"),
+                "episode_return_min": float(np.min(returns)) if returns else float("nan"),
+                "episode_return_max": float(np.max(returns)) if returns else float("nan"),
+                "episode_len_mean": float(np.mean(lengths)) if lengths else float("nan"),
+                "num_episodes": len(done),
+            }
+            metrics.update(learner_metrics.get(policy_id, {}))
+            out[policy_id] = metrics
+        return out
+
+    # Inference ----------------------------------------------------------------------------------
+
+    def compute_actions(self, obs_dict: Mapping[str, Any], policy_id: PolicyID | None = None,
+                        explore: bool = False) -> dict[str, Any]:
+        """Actions for every agent in ``obs_dict`` (mapped by ``policy_id`` or the mapping fn)."""
+        episode = Episode(-1, 0, 0)
+        groups: dict[PolicyID, list[str]] = {}
+        for agent_id in obs_dict:
+            pid = policy_id if policy_id is not None else self.config.policy_mapping_fn(agent_id, episode)
+            if pid not in self.policies:
+                raise ConfigError(f"agent {agent_id!r} maps to {pid!r}, which is not a policy; "
+                                  f"policies: {sorted(self.policies)}")
+            groups.setdefault(pid, []).append(agent_id)
+        actions = {}
+        for pid, agents in groups.items():
+            policy = self.policies[pid]
+            if not isinstance(policy, TorchPolicy):
+                actions.update({a: policy(obs_dict[a]) for a in agents})
+                continue
+            batch = stack_obs(policy.observation_space, [obs_dict[a] for a in agents])
+            rows, _, _ = policy.act(batch, explore=explore)
+            actions.update(zip(agents, policy.dist.to_env(rows), strict=True))
+        return actions
+
+    def get_policy_callable(self, policy_id: PolicyID, explore: bool = False) -> Callable[[Any], Any]:
+        """``fn(observation) -> action`` acting with one policy (for evaluation and play)."""
+        policy = self.policies.get(policy_id)
+        if policy is None:
+            raise ConfigError(f"no policy {policy_id!r}; policies: {sorted(self.policies)}")
+        if not isinstance(policy, TorchPolicy):
+            return policy
+
+        def act(observation: Any) -> Any:
+            rows, _, _ = policy.act(stack_obs(policy.observation_space, [observation]), explore=explore)
+            return policy.dist.to_env(rows)[0]
+
+        return act
+
+    # Checkpoints and lifetime -------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        """Write a checkpoint directory atomically (see :mod:`marl_core.ppo.checkpoint`)."""
+        from marl_core.ppo.checkpoint import save_checkpoint
+
+        return save_checkpoint(self, Path(path))
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, **overrides: Any) -> PPO:
+        """Build from a checkpoint and continue where it stopped; ``overrides`` replace config fields."""
+        from marl_core.ppo.checkpoint import load_checkpoint
+
+        return load_checkpoint(cls, Path(path), overrides)
+
+    def stop(self) -> None:
+        """Stop the runners (and Ray, if this algorithm started it) and close the envs."""
+        if self.runners is not None:
+            self.runners.stop()
+            self.runners = None
+        if self.sampler is not None:
+            self.sampler.close()
+            self.sampler = None
+
+    def __enter__(self) -> PPO:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,126 @@
+"""Checkpoints: a directory with ``config.json`` and ``state.pt``, written atomically.
+
+``config.json`` is the JSON form of the config (callables by ``"module:qualname"``, never
+pickled). ``state.pt`` holds every learned policy's module state, the optimizer states of trained
+policies, the iteration and step counters, recent episode returns and the RNG states; it is read
+with ``torch.load(..., weights_only=True)``. The directory is written under a temporary name and
+renamed into place, so a crash never leaves a half-written checkpoint under the final name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from marl_core.errors import CheckpointError
+from marl_core.ppo.config import PPOConfig, reference_of
+from marl_core.ppo.model import TorchPolicy
+
+if TYPE_CHECKING:
+    from marl_core.ppo.algorithm import PPO
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+
+def save_checkpoint(algo: PPO, path: Path) -> Path:
+    """Write ``algo`` to the directory ``path`` (replacing it atomically) and return ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        config = algo.config.to_json_dict()
+        if config["policy_mapping_fn"] is None:
+            config["policy_mapping_fn"] = reference_of(algo._build_mapping_fn)
+            logger.warning("the current policy_mapping_fn cannot be imported by name; the checkpoint keeps %s",
+                           config["policy_mapping_fn"] or "none (pass policy_mapping_fn=... when restoring)")
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        policies = {}
+        for policy_id, policy in algo.policies.items():
+            if isinstance(policy, TorchPolicy):
+                learner = algo.learners.get(policy_id)
+                policies[policy_id] = {
+                    "module": policy.module.state_dict(),
+                    "optimizer": learner.optimizer.state_dict() if learner is not None else {},
+                }
+        state = {
+            "format": FORMAT_VERSION,
+            "iteration": algo.iteration,
+            "env_steps_lifetime": algo.env_steps_lifetime,
+            "num_env_errors_lifetime": algo.num_env_errors_lifetime,
+            "time_total_s": algo.time_total_s,
+            "to_train": list(algo.to_train),
+            "policies": policies,
+            "recent_returns": {p: [float(x) for x in r] for p, r in algo._returns.items()},
+            "recent_lengths": {p: [float(x) for x in r] for p, r in algo._lengths.items()},
+            "rng_numpy": json.dumps(algo.rng.bit_generator.state),
+            "rng_torch": torch.get_rng_state(),
+        }
+        torch.save(state, tmp / "state.pt")
+        if path.exists():
+            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PPO:
+    """Build ``cls`` from the checkpoint at ``path``; ``overrides`` replace config fields."""
+    config_file, state_file = path / "config.json", path / "state.pt"
+    if not config_file.is_file() or not state_file.is_file():
+        raise CheckpointError(f"{path} is not a checkpoint: expected {config_file.name} and {state_file.name} in it")
+    config = PPOConfig.from_json_dict(json.loads(config_file.read_text()), **overrides)
+    if config.env is None:
+        raise CheckpointError("the saved env was not importable by name; pass env=... to from_checkpoint")
+    state = torch.load(state_file, weights_only=True, map_location="cpu")
+    if state.get("format") != FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint format {state.get('format')!r}; this version reads {FORMAT_VERSION}")
+    algo = cls(config)
+    try:
+        missing = sorted(set(state["policies"]) - set(algo.policies))
+        if missing:
+            raise CheckpointError(f"the checkpoint has policies {missing} that the config does not define; "
+                                  f"pass policies=... to from_checkpoint")
+        algo._set_to_train(state["to_train"])
+        for policy_id, saved in state["policies"].items():
+            algo.policies[policy_id].module.load_state_dict(saved["module"])
+            if saved["optimizer"] and policy_id in algo.learners:
+                algo.learners[policy_id].optimizer.load_state_dict(saved["optimizer"])
+        algo.iteration = int(state["iteration"])
+        algo.env_steps_lifetime = int(state["env_steps_lifetime"])
+        algo.num_env_errors_lifetime = int(state["num_env_errors_lifetime"])
+        algo.time_total_s = float(state["time_total_s"])
+        for policy_id, values in state["recent_returns"].items():
+            algo._returns.setdefault(policy_id, _deque()).extend(values)
+        for policy_id, values in state["recent_lengths"].items():
+            algo._lengths.setdefault(policy_id, _deque()).extend(values)
+        algo.rng = np.random.default_rng()
+        algo.rng.bit_generator.state = json.loads(state["rng_numpy"])
+        torch.set_rng_state(state["rng_torch"])
+        algo._sync_state()
+    except BaseException:
+        algo.stop()
+        raise
+    return algo
+
+
+def _deque() -> Any:
+    from collections import deque
+
+    return deque(maxlen=100)

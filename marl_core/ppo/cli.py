@@ -1,0 +1,126 @@
+"""``marl-train``: train a preset with a progress bar, logs, a learning curve and checkpoints.
+
+Usage::
+
+    marl-train rps --minutes 1 --out runs/rps
+    marl-train pistonball --iterations 20 --set training.lr=3e-4 --set num_envs_per_env_runner=2
+
+The run directory gets ``progress.csv``, TensorBoard files under ``tb/``, ``learning_curve.png``,
+a checkpoint every ``--checkpoint-every`` iterations (``checkpoint/``), the final checkpoint in
+``final/`` (also written on Ctrl-C) and the preset's final result in ``final_result.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from marl_core.ppo.presets import PRESETS, load_preset
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``marl-train``."""
+    parser = argparse.ArgumentParser(prog="marl-train", description="Train a multi-agent PPO preset on Ray.")
+    parser.add_argument("preset", choices=sorted(PRESETS), help="what to train")
+    parser.add_argument("--minutes", type=float, default=None, help="time budget (default: the preset's)")
+    parser.add_argument("--iterations", type=int, default=None, help="stop after this many iterations")
+    parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/PRESET-TIME)")
+    parser.add_argument("--seed", type=int, default=None, help="seed (default: the preset's)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field, e.g. training.lr=3e-4 (repeatable)")
+    parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start one locally)")
+    parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray")
+    parser.add_argument("--checkpoint-every", type=int, default=10, help="iterations between checkpoints")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def _summary(result: dict[str, Any]) -> str:
+    parts = [f"it {result['training_iteration']}", f"{result['env_steps_per_s']:.0f} steps/s"]
+    for policy_id, metrics in result["policies"].items():
+        value = metrics.get("episode_return_mean", math.nan)
+        if not math.isnan(value):
+            parts.append(f"{policy_id} {value:.2f}")
+    return " | ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    if os.getcwd() not in sys.path:  # like `python -m`: "module:name" references resolve from here
+        sys.path.insert(0, os.getcwd())
+    from tqdm import tqdm
+
+    from marl_core.ppo.progress import RunLogger
+
+    preset = load_preset(args.preset)
+    config = preset.build_config()
+    for item in args.overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"marl-train: --set needs KEY=VALUE, received {item!r}", file=sys.stderr)
+            return 2
+        config.set(key.strip(), value)
+    if args.seed is not None:
+        config.seed = args.seed
+    if args.ray_address is not None:
+        config.ray_address = args.ray_address
+    if args.num_cpus is not None:
+        config.num_cpus = args.num_cpus
+    minutes = args.minutes if args.minutes is not None else (None if args.iterations else preset.default_minutes)
+    out = args.out or Path("runs") / f"{preset.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"marl-train {preset.name}: writing to {out}")
+    start = time.monotonic()
+    deadline = start + 60 * minutes if minutes is not None else math.inf
+    algo = config.build()
+    run_log = RunLogger(out)
+    bar = tqdm(total=args.iterations, disable=args.no_progress, unit="it", dynamic_ncols=True)
+    interrupted = False
+    try:
+        interrupted = _train(algo, preset, args, run_log, bar, out, deadline, start)
+        if preset.final is not None and not interrupted:
+            final = preset.final(algo, out)
+            (out / "final_result.json").write_text(json.dumps(final, indent=2, default=str))
+            print(json.dumps(final, indent=2, default=str))
+    finally:
+        algo.stop()
+    return 130 if interrupted else 0
+
+
+def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: Any, out: Path,
+           deadline: float, start: float) -> bool:
+    interrupted = False
+    try:
+        while time.monotonic() < deadline and (args.iterations is None or algo.iteration < args.iterations):
+            result = algo.train()
+            for callback in preset.callbacks:
+                callback(algo, result)
+            run_log.log(result)
+            bar.update(1)
+            bar.set_postfix_str(_summary(result))
+            if args.no_progress:
+                print(_summary(result), flush=True)
+            if args.checkpoint_every and algo.iteration % args.checkpoint_every == 0:
+                algo.save(out / "checkpoint")
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\ninterrupted: saving the final checkpoint", file=sys.stderr)
+    finally:
+        bar.close()
+        final_path = algo.save(out / "final")
+        run_log.close()
+        if run_log.rows:
+            run_log.plot(title=f"{preset.name}: episode return")
+        print(f"final checkpoint: {final_path} (iteration {algo.iteration}, {time.monotonic() - start:.0f} s)")
+    return interrupted
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The PPO update of one policy: minibatch epochs over its train batch (CleanRL's loop).
+
+Loss = clipped surrogate + ``vf_coeff`` * value loss - ``entropy_coeff`` * entropy. Diagnostics:
+approximate KL (``(ratio - 1) - log ratio``), clip fraction and explained variance.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from marl_core.ppo.model import TorchPolicy, index_obs, to_tensor
+
+
+class Learner:
+    """Owns one learned policy's optimizer and runs its PPO epochs."""
+
+    def __init__(self, policy: TorchPolicy, params: dict[str, Any]) -> None:
+        self.policy = policy
+        self.params = dict(params)
+        self.optimizer = torch.optim.Adam(policy.module.parameters(), lr=self.params["lr"], eps=1e-5)
+
+    def update(self, batch: dict[str, Any], rng: np.random.Generator, normalize_advantages: bool = True
+               ) -> dict[str, float]:
+        """Run ``num_epochs`` passes of minibatch SGD over ``batch``; return the loss metrics."""
+        p = self.params
+        device = self.policy.device
+        size = len(batch["advantages"])
+        advantages = batch["advantages"]
+        if normalize_advantages and size > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        obs = to_tensor(batch["obs"], device)
+        actions = to_tensor(batch["actions"], device)
+        old_logp = to_tensor(batch["logp"], device)
+        old_values = to_tensor(batch["values"], device)
+        adv = torch.as_tensor(advantages, dtype=torch.float32, device=device)
+        returns = to_tensor(batch["returns"], device)
+        minibatch = max(1, min(int(p["minibatch_size"]), size))
+        sums: dict[str, float] = {}
+        count = 0
+        self.policy.module.train()
+        for _ in range(int(p["num_epochs"])):
+            order = torch.as_tensor(rng.permutation(size), device=device)
+            for start in range(0, size, minibatch):
+                idx = order[start : start + minibatch]
+                logp, entropy, values = self.policy.evaluate(index_obs(obs, idx), actions[idx])
+                log_ratio = logp - old_logp[idx]
+                ratio = log_ratio.exp()
+                mb_adv = adv[idx]
+                surrogate = torch.max(-mb_adv * ratio,
+                                      -mb_adv * ratio.clamp(1 - p["clip_param"], 1 + p["clip_param"]))
+                policy_loss = surrogate.mean()
+                value_error = (values - returns[idx]) ** 2
+                if p["vf_clip_param"] is not None:
+                    clipped = old_values[idx] + (values - old_values[idx]).clamp(-p["vf_clip_param"], p["vf_clip_param"])
+                    value_error = torch.max(value_error, (clipped - returns[idx]) ** 2)
+                vf_loss = 0.5 * value_error.mean()
+                entropy_mean = entropy.mean()
+                loss = policy_loss + p["vf_coeff"] * vf_loss - p["entropy_coeff"] * entropy_mean
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if p["grad_clip"] is not None:
+                    torch.nn.utils.clip_grad_norm_(self.policy.module.parameters(), p["grad_clip"])
+                self.optimizer.step()
+                with torch.no_grad():
+                    stats = {
+                        "total_loss": loss.item(),
+                        "policy_loss": policy_loss.item(),
+                        "vf_loss": vf_loss.item(),
+                        "entropy": entropy_mean.item(),
+                        "approx_kl": ((ratio - 1) - log_ratio).mean().item(),
+                        "clip_fraction": ((ratio - 1).abs() > p["clip_param"]).float().mean().item(),
+                    }
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                count += 1
+        self.policy.module.eval()
+        metrics = {key: value / max(count, 1) for key, value in sums.items()}
+        metrics["explained_variance"] = explained_variance(batch["values"], batch["returns"])
+        metrics["num_agent_steps_trained"] = float(size)
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        """Module and optimizer state."""
+        return {"module": self.policy.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`state_dict`."""
+        self.policy.module.load_state_dict(state["module"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def explained_variance(predicted: np.ndarray, target: np.ndarray) -> float:
+    """1 - Var(target - predicted) / Var(target); NaN when the target does not vary."""
+    variance = float(np.var(target))
+    if variance == 0.0:
+        return float("nan")
+    return float(1.0 - np.var(np.asarray(target) - np.asarray(predicted)) / variance)

@@ -1,0 +1,155 @@
+"""Presets of ``marl-train``: a named default config plus optional callbacks and a final step.
+
+:data:`PRESETS` maps a name to a lazy ``"module:function"`` returning a :class:`Preset`, so a
+preset's heavy imports (PettingZoo, pyspiel) happen only when it is chosen.
+
+Example:
+    >>> from marl_core.ppo.presets import load_preset
+    >>> preset = load_preset("rps")
+    >>> preset.name, sorted(preset.build_config().policy_entries())
+    ('rps', ['beat_last', 'learned'])
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from marl_core.errors import ConfigError
+from marl_core.ppo.config import PPOConfig
+
+if TYPE_CHECKING:
+    from marl_core.ppo.algorithm import PPO
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named training setup of ``marl-train``.
+
+    Attributes:
+        name: the preset's name on the command line.
+        description: one line for ``marl-train --help``.
+        build_config: the default config (command-line overrides are applied after).
+        callbacks: called after every ``algo.train()`` with ``(algo, result)``; they may add
+            entries to ``result`` (logged like the rest) and add or remove policies.
+        final: called once at the end with ``(algo, out_dir)``; its dict is printed and saved.
+        default_minutes: the time budget when neither ``--minutes`` nor ``--iterations`` is given.
+    """
+
+    name: str
+    description: str
+    build_config: Callable[[], PPOConfig]
+    callbacks: tuple[Callable[[PPO, dict], None], ...] = ()
+    final: Callable[[PPO, Path], dict[str, Any]] | None = None
+    default_minutes: float = 5.0
+
+
+PRESETS: dict[str, str] = {
+    "rps": "marl_core.ppo.presets:rps",
+    "pistonball": "marl_core.ppo.presets:pistonball",
+    "connect4": "marl_core.ppo.selfplay:connect4_preset",
+}
+
+
+def load_preset(name: str) -> Preset:
+    """The preset called ``name`` (its module is imported now)."""
+    reference = PRESETS.get(name)
+    if reference is None:
+        raise ConfigError(f"unknown preset {name!r}; presets: {sorted(PRESETS)}")
+    module_name, _, function = reference.partition(":")
+    return getattr(importlib.import_module(module_name), function)()
+
+
+# Rock-paper-scissors: a learned policy against the "beat the last move" heuristic ----------------
+
+
+def beat_last_move(observation: Any) -> int:
+    """RLlib's BeatLastHeuristic: play what beats the opponent's last move (the observation)."""
+    return (int(observation) + 1) % 3
+
+
+def rps_policy_mapping_fn(agent_id: str, episode: Any, **kwargs: Any) -> str:
+    """player1 learns; player2 plays the heuristic."""
+    return "learned" if agent_id == "player1" else "beat_last"
+
+
+def rps_config() -> PPOConfig:
+    """The rock-paper-scissors config: 1 runner, small batches, a small MLP."""
+    return (
+        PPOConfig()
+        .environment("examples.rock_paper_scissors:RockPaperScissors")
+        .multi_agent(
+            policies={"learned": None, "beat_last": beat_last_move},
+            policy_mapping_fn=rps_policy_mapping_fn,
+            policies_to_train=["learned"],
+        )
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=8)
+        .training(lr=3e-3, gamma=0.9, train_batch_size=800, minibatch_size=200, num_epochs=4,
+                  entropy_coeff=0.01, model={"hiddens": [32]})
+        .resources(num_cpus=2)
+    )
+
+
+def _rps_final(algo: PPO, out_dir: Path) -> dict[str, Any]:
+    from examples.rock_paper_scissors import RockPaperScissors
+    from marl_core.rollout import rollout
+
+    learned = algo.get_policy_callable("learned")
+    returns = [
+        rollout(RockPaperScissors(), {"player1": learned, "player2": beat_last_move}, seed=seed).returns["player1"]
+        for seed in range(20)
+    ]
+    return {"learned_vs_beat_last_mean_return": sum(returns) / len(returns), "episodes": len(returns)}
+
+
+def rps() -> Preset:
+    """Rock-paper-scissors, learned vs the beat-last-move heuristic (seconds on a laptop)."""
+    return Preset("rps", "rock-paper-scissors: a learned policy against the beat-last-move heuristic",
+                  rps_config, final=_rps_final, default_minutes=1.0)
+
+
+# Pistonball: parameter sharing over SuperSuit-preprocessed frames ----------------------------------
+
+
+def pistonball_env(config: dict[str, Any]) -> Any:
+    """Pistonball (parallel API) with SuperSuit: grayscale, 84x84, 3 stacked frames (uint8 HWC)."""
+    import supersuit as ss
+    from pettingzoo.butterfly import pistonball_v6
+
+    from bridges.pettingzoo import ParallelPettingZooEnv
+
+    env = pistonball_v6.parallel_env(
+        n_pistons=int(config.get("n_pistons", 20)), continuous=bool(config.get("continuous", True)),
+        max_cycles=int(config.get("max_cycles", 125)))
+    env = ss.color_reduction_v0(env, mode="B")
+    env = ss.resize_v1(env, x_size=84, y_size=84)
+    env = ss.frame_stack_v1(env, 3)
+    return ParallelPettingZooEnv(env)
+
+
+def shared_policy_mapping_fn(agent_id: str, episode: Any, **kwargs: Any) -> str:
+    """Parameter sharing: every agent uses ``"shared"``."""
+    return "shared"
+
+
+def pistonball_config() -> PPOConfig:
+    """Pistonball with one shared CNN policy for all pistons."""
+    return (
+        PPOConfig()
+        .environment(pistonball_env, env_config={"n_pistons": 20, "max_cycles": 125})
+        .multi_agent(policies={"shared": None}, policy_mapping_fn=shared_policy_mapping_fn)
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=1)
+        .training(lr=2.5e-4, gamma=0.99, lambda_=0.95, train_batch_size=250, minibatch_size=512,
+                  num_epochs=2, entropy_coeff=0.01, vf_coeff=0.5, clip_param=0.1,
+                  model={"hiddens": [256], "vf_share_layers": True})
+        .resources(num_cpus=2)
+    )
+
+
+def pistonball() -> Preset:
+    """Pistonball, 20 pistons sharing one CNN policy."""
+    return Preset("pistonball", "pistonball: 20 pistons sharing one CNN policy (SuperSuit 84x84x3 frames)",
+                  pistonball_config, default_minutes=10.0)

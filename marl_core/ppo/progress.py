@@ -1,0 +1,107 @@
+"""Run logs: a CSV file, TensorBoard scalars and a learning-curve PNG, from the result dicts.
+
+Nested result entries are flattened with ``/`` (``policies/main/episode_return_mean``); entries
+added by callbacks (``result["evaluation"] = {...}``) are logged the same way. A key that first
+appears in a later iteration adds a CSV column (the file is rewritten with the wider header).
+
+Example:
+    >>> from marl_core.ppo.progress import flatten
+    >>> flatten({"policies": {"main": {"episode_return_mean": 1.0}}, "training_iteration": 3})
+    {'policies/main/episode_return_mean': 1.0, 'training_iteration': 3}
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts -> one level with ``/``-joined keys; only numbers, bools and strings kept."""
+    out: dict[str, Any] = {}
+    for key, value in result.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, name + "/"))
+        elif isinstance(value, (int, float, str, bool)) or hasattr(value, "item"):
+            out[name] = value.item() if hasattr(value, "item") else value
+    return out
+
+
+class RunLogger:
+    """Writes ``progress.csv``, TensorBoard event files (``tb/``) and ``learning_curve.png``."""
+
+    def __init__(self, out_dir: str | Path, tensorboard: bool = True) -> None:
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.csv_path = self.out_dir / "progress.csv"
+        self.rows: list[dict[str, Any]] = []
+        self.columns: list[str] = []
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(self.out_dir / "tb"))
+
+    def log(self, result: Mapping[str, Any]) -> None:
+        """Append one iteration's result to the CSV and TensorBoard."""
+        row = flatten(result)
+        self.rows.append(row)
+        new = [key for key in row if key not in self.columns]
+        if new:
+            self.columns.extend(new)
+            self._write_csv(list(self.rows), mode="w")
+        else:
+            self._write_csv([row], mode="a")
+        if self.writer is not None:
+            step = int(row.get("num_env_steps_sampled_lifetime", len(self.rows)))
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    self.writer.add_scalar(key, value, step)
+            self.writer.flush()
+
+    def _write_csv(self, rows: list[dict[str, Any]], mode: str) -> None:
+        with self.csv_path.open(mode, newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=self.columns)
+            if mode == "w":
+                writer.writeheader()
+            writer.writerows(rows)
+
+    def plot(self, path: str | Path | None = None, title: str = "") -> Path:
+        """Save the learning curve (episode return mean per policy against env steps)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        path = Path(path) if path is not None else self.out_dir / "learning_curve.png"
+        steps = [row.get("num_env_steps_sampled_lifetime", i) for i, row in enumerate(self.rows)]
+        figure, axis = plt.subplots(figsize=(7, 4))
+        for key in self.columns:
+            if key.startswith("policies/") and key.endswith("/episode_return_mean"):
+                values = [row.get(key, float("nan")) for row in self.rows]
+                axis.plot(steps, values, label=key.split("/")[1])
+            elif key.startswith("evaluation/") and "return" in key:
+                axis.plot(steps, [row.get(key, float("nan")) for row in self.rows], "--", label=key)
+        axis.set_xlabel("env steps")
+        axis.set_ylabel("episode return (mean of last 100)")
+        axis.set_title(title)
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend()
+        figure.tight_layout()
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        return path
+
+    def close(self) -> None:
+        """Flush and close the TensorBoard writer."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

@@ -1,0 +1,95 @@
+"""The env runner fleet: Ray actors sampling in parallel, replaced when they die.
+
+Ray starts locally with the configured ``num_cpus`` when no address is given, or joins the cluster
+at ``ray_address``. Policies and the mapping fn travel cloudpickled, only to runners that have not
+seen the current version; weights go through the object store once per iteration.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class RunnerGroup:
+    """``num_runners`` :class:`~marl_core.ppo.rollout.EnvRunner` actors and their restarts."""
+
+    def __init__(self, env_creator: Callable[[dict], Any], env_config: dict, num_runners: int, num_envs: int,
+                 *, seed: int | None, ray_address: str | None, num_cpus: int | None, max_restarts: int,
+                 max_env_errors_in_a_row: int, log_level: str) -> None:
+        import cloudpickle
+        import ray
+
+        from marl_core.ppo.rollout import EnvRunner
+
+        self.owns_ray = not ray.is_initialized()
+        if self.owns_ray:
+            if ray_address:
+                ray.init(address=ray_address, log_to_driver=False, logging_level=logging.WARNING)
+            else:
+                ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                         logging_level=logging.WARNING)
+        total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        self.cpus_per_runner = min(1.0, total_cpus / num_runners)
+        self._actor_class = ray.remote(num_cpus=self.cpus_per_runner, max_restarts=0)(EnvRunner)
+        self._creator_blob = cloudpickle.dumps(env_creator)
+        self._args = (env_config, num_envs)
+        self._seed, self._max_env_errors, self._log_level = seed, max_env_errors_in_a_row, log_level
+        self.max_restarts = max_restarts
+        self._next_worker_index = 1
+        self.runners = [self._make() for _ in range(num_runners)]
+        self.versions = [-1] * num_runners
+        self.num_restarts = 0
+
+    def _make(self) -> Any:
+        index = self._next_worker_index
+        self._next_worker_index += 1
+        return self._actor_class.remote(self._creator_blob, *self._args, index, self._seed,
+                                        self._max_env_errors, self._log_level)
+
+    def sample(self, version: int, state_blob: bytes, weights: dict, steps_per_runner: int) -> list[dict]:
+        """One sample call on every runner; a runner that dies is replaced and asked again."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        weights_ref = ray.put(weights)
+        pending = {self._submit(i, version, state_blob, weights_ref, steps_per_runner): i
+                   for i in range(len(self.runners))}
+        restarts = [0] * len(self.runners)
+        results = []
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            index = pending.pop(ready[0])
+            try:
+                results.append(ray.get(ready[0]))
+                self.versions[index] = version
+            except RayActorError as error:
+                restarts[index] += 1
+                self.num_restarts += 1
+                if restarts[index] > self.max_restarts:
+                    raise
+                logger.warning("env runner %d died (%s); starting a replacement", index, error)
+                self.runners[index] = self._make()
+                self.versions[index] = -1
+                pending[self._submit(index, version, state_blob, weights_ref, steps_per_runner)] = index
+        return results
+
+    def _submit(self, index: int, version: int, state_blob: bytes, weights_ref: Any, steps: int) -> Any:
+        blob = state_blob if self.versions[index] != version else None
+        return self.runners[index].sample.remote(version, blob, weights_ref, steps)
+
+    def stop(self) -> None:
+        """Kill the runners and shut Ray down if we started it."""
+        import ray
+
+        for runner in self.runners:
+            try:
+                ray.kill(runner)
+            except Exception:
+                logger.debug("killing a runner raised", exc_info=True)
+        self.runners = []
+        if self.owns_ray and ray.is_initialized():
+            ray.shutdown()

@@ -1,0 +1,271 @@
+"""Command lines for trained Connect-4 policies: ``marl-eval`` and ``marl-play``.
+
+``marl-eval CHECKPOINT --opponent random|mcts:N --games G`` plays evaluation games of a
+checkpoint's policy (half in each seat) and prints win/draw/loss with 95% Wilson intervals.
+
+``marl-play connect4 CHECKPOINT`` lets a person play the policy in the terminal: the person
+picks a seat, the board is drawn after every move, input that is not a legal column is asked
+again with a short message, and end of input (Ctrl-D) or ``q`` leaves cleanly.
+
+The game loop, :func:`play_human`, takes its input and output streams as arguments, so it runs
+the same with a terminal, a pipe or a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from marl_core.env import ALL
+from marl_core.errors import OpponentSpecError
+from marl_core.ppo.evaluation import (
+    PolicyFn,
+    evaluate,
+    make_connect4_env,
+    parse_opponent,
+)
+from marl_core.spaces import action_mask_of
+
+GAMES = {"connect4": make_connect4_env}
+"""Games ``marl-play`` knows, by the name given on the command line."""
+
+QUIT_WORDS = {"q", "quit", "exit"}
+
+
+class _Quit(Exception):
+    """The person asked to stop, or the input ended."""
+
+
+def load_policy(checkpoint: str | Path, policy_id: str = "main") -> tuple[PolicyFn, Callable[[], None]]:
+    """The greedy policy ``policy_id`` from a trainer checkpoint, and a function that releases it.
+
+    Raises:
+        CheckpointError: the path is not a checkpoint of the trainer, or lacks ``policy_id``.
+    """
+    import torch
+
+    from marl_core.ppo import PPO
+
+    # One observation at a time: a second torch thread only adds contention. Sampling settings of
+    # the training run do not matter here, so no env runner (and no Ray) is started.
+    torch.set_num_threads(1)
+    algo = PPO.from_checkpoint(str(checkpoint), num_env_runners=0, num_envs_per_env_runner=1)
+    policy = algo.get_policy_callable(policy_id, explore=False)
+    return policy, algo.stop
+
+
+# Terminal play ------------------------------------------------------------------------------
+
+
+def render_board(state: Any) -> str:
+    """The Connect-4 board of an OpenSpiel state, with column numbers 1-7 under it."""
+    rows = [line for line in str(state).splitlines() if line.strip()]
+    width = max((len(row) for row in rows), default=7)
+    body = ["| " + " ".join(row) + " |" for row in rows]
+    footer = "+" + "-" * (2 * width + 1) + "+"
+    numbers = "  " + " ".join(str(column + 1) for column in range(width))
+    return "\n".join([*body, footer, numbers])
+
+
+def _ask(prompt: str, input_stream: TextIO, output: TextIO) -> str:
+    output.write(prompt)
+    output.flush()
+    line = input_stream.readline()
+    if not line:  # end of input
+        output.write("\n")
+        raise _Quit
+    answer = line.strip().lower()
+    if answer in QUIT_WORDS:
+        raise _Quit
+    return answer
+
+
+def _ask_seat(input_stream: TextIO, output: TextIO) -> int:
+    while True:
+        answer = _ask("Play first (x) or second (o)? [1/2, q to quit] ", input_stream, output)
+        if answer in {"1", "first", "x"}:
+            return 0
+        if answer in {"2", "second", "o"}:
+            return 1
+        output.write("Please type 1 to move first or 2 to move second.\n")
+
+
+def _ask_move(mask: np.ndarray, input_stream: TextIO, output: TextIO) -> int:
+    legal = [int(i) + 1 for i in np.flatnonzero(mask)]
+    columns = len(mask)
+    while True:
+        answer = _ask(f"Your move (column 1-{columns}, q to quit): ", input_stream, output)
+        if not answer.isdigit() or not 1 <= int(answer) <= columns:
+            output.write(f"{answer!r} is not a column: type a number from 1 to {columns}.\n")
+            continue
+        if int(answer) not in legal:
+            output.write(f"Column {answer} is full; legal columns: {' '.join(map(str, legal))}.\n")
+            continue
+        return int(answer) - 1
+
+
+def _play_one(policy: PolicyFn, env: Any, seat: int, seed: int, input_stream: TextIO, output: TextIO) -> float:
+    human = env.possible_agents[seat]
+    marks = "xo"
+    output.write(f"You play {marks[seat]} ({'first' if seat == 0 else 'second'}).\n")
+    obs, _ = env.reset(seed=seed)
+    returns = dict.fromkeys(env.possible_agents, 0.0)
+    while True:
+        output.write(render_board(env.state) + "\n")
+        (agent_id, observation), *_ = obs.items()
+        if agent_id == human:
+            action = _ask_move(action_mask_of(observation), input_stream, output)
+        else:
+            action = int(policy(observation))
+            output.write(f"The policy plays column {action + 1}.\n")
+        obs, rewards, terminateds, truncateds, _ = env.step({agent_id: action})
+        for rewarded, reward in rewards.items():
+            returns[rewarded] = returns.get(rewarded, 0.0) + float(reward)
+        if terminateds.get(ALL, False) or truncateds.get(ALL, False):
+            break
+    output.write(render_board(env.state) + "\n")
+    mine = returns[human]
+    output.write("You win!\n" if mine > 0 else "You lose.\n" if mine < 0 else "Draw.\n")
+    return mine
+
+
+def play_human(
+    policy: PolicyFn,
+    *,
+    env_factory: Callable[[], Any] = make_connect4_env,
+    input_stream: TextIO | None = None,
+    output: TextIO | None = None,
+    seat: int | None = None,
+    seed: int = 0,
+) -> dict[str, int]:
+    """Let a person play ``policy`` game after game until they stop; return the score.
+
+    Args:
+        policy: ``fn(observation) -> action`` (the trained policy, greedy).
+        env_factory: builds the two-player OpenSpiel env (default: Connect-4).
+        input_stream: where the person's answers come from (default: stdin).
+        output: where the board and messages go (default: stdout).
+        seat: 0 to move first, 1 to move second; None asks before every game.
+        seed: seed of the first game (then one more per game).
+
+    Returns:
+        ``{"won": ..., "drawn": ..., "lost": ...}`` from the person's point of view.
+    """
+    input_stream = sys.stdin if input_stream is None else input_stream
+    output = sys.stdout if output is None else output
+    env = env_factory()
+    score = {"won": 0, "drawn": 0, "lost": 0}
+    try:
+        while True:
+            chosen = _ask_seat(input_stream, output) if seat is None else seat
+            mine = _play_one(policy, env, chosen, seed, input_stream, output)
+            score["won" if mine > 0 else "lost" if mine < 0 else "drawn"] += 1
+            seed += 1
+            while True:
+                again = _ask("Play again? [y/n] ", input_stream, output)
+                if again in {"y", "yes", "n", "no"}:
+                    break
+                output.write("Please answer y or n.\n")
+            if again in {"n", "no"}:
+                break
+    except _Quit:
+        pass
+    output.write(f"Bye. You won {score['won']}, drew {score['drawn']}, lost {score['lost']}.\n")
+    output.flush()
+    return score
+
+
+# Command lines ------------------------------------------------------------------------------
+
+
+def _opponent_arg(text: str) -> str:
+    try:
+        parse_opponent(text)
+    except OpponentSpecError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text.strip().lower()
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def eval_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``marl-eval``."""
+    parser = argparse.ArgumentParser(
+        prog="marl-eval",
+        description="Play evaluation games of a Connect-4 checkpoint (half in each seat) and print "
+        "win/draw/loss with 95%% Wilson intervals.",
+    )
+    parser.add_argument("checkpoint", help="a checkpoint directory written by marl-train (e.g. runs/connect4/final)")
+    parser.add_argument(
+        "--opponent",
+        action="append",
+        type=_opponent_arg,
+        help="'random' or 'mcts:N' (OpenSpiel MCTSBot, N simulations per move); repeat for several "
+        "(default: random)",
+    )
+    parser.add_argument("--games", type=_positive, default=100, help="games per opponent (default: 100)")
+    parser.add_argument("--policy", default="main", help="policy id in the checkpoint (default: main)")
+    parser.add_argument("--seed", type=int, default=0, help="base seed of the games (default: 0)")
+    return parser
+
+
+def eval_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``marl-eval``; returns the exit status."""
+    args = eval_parser().parse_args(argv)
+    from marl_core.errors import MultiAgentEnvError
+
+    opponents = args.opponent or ["random"]
+    try:
+        policy, release = load_policy(args.checkpoint, args.policy)
+    except (MultiAgentEnvError, FileNotFoundError) as error:
+        print(f"marl-eval: cannot load {args.checkpoint}: {error}", file=sys.stderr)
+        return 1
+    try:
+        print(f"{args.games} games per opponent, half in each seat, seed {args.seed}")
+        for spec in opponents:
+            match = evaluate(policy, [(spec, args.games)], seed=args.seed)[spec]
+            print(match.summary(), flush=True)
+    finally:
+        release()
+    return 0
+
+
+def play_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``marl-play``."""
+    parser = argparse.ArgumentParser(prog="marl-play", description="Play a trained policy in the terminal.")
+    parser.add_argument("game", choices=sorted(GAMES), help="the game")
+    parser.add_argument("checkpoint", help="a checkpoint directory written by marl-train")
+    parser.add_argument("--policy", default="main", help="policy id in the checkpoint (default: main)")
+    parser.add_argument(
+        "--seat", choices=["first", "second"], default=None, help="your seat (default: asked before each game)"
+    )
+    return parser
+
+
+def play_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``marl-play``; returns the exit status."""
+    args = play_parser().parse_args(argv)
+    from marl_core.errors import MultiAgentEnvError
+
+    try:
+        policy, release = load_policy(args.checkpoint, args.policy)
+    except (MultiAgentEnvError, FileNotFoundError) as error:
+        print(f"marl-play: cannot load {args.checkpoint}: {error}", file=sys.stderr)
+        return 1
+    seat = None if args.seat is None else ["first", "second"].index(args.seat)
+    try:
+        play_human(policy, env_factory=GAMES[args.game], seat=seat)
+    except KeyboardInterrupt:
+        print("\nBye.")
+    finally:
+        release()
+    return 0

@@ -1,0 +1,236 @@
+"""The Gymnasium bridge: from_gymnasium / to_gymnasium against real Gymnasium envs."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env as gymnasium_check_env
+
+from bridges.gymnasium import GymnasiumEnv, SingleAgentEnv, from_gymnasium, to_gymnasium
+from marl_core import ALL, MultiAgentEnv, make_multi_agent, rollout
+from marl_core.errors import (
+    EnvContractError,
+    InvalidActionError,
+    MissingActionError,
+    MultiAgentEnvError,
+    ResetNeededError,
+    SpaceError,
+    UnexpectedActionError,
+)
+from marl_core.spaces import is_masked
+
+
+def _raw_episode(env_id: str, seed: int, actions: list[Any]) -> tuple[list[Any], list[float]]:
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=seed)
+    observations, rewards = [obs], []
+    for action in actions:
+        obs, reward, terminated, truncated, _ = env.step(action)
+        observations.append(obs)
+        rewards.append(float(reward))
+        if terminated or truncated:
+            break
+    return observations, rewards
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "FrozenLake-v1"])
+def test_from_gymnasium_matches_the_raw_env_step_by_step(env_id: str) -> None:
+    env = from_gymnasium(gym.make(env_id), agent_id="solo")
+    actions: list[Any] = []
+    observations: list[Any] = []
+    rewards: list[float] = []
+    for transition in _play(env, seed=3):
+        if transition[0] is not None:
+            actions.append(transition[0]["solo"])
+            rewards.append(transition[2]["solo"])
+        observations.append(transition[1]["solo"])
+    raw_observations, raw_rewards = _raw_episode(env_id, 3, actions)
+    assert rewards == raw_rewards
+    assert len(observations) == len(raw_observations)
+    for ours, raw in zip(observations, raw_observations, strict=True):
+        np.testing.assert_array_equal(ours, raw)
+
+
+def _play(env: MultiAgentEnv, seed: int, limit: int = 300) -> list[tuple[Any, ...]]:
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed)
+    out: list[tuple[Any, ...]] = [(None, obs, None)]
+    space = env.get_action_space("solo")
+    for _ in range(limit):
+        space.seed(int(rng.integers(1 << 30)))
+        actions = {"solo": space.sample()}
+        obs, rewards, terminateds, truncateds, _ = env.step(actions)
+        out.append((actions, obs, rewards))
+        assert terminateds[ALL] == terminateds["solo"] and truncateds[ALL] == truncateds["solo"]
+        if terminateds[ALL] or truncateds[ALL]:
+            break
+    return out
+
+
+def test_seeded_episodes_repeat_and_differ_across_seeds() -> None:
+    env = from_gymnasium(gym.make("CartPole-v1"))
+    first = rollout(env, seed=7)
+    again = rollout(env, seed=7)
+    other = rollout(env, seed=8)
+    assert first == again
+    assert (first.returns, first.steps) != (other.returns, other.steps)
+
+
+def test_bad_actions_raise_before_the_env_is_stepped() -> None:
+    env = from_gymnasium(gym.make("CartPole-v1"))
+    env.reset(seed=0)
+    state = np.array(env.env.unwrapped.state, copy=True)
+    with pytest.raises(UnexpectedActionError, match="'intruder'"):
+        env.step({"agent_0": 0, "intruder": 1})
+    with pytest.raises(MissingActionError, match="agent_0"):
+        env.step({})
+    with pytest.raises(InvalidActionError, match=r"agent 'agent_0'.*Discrete\(2\)"):
+        env.step({"agent_0": 5})
+    np.testing.assert_array_equal(env.env.unwrapped.state, state)
+    env.step({"agent_0": 1})  # still usable
+
+
+def test_step_after_the_end_raises_reset_needed() -> None:
+    env = from_gymnasium(gym.make("CartPole-v1"))
+    result = rollout(env, seed=0)
+    assert result.terminated
+    with pytest.raises(ResetNeededError, match="agent_0"):
+        env.step({"agent_0": 0})
+
+
+def test_truncation_sets_all_in_truncateds() -> None:
+    env = from_gymnasium(gym.make("Pendulum-v1", max_episode_steps=5))
+    result = rollout(env, seed=0)
+    assert result.truncated and not result.terminated and result.steps == 5
+
+
+def test_mask_from_info_moves_into_the_observation() -> None:
+    env = from_gymnasium(gym.make("Taxi-v3"), mask_info_key="action_mask")
+    assert is_masked(env.get_observation_space("agent_0"))
+    obs, infos = env.reset(seed=1)
+    np.testing.assert_array_equal(obs["agent_0"]["action_mask"], infos["agent_0"]["action_mask"])
+    assert obs["agent_0"]["action_mask"].dtype == np.int8
+    assert env.get_observation_space("agent_0").contains(obs["agent_0"])
+    result = rollout(env, seed=1, max_steps=50)
+    assert result.lengths["agent_0"] == result.steps
+
+
+def test_mask_needs_a_discrete_action_space_and_the_info_key() -> None:
+    with pytest.raises(SpaceError, match="Discrete action space for agent 'agent_0'"):
+        from_gymnasium(gym.make("Pendulum-v1"), mask_info_key="action_mask")
+    env = from_gymnasium(gym.make("CartPole-v1"), mask_info_key="action_mask")
+    with pytest.raises(EnvContractError, match=r"info\['action_mask'\]"):
+        env.reset(seed=0)
+
+
+def test_from_gymnasium_rejects_what_is_not_a_gymnasium_env() -> None:
+    with pytest.raises(SpaceError, match=r"needs a gymnasium.Env, received builtins.str"):
+        from_gymnasium("CartPole-v1")  # type: ignore[arg-type]
+    with pytest.raises(SpaceError, match="'__all__'"):
+        from_gymnasium(gym.make("CartPole-v1"), agent_id="__all__")
+
+
+def _check_env_warnings(env: gym.Env) -> set[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gymnasium_check_env(env)
+    return {str(w.message) for w in caught}
+
+
+NO_SPEC = "Not able to test alternative render modes due to the environment not having a spec"
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartPole-v1", "FrozenLake-v1"])
+def test_to_gymnasium_passes_gymnasiums_check_env(env_id: str) -> None:
+    single = to_gymnasium(make_multi_agent(env_id)({"num_agents": 1}))
+    assert isinstance(single, SingleAgentEnv)
+    ours = _check_env_warnings(single)
+    raw = _check_env_warnings(gym.make(env_id).unwrapped)
+    # Only the checker's advice that the raw env gets too, plus "no spec" (we are not registered).
+    assert {w for w in ours if NO_SPEC not in w} <= raw
+
+
+def test_to_gymnasium_keeps_masked_observations_and_passes_check_env() -> None:
+    single = to_gymnasium(from_gymnasium(gym.make("Taxi-v3"), mask_info_key="action_mask"))
+    assert isinstance(single.observation_space, gym.spaces.Dict)
+    assert {w for w in _check_env_warnings(single) if NO_SPEC not in w} == set()
+
+
+def test_to_gymnasium_matches_make_multi_agent_rewards() -> None:
+    multi = make_multi_agent("CartPole-v1")({"num_agents": 1})
+    single = to_gymnasium(make_multi_agent("CartPole-v1")({"num_agents": 1}))
+    single_obs, _ = single.reset(seed=4)
+    multi_obs, _ = multi.reset(seed=4)
+    np.testing.assert_array_equal(single_obs, multi_obs["agent_0"])
+    for step in range(500):
+        action = step % 2
+        obs, reward, terminated, truncated, _ = single.step(action)
+        m_obs, m_rewards, m_term, m_trunc, _ = multi.step({"agent_0": action})
+        np.testing.assert_array_equal(obs, m_obs["agent_0"])
+        assert (reward, terminated, truncated) == (m_rewards["agent_0"], m_term[ALL], m_trunc[ALL])
+        if terminated or truncated:
+            break
+    with pytest.raises(ResetNeededError):
+        single.step(0)
+
+
+def test_to_gymnasium_needs_exactly_one_agent() -> None:
+    with pytest.raises(SpaceError, match=r"exactly one possible agent, received 2: \['agent_0', 'agent_1'\]"):
+        to_gymnasium(make_multi_agent("CartPole-v1")({"num_agents": 2}))
+
+
+def test_to_gymnasium_rejects_invalid_actions_before_stepping() -> None:
+    single = to_gymnasium(make_multi_agent("CartPole-v1")({"num_agents": 1}))
+    single.reset(seed=0)
+    with pytest.raises(InvalidActionError, match="agent 'agent_0'"):
+        single.step(2)
+    with pytest.raises(MultiAgentEnvError):
+        single.step(np.array([0.5]))
+    single.step(0)
+
+
+class _EndsWithoutObservation(MultiAgentEnv):
+    """One agent; the last step sets '__all__' without a final observation (allowed by RLlib)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = ["solo"]
+        self.observation_spaces = {"solo": gym.spaces.Discrete(4)}
+        self.action_spaces = {"solo": gym.spaces.Discrete(2)}
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return {"solo": 0}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        done = self.t >= 3
+        obs = {} if done else {"solo": self.t}
+        return obs, {"solo": 1.0}, {"__all__": done}, {"__all__": False}, {"__common__": {"t": self.t}}
+
+
+def test_to_gymnasium_marks_a_missing_final_observation() -> None:
+    single = to_gymnasium(_EndsWithoutObservation())
+    single.reset(seed=0)
+    single.step(0)
+    obs, reward, terminated, truncated, info = single.step(1)
+    assert (obs, reward, terminated, info["__common__"]) == (2, 1.0, False, {"t": 2})
+    obs, reward, terminated, truncated, info = single.step(1)
+    assert (obs, reward, terminated, truncated) == (2, 1.0, True, False)
+    assert info["final_observation_missing"] is True
+
+
+def test_the_two_directions_undo_each_other() -> None:
+    raw = gym.make("CartPole-v1")
+    ours = from_gymnasium(raw)
+    assert isinstance(ours, GymnasiumEnv)
+    assert to_gymnasium(ours) is raw
+    multi = make_multi_agent("CartPole-v1")({"num_agents": 1})
+    assert from_gymnasium(to_gymnasium(multi)) is multi
+    assert "GymnasiumEnv" in str(ours) and "CartPole" in str(ours)

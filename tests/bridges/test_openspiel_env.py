@@ -1,0 +1,326 @@
+"""OpenSpielEnv: observations, masks, chance, rewards, endings, errors, seeding."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pyspiel
+import pytest
+from gymnasium import spaces
+
+from bridges import OpenSpielEnv
+from marl_core import rollout
+from marl_core.errors import (
+    IllegalActionError,
+    InvalidActionError,
+    MissingActionError,
+    MultiAgentEnvError,
+    ResetNeededError,
+    UnexpectedActionError,
+    UnsupportedEnvError,
+)
+
+
+def first_legal(observation: dict) -> int:
+    return int(np.flatnonzero(observation["action_mask"])[0])
+
+
+def random_episode(env: OpenSpielEnv, seed: int) -> tuple[list, dict, dict]:
+    """Random legal play; the steps' results, the reward sums and the last terminateds."""
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed)
+    sums = dict.fromkeys(env.possible_agents, 0.0)
+    steps = []
+    while True:
+        actions = {a: int(rng.choice(np.flatnonzero(o["action_mask"]))) for a, o in obs.items()}
+        result = env.step(actions)
+        steps.append(result)
+        obs = result[0]
+        for agent_id, reward in result[1].items():
+            sums[agent_id] += reward
+        if result[2]["__all__"] or result[3]["__all__"]:
+            return steps, sums, result[2]
+
+
+# Construction --------------------------------------------------------------------------------
+
+
+def test_connect_four_obs_dict_is_exactly_the_masked_tensor() -> None:
+    env = OpenSpielEnv("connect_four")
+    assert env.possible_agents == ["player_0", "player_1"]
+    space = env.observation_spaces["player_0"]
+    assert isinstance(space, spaces.Dict) and sorted(space.spaces) == ["action_mask", "observation"]
+    assert space["observation"] == spaces.Box(-np.inf, np.inf, (3, 6, 7), np.float32)
+    assert space["action_mask"] == spaces.Box(0, 1, (7,), np.int8)
+    assert env.action_spaces["player_1"] == spaces.Discrete(7)
+    obs, infos = env.reset(seed=0)
+    assert list(obs) == ["player_0"] and infos == {}
+    observation = obs["player_0"]
+    assert observation["observation"].dtype == np.float32 and observation["action_mask"].dtype == np.int8
+    expected = np.asarray(env.state.observation_tensor(0), np.float32).reshape(3, 6, 7)
+    np.testing.assert_array_equal(observation["observation"], expected)
+    np.testing.assert_array_equal(observation["action_mask"], np.ones(7, np.int8))
+    obs, rewards, terminateds, truncateds, infos = env.step({"player_0": 3})
+    assert list(obs) == ["player_1"]
+    assert rewards == {"player_0": 0.0, "player_1": 0.0}
+    assert terminateds == {"__all__": False} and truncateds == {"__all__": False} and infos == {}
+    expected = np.asarray(env.state.observation_tensor(1), np.float32).reshape(3, 6, 7)
+    np.testing.assert_array_equal(obs["player_1"]["observation"], expected)
+    assert space.contains(obs["player_1"])
+
+
+def test_accepts_a_game_object_and_a_name_with_parameters() -> None:
+    env = OpenSpielEnv("goofspiel(num_cards=4)")
+    assert env.game.get_parameters()["num_cards"] == 4
+    assert env.action_spaces["player_0"] == spaces.Discrete(4)
+    game = pyspiel.load_game("kuhn_poker", {"players": 3})
+    env = OpenSpielEnv(game)
+    assert env.game is game and env.possible_agents == ["player_0", "player_1", "player_2"]
+
+
+def test_observation_type_precedence() -> None:
+    assert OpenSpielEnv("kuhn_poker").observation_type == "observation_tensor"
+    assert OpenSpielEnv("battleship").observation_type == "information_state_tensor"  # no observation tensor
+    assert OpenSpielEnv("coin_game").observation_type == "observation_string"  # no tensors at all
+    assert OpenSpielEnv("phantom_ttt_ir").observation_type == "information_state_string"
+    env = OpenSpielEnv("kuhn_poker", observation_type="information_state_tensor")
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_array_equal(obs["player_0"]["observation"], np.asarray(env.state.information_state_tensor(0), np.float32))
+
+
+def test_string_observations_live_in_a_text_space() -> None:
+    env = OpenSpielEnv("coin_game")
+    space = env.observation_spaces["player_0"]["observation"]
+    assert isinstance(space, spaces.Text)
+    obs, _ = env.reset(seed=0)
+    (agent_id, observation), = obs.items()
+    assert observation["observation"] == env.state.observation_string(int(agent_id[-1]))
+    assert env.observation_spaces[agent_id].contains(observation)
+
+
+def test_refuses_what_it_cannot_represent() -> None:
+    with pytest.raises(UnsupportedEnvError, match="mean-field"):
+        OpenSpielEnv("mfg_garnet")
+    with pytest.raises(UnsupportedEnvError, match="legal-action list"):
+        OpenSpielEnv("crossword")
+    with pytest.raises(UnsupportedEnvError, match="does not load"):
+        OpenSpielEnv("no_such_game")
+    with pytest.raises(UnsupportedEnvError, match="does not provide observation_tensor"):
+        OpenSpielEnv("coin_game", observation_type="observation_tensor")
+    with pytest.raises(UnsupportedEnvError, match="unknown observation_type"):
+        OpenSpielEnv("kuhn_poker", observation_type="pixels")  # type: ignore[arg-type]
+    with pytest.raises(UnsupportedEnvError, match=r"pyspiel\.Game or a game name"):
+        OpenSpielEnv(42)  # type: ignore[arg-type]
+    with pytest.raises(UnsupportedEnvError, match="max_steps"):
+        OpenSpielEnv("kuhn_poker", max_steps=0)
+
+
+# Who acts, endings, rewards --------------------------------------------------------------------
+
+
+def test_simultaneous_nodes_ask_every_player_with_legal_actions() -> None:
+    env = OpenSpielEnv("goofspiel(num_cards=4)")
+    obs, _ = env.reset(seed=0)
+    assert sorted(obs) == ["player_0", "player_1"]
+    for player, agent_id in enumerate(env.possible_agents):
+        assert np.flatnonzero(obs[agent_id]["action_mask"]).tolist() == env.state.legal_actions(player)
+    obs, *_ = env.step({"player_0": 0, "player_1": 3})
+    assert sorted(obs) == ["player_0", "player_1"]
+    assert obs["player_0"]["action_mask"].tolist() == [0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("name", ["tic_tac_toe", "leduc_poker", "goofspiel", "2048", "cliff_walking", "pig"])
+def test_reward_sums_equal_returns_and_everyone_gets_a_final_observation(name: str) -> None:
+    env = OpenSpielEnv(name)
+    for seed in range(3):
+        steps, sums, terminateds = random_episode(env, seed)
+        assert sums == pytest.approx(dict(zip(env.possible_agents, env.state.returns(), strict=True)))
+        final_obs = steps[-1][0]
+        assert sorted(final_obs) == env.possible_agents
+        assert terminateds == {**dict.fromkeys(env.possible_agents, True), "__all__": True}
+        assert steps[-1][3] == {**dict.fromkeys(env.possible_agents, False), "__all__": False}
+        assert all(not o["action_mask"].any() for o in final_obs.values())
+        assert env.agents == []
+
+
+def test_rewards_paid_during_play_are_not_accumulated_twice() -> None:
+    env = OpenSpielEnv("cliff_walking")
+    env.reset(seed=0)
+    _, rewards, *_ = env.step({"player_0": first_legal(env.reset(seed=0)[0]["player_0"])})
+    assert rewards["player_0"] == pytest.approx(env.state.rewards()[0])
+    assert rewards["player_0"] != 0.0
+
+
+def test_max_steps_truncates_with_final_observations() -> None:
+    env = OpenSpielEnv("connect_four", max_steps=3)
+    obs, _ = env.reset(seed=0)
+    for _ in range(3):
+        (agent_id, observation), = obs.items()
+        obs, _, terminateds, truncateds, _ = env.step({agent_id: first_legal(observation)})
+    assert sorted(obs) == ["player_0", "player_1"]
+    assert truncateds == {"player_0": True, "player_1": True, "__all__": True}
+    assert terminateds == {"player_0": False, "player_1": False, "__all__": False}
+    with pytest.raises(ResetNeededError):
+        env.step({"player_1": 0})
+
+
+def test_rollout_runs_to_the_end() -> None:
+    result = rollout(OpenSpielEnv("kuhn_poker"), seed=0)
+    assert result.terminated and sum(result.returns.values()) == pytest.approx(0.0)
+
+
+# Chance and seeding ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["kuhn_poker", "backgammon", "leduc_poker"])
+def test_same_seed_and_actions_give_the_same_history(name: str) -> None:
+    histories = []
+    for _ in range(2):
+        env = OpenSpielEnv(name)
+        random_episode(env, seed=7)
+        histories.append(env.state.history())
+    assert histories[0] == histories[1]
+    other = OpenSpielEnv(name)
+    deals = set()
+    for seed in range(8):
+        other.reset(seed=seed)
+        deals.add(tuple(other.state.history()))
+    assert len(deals) > 1  # the seed does change the chance events
+
+
+def test_chance_ignores_numpy_global_rng() -> None:
+    env = OpenSpielEnv("backgammon")
+    env.reset(seed=3)
+    first = env.state.history()
+    np.random.seed(123)
+    env.reset(seed=3)
+    assert env.state.history() == first
+
+
+def test_games_sampling_chance_inside_pyspiel_are_reseeded() -> None:
+    env = OpenSpielEnv("negotiation")
+    env.reset(seed=1)
+    first = str(env.state)
+    env.reset(seed=2)
+    second = str(env.state)
+    env.reset(seed=1)
+    assert str(env.state) == first and first != second
+
+
+def test_golden_seeded_trace() -> None:
+    """Seeded play with first-legal actions: a regression trace of chance and decisions."""
+    env = OpenSpielEnv("leduc_poker")
+    obs, _ = env.reset(seed=0)
+    done = False
+    while not done:
+        obs, _, terminateds, _, _ = env.step({a: first_legal(o) for a, o in obs.items()})
+        done = terminateds["__all__"]
+    assert env.state.history() == [3, 1, 1, 1, 0, 1, 1]
+    assert env.state.returns() == [-1.0, 1.0]
+
+
+# Errors -----------------------------------------------------------------------------------------
+
+
+def test_illegal_action_lists_legal_ones_and_leaves_the_state_unchanged() -> None:
+    env = OpenSpielEnv("tic_tac_toe")
+    env.reset(seed=0)
+    env.step({"player_0": 4})
+    with pytest.raises(IllegalActionError, match=r"received 4, legal actions now: \[0, 1, 2, 3, 5, 6, 7, 8\]") as info:
+        env.step({"player_1": 4})
+    assert info.value.agent_id == "player_1" and info.value.legal == [0, 1, 2, 3, 5, 6, 7, 8]
+    assert env.state.history() == [4]
+    env.step({"player_1": 0})
+    assert env.state.history() == [4, 0]
+
+
+@pytest.mark.parametrize(
+    ("action", "error", "words"),
+    [
+        (9, IllegalActionError, "received 9"),
+        (-1, IllegalActionError, "received -1"),
+        (True, InvalidActionError, "a bool"),
+        (1.0, InvalidActionError, "a float"),
+        (np.array([1, 2]), InvalidActionError, "shape (2,)"),
+        ("1", InvalidActionError, "a str"),
+    ],
+)
+def test_bad_actions_raise_and_change_nothing(action: object, error: type, words: str) -> None:
+    env = OpenSpielEnv("tic_tac_toe")
+    env.reset(seed=0)
+    with pytest.raises(error, match="player_0") as info:
+        env.step({"player_0": action})
+    assert words in str(info.value)
+    assert env.state.history() == []
+    env.step({"player_0": np.int64(2)})  # numpy integers are fine
+    assert env.state.history() == [2]
+
+
+def test_wrong_agents_raise() -> None:
+    env = OpenSpielEnv("goofspiel(num_cards=4)")
+    env.reset(seed=0)
+    with pytest.raises(MissingActionError, match="player_1"):
+        env.step({"player_0": 0})
+    with pytest.raises(UnexpectedActionError, match="player_7"):
+        env.step({"player_0": 0, "player_1": 0, "player_7": 0})
+    with pytest.raises(IllegalActionError, match="player_1"):
+        env.step({"player_0": 0, "player_1": 9})
+    assert env.state.history() == env.state.history()[: len(env.state.history())]
+    env2 = OpenSpielEnv("tic_tac_toe")
+    env2.reset(seed=0)
+    with pytest.raises(UnexpectedActionError, match="acting now: \\['player_0'\\]"):
+        env2.step({"player_1": 0})
+    assert all(issubclass(e, MultiAgentEnvError) for e in (MissingActionError, UnexpectedActionError))
+
+
+def test_step_before_reset_raises() -> None:
+    with pytest.raises(ResetNeededError, match="reset"):
+        OpenSpielEnv("tic_tac_toe").step({"player_0": 0})
+
+
+def test_the_action_dict_is_not_mutated() -> None:
+    env = OpenSpielEnv("goofspiel(num_cards=4)")
+    env.reset(seed=0)
+    actions = {"player_0": 1, "player_1": 2}
+    env.step(actions)
+    assert actions == {"player_0": 1, "player_1": 2}
+
+
+# Copies, rendering, imports -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("clone", [copy.deepcopy, lambda env: pickle.loads(pickle.dumps(env))])
+def test_copies_continue_exactly_like_the_original(clone) -> None:
+    env = OpenSpielEnv("leduc_poker")
+    obs, _ = env.reset(seed=5)
+    obs, *_ = env.step({a: first_legal(o) for a, o in obs.items()})
+    twin = clone(env)
+    for _ in range(2):
+        if not env.agents:
+            break
+        actions = {a: first_legal(o) for a, o in obs.items()}
+        obs, rewards, *_ = env.step(actions)
+        twin_obs, twin_rewards, *_ = twin.step(actions)
+        assert rewards == twin_rewards
+        for agent_id in obs:
+            np.testing.assert_array_equal(obs[agent_id]["observation"], twin_obs[agent_id]["observation"])
+    assert env.state.history() == twin.state.history()
+
+
+def test_render_shows_the_state() -> None:
+    env = OpenSpielEnv("tic_tac_toe")
+    assert env.render() is None
+    env.reset(seed=0)
+    env.step({"player_0": 4})
+    assert env.render() == str(env.state)
+    assert "tic_tac_toe" in str(env)
+
+
+def test_importing_bridges_does_not_import_pyspiel() -> None:
+    code = "import sys, bridges; print('pyspiel' in sys.modules, 'torch' in sys.modules, 'ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False", "False"]

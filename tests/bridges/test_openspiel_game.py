@@ -1,0 +1,188 @@
+"""to_openspiel: MultiAgentEnvs as OpenSpiel games, checked with OpenSpiel's own tools."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyspiel
+import pytest
+from open_spiel.python.algorithms import mcts
+
+from bridges import OpenSpielEnv, to_openspiel
+from examples.rock_paper_scissors import RockPaperScissors
+from examples.tic_tac_toe import TicTacToe
+from marl_core.errors import EnvContractError, UnsupportedEnvError
+from tests.fixtures.envs import HeterogeneousSpacesEnv, IrregularOrderEnv, JoinLeaveEnv
+
+
+def round_trip_game() -> pyspiel.Game:
+    return to_openspiel(lambda: OpenSpielEnv("tic_tac_toe"), name="test_round_trip_tic_tac_toe")
+
+
+# Round trip -----------------------------------------------------------------------------------
+
+
+def test_round_trip_matches_pyspiel_tic_tac_toe_move_for_move() -> None:
+    env = OpenSpielEnv(round_trip_game())
+    reference = pyspiel.load_game("tic_tac_toe")
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        state = reference.new_initial_state()
+        obs, _ = env.reset(seed=seed)
+        sums = dict.fromkeys(env.possible_agents, 0.0)
+        while not state.is_terminal():
+            (agent_id, observation), = obs.items()
+            assert agent_id == f"player_{state.current_player()}"
+            assert np.flatnonzero(observation["action_mask"]).tolist() == state.legal_actions()
+            np.testing.assert_array_equal(
+                observation["observation"].ravel(), np.asarray(state.observation_tensor(), np.float32)
+            )
+            action = int(rng.choice(state.legal_actions()))
+            state.apply_action(action)
+            obs, rewards, terminateds, _, _ = env.step({agent_id: action})
+            for key, reward in rewards.items():
+                sums[key] += reward
+        assert terminateds["__all__"]
+        assert [sums["player_0"], sums["player_1"]] == state.returns()
+        assert env.state.returns() == state.returns()
+
+
+def test_random_sim_test_passes_on_exported_games() -> None:
+    pyspiel.random_sim_test(round_trip_game(), num_sims=10, serialize=False, verbose=False)
+    seeded = to_openspiel(TicTacToe, name="test_sim_tic_tac_toe", seeds=range(5), max_game_length=200)
+    pyspiel.random_sim_test(seeded, num_sims=10, serialize=False, verbose=False)
+    rps = to_openspiel(RockPaperScissors, name="test_sim_rps")
+    assert rps.get_type().dynamics == pyspiel.GameType.Dynamics.SIMULTANEOUS
+    pyspiel.random_sim_test(rps, num_sims=5, serialize=False, verbose=False)
+    irregular = to_openspiel(IrregularOrderEnv, name="test_sim_irregular", dynamics="simultaneous")
+    pyspiel.random_sim_test(irregular, num_sims=5, serialize=False, verbose=False)
+
+
+# MCTS -----------------------------------------------------------------------------------------
+
+
+def mcts_results(games: int) -> list[float]:
+    """MCTSBot (200 simulations) against uniform random on the seeds' TicTacToe; MCTS's returns."""
+    game = to_openspiel(
+        TicTacToe, name="test_mcts_tic_tac_toe", seeds=range(100), reward_model="terminal", max_game_length=100
+    )
+    bot = mcts.MCTSBot(
+        game,
+        uct_c=2.0,
+        max_simulations=200,
+        evaluator=mcts.RandomRolloutEvaluator(n_rollouts=1, random_state=np.random.RandomState(1)),
+        random_state=np.random.RandomState(2),
+        solve=True,
+    )
+    rng = np.random.default_rng(0)
+    results = []
+    for index in range(games):
+        state = game.new_initial_state()
+        state.apply_action(index % 100)  # the seed, which picks the start player
+        mcts_player = index % 2
+        while not state.is_terminal():
+            if state.current_player() == mcts_player:
+                action = bot.step(state)
+            else:
+                action = int(rng.choice(state.legal_actions()))
+            state.apply_action(action)
+        results.append(state.returns()[mcts_player])
+    return results
+
+
+def test_mcts_beats_random_quick() -> None:
+    results = mcts_results(4)
+    assert all(value >= 0.0 for value in results), results  # >= 0: a win or a draw, no penalty
+
+
+@pytest.mark.slow
+def test_mcts_wins_or_draws_95_of_100_games() -> None:
+    results = mcts_results(100)
+    assert sum(value >= 0.0 for value in results) >= 95, results
+
+
+# Semantics ------------------------------------------------------------------------------------
+
+
+def test_seeds_are_the_chance_node_and_pick_the_start_player() -> None:
+    game = to_openspiel(TicTacToe, name="test_seeds_tic_tac_toe", seeds=range(10))
+    state = game.new_initial_state()
+    assert state.is_chance_node() and state.chance_outcomes() == [(k, 0.1) for k in range(10)]
+    starters = set()
+    for seed in range(10):
+        child = state.child(seed)
+        starters.add(child.current_player())
+        assert child.legal_actions() == list(range(9))  # the seeds' env has no mask: every action
+    assert starters == {0, 1}
+
+
+def test_clones_replay_and_are_independent() -> None:
+    game = to_openspiel(TicTacToe, name="test_clone_tic_tac_toe", seeds=(3,))
+    state = game.new_initial_state()
+    for action in (4, 0, 8):
+        state.apply_action(action)
+    clone = state.clone()
+    assert clone.history() == state.history() == [4, 0, 8]
+    assert clone.observation_tensor(0) == state.observation_tensor(0)
+    assert clone.information_state_string(1) == state.information_state_string(1)
+    clone.apply_action(2)
+    assert state.history() == [4, 0, 8] and clone.history() == [4, 0, 8, 2]
+    assert state.current_player() != clone.current_player()
+
+
+def test_rewards_and_returns_in_both_reward_models() -> None:
+    # The seeds' TicTacToe charges -5 for a move onto a taken cell: a reward during play.
+    stepwise = to_openspiel(TicTacToe, name="test_rewards_tic_tac_toe", seeds=(0,))
+    terminal = to_openspiel(TicTacToe, name="test_terminal_tic_tac_toe", seeds=(0,), reward_model="terminal")
+    moves = [4, 4, 0, 1, 8]  # the second player first wastes a move, then the first completes 4-0-8
+    for game in (stepwise, terminal):
+        state = game.new_initial_state()
+        first = state.current_player()
+        seen = []
+        for action in moves:
+            state.apply_action(action)
+            seen.append(state.rewards())
+        assert state.is_terminal()
+        expected = [0.0, 0.0]
+        expected[first], expected[1 - first] = 5.0, -10.0
+        assert state.returns() == expected
+        if game is stepwise:
+            assert seen[1][1 - first] == -5.0
+        else:
+            assert all(r == [0.0, 0.0] for r in seen[:-1]) and seen[-1] == expected
+
+
+def test_observations_and_information_states() -> None:
+    game = to_openspiel(IrregularOrderEnv, name="test_obs_irregular", dynamics="simultaneous")
+    assert game.observation_tensor_shape() == [2]
+    state = game.new_initial_state()
+    assert state.is_simultaneous_node() and state.legal_actions(1) == []  # agent_2 waits
+    state.apply_actions([1, 0, 1])
+    assert "did 1" in state.information_state_string(0)
+    assert len(state.observation_tensor(0)) == 2
+
+
+def test_sequential_export_of_a_simultaneous_env_says_how_to_fix() -> None:
+    game = to_openspiel(JoinLeaveEnv, name="test_join_leave_sequential")
+    assert game.get_type().dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL  # only scout acts at first
+    state = game.new_initial_state()
+    with pytest.raises(EnvContractError, match="dynamics='simultaneous'"):
+        for _ in range(4):
+            state.apply_action(state.legal_actions()[0])
+    fixed = to_openspiel(JoinLeaveEnv, name="test_join_leave_simultaneous", dynamics="simultaneous")
+    pyspiel.random_sim_test(fixed, num_sims=3, serialize=False, verbose=False)
+
+
+def test_refusals() -> None:
+    with pytest.raises(UnsupportedEnvError, match="Discrete action space"):
+        to_openspiel(HeterogeneousSpacesEnv, name="test_heterogeneous")
+    with pytest.raises(UnsupportedEnvError, match="already a pyspiel game"):
+        to_openspiel(TicTacToe, name="tic_tac_toe")
+    with pytest.raises(UnsupportedEnvError, match="at least one seed"):
+        to_openspiel(TicTacToe, name="test_no_seed", seeds=())
+
+
+def test_load_game_by_name_and_re_export() -> None:
+    to_openspiel(TicTacToe, name="test_reexport", seeds=(0,))
+    assert pyspiel.load_game("test_reexport").get_type().chance_mode == pyspiel.GameType.ChanceMode.DETERMINISTIC
+    to_openspiel(TicTacToe, name="test_reexport", seeds=(0, 1))
+    assert pyspiel.load_game("test_reexport").new_initial_state().is_chance_node()

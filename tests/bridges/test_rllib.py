@@ -1,0 +1,222 @@
+"""The RLlib bridge: from_rllib on RLlib's own envs, to_rllib checked by RLlib's own checker."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import gymnasium as gym
+import pytest
+from ray.rllib.env.multi_agent_env import MultiAgentEnv as RLlibMultiAgentEnv
+from ray.rllib.env.multi_agent_env import make_multi_agent as rllib_make_multi_agent
+from ray.rllib.examples.envs.classes.multi_agent.rock_paper_scissors import RockPaperScissors as RLlibRPS
+from ray.rllib.utils.pre_checks.env import check_multiagent_environments
+
+from bridges.compat.rllib_cases import CASES
+from bridges.rllib import RLlibEnv, RLlibMultiAgentEnvAdapter, from_rllib, string_id, to_rllib
+from marl_core import ALL, rollout
+from marl_core.errors import (
+    EnvContractError,
+    InvalidActionError,
+    MissingActionError,
+    ResetNeededError,
+    SpaceError,
+    UnexpectedActionError,
+)
+from tests.fixtures import rllib_seed_envs
+from tests.fixtures.envs import CORRECT_ENVS
+
+RUNNABLE = [case for case in CASES if case.left_out is None and not case.slow]
+
+
+def _build(target: str, kwargs: dict[str, Any]) -> Any:
+    module, attr = target.split(":")
+    return getattr(importlib.import_module(module), attr)(**kwargs)
+
+
+class Spy:
+    """Records what an RLlib env really returned, by wrapping its bound methods on one instance."""
+
+    def __init__(self, env: Any) -> None:
+        self.steps: list[tuple[dict, tuple]] = []
+        self.resets: list[tuple] = []
+        step, reset = env.step, env.reset
+
+        def spy_step(action_dict: dict) -> tuple:
+            result = step(action_dict)
+            self.steps.append((dict(action_dict), result))
+            return result
+
+        def spy_reset(**kwargs: Any) -> tuple:
+            result = reset(**kwargs)
+            self.resets.append(result)
+            return result
+
+        env.step, env.reset = spy_step, spy_reset
+
+
+@pytest.mark.parametrize("case", RUNNABLE, ids=[case.id for case in RUNNABLE])
+def test_rewards_pass_through_unchanged_on_rllib_examples(case: Any) -> None:
+    raw = _build(case.target, dict(case.kwargs))
+    spy = Spy(raw)
+    env = from_rllib(raw)
+    assert isinstance(env, RLlibEnv)
+    result = rollout(env, seed=1, max_steps=case.max_steps or 1000)
+    raw_returns: dict[str, float] = {}
+    for _, (_, rewards, _, _, _) in spy.steps:
+        for agent, reward in rewards.items():
+            raw_returns[string_id(agent)] = raw_returns.get(string_id(agent), 0.0) + float(reward)
+    assert result.returns == pytest.approx(raw_returns)
+    assert result.steps == len(spy.steps)
+    # Actions went to the raw env under its own ids.
+    for actions, _ in spy.steps:
+        assert all(string_id(agent) in env.possible_agents for agent in actions)
+
+
+def test_integer_ids_become_agent_strings_and_actions_go_back_as_integers() -> None:
+    raw = rllib_make_multi_agent("CartPole-v1")({"num_agents": 3})
+    spy = Spy(raw)
+    env = from_rllib(raw)
+    assert env.possible_agents == ["agent_0", "agent_1", "agent_2"]
+    obs, _ = env.reset(seed=0)
+    assert sorted(obs) == env.possible_agents
+    env.step({"agent_0": 0, "agent_1": 1, "agent_2": 0})
+    assert spy.steps[0][0] == {0: 0, 1: 1, 2: 0}
+    assert env.get_action_space("agent_1") == gym.spaces.Discrete(2)
+
+
+def test_seed_envs_written_against_rllibs_class_run() -> None:
+    rps = from_rllib(rllib_seed_envs.RockPaperScissors())
+    result = rollout(rps, seed=0)
+    assert result.steps == 10 and result.terminated
+    assert result.returns["player1"] == -result.returns["player2"]
+    ttt = from_rllib(rllib_seed_envs.TicTacToe())
+    result = rollout(ttt, seed=0)
+    assert result.terminated and 5 <= result.steps <= 9 + 20
+    assert set(result.agents_seen) == {"player1", "player2"}
+
+
+def test_missing_truncateds_all_means_false_and_the_source_dicts_are_not_touched() -> None:
+    raw = rllib_seed_envs.RockPaperScissors()
+    spy = Spy(raw)
+    env = from_rllib(raw)
+    env.reset(seed=0)
+    obs, rewards, terminateds, truncateds, infos = env.step({"player1": 0, "player2": 1})
+    raw_obs, _, raw_terminateds, raw_truncateds, raw_infos = spy.steps[0][1]
+    assert truncateds == {ALL: False} and raw_truncateds == {}
+    assert obs is not raw_obs and terminateds is not raw_terminateds and infos is not raw_infos
+    assert rewards == {"player1": -1.0, "player2": 1.0}
+
+
+def test_bad_actions_raise_before_the_rllib_env_sees_them() -> None:
+    raw = RLlibRPS({})
+    spy = Spy(raw)
+    env = from_rllib(raw)
+    env.reset(seed=0)
+    with pytest.raises(UnexpectedActionError, match="'player3'"):
+        env.step({"player1": 0, "player2": 0, "player3": 0})
+    with pytest.raises(MissingActionError, match="'player2'"):
+        env.step({"player1": 0})
+    with pytest.raises(InvalidActionError, match=r"agent 'player2'.*Discrete\(3\)"):
+        env.step({"player1": 0, "player2": 7})
+    assert spy.steps == [] and raw.num_moves == 0
+
+
+def test_turn_based_env_only_accepts_the_player_to_move() -> None:
+    env = from_rllib(rllib_seed_envs.TicTacToe())
+    obs, _ = env.reset(seed=0)
+    (mover,) = obs
+    other = "player2" if mover == "player1" else "player1"
+    with pytest.raises(UnexpectedActionError, match=f"'{other}'.*acting now: \\['{mover}'\\]"):
+        env.step({other: 0})
+
+
+def test_step_after_the_episode_ended_raises_without_touching_the_env() -> None:
+    raw = RLlibRPS({})
+    spy = Spy(raw)
+    env = from_rllib(raw)
+    rollout(env, seed=0)
+    count = len(spy.steps)
+    with pytest.raises(ResetNeededError, match="RockPaperScissors"):
+        env.step({"player1": 0, "player2": 0})
+    assert len(spy.steps) == count
+    assert env.agents == []
+
+
+class _NoAllFlag(RLlibRPS):
+    """Broken on purpose: terminateds without '__all__'."""
+
+    def step(self, action_dict):
+        obs, rewards, _, truncateds, infos = super().step(action_dict)
+        return obs, rewards, {"player1": False}, truncateds, infos
+
+
+class _CollidingIds(RLlibMultiAgentEnv):
+    """Broken on purpose: ids 0 and 'agent_0' would both be 'agent_0'."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = [0, "agent_0"]
+        self.observation_spaces = self.action_spaces = {0: gym.spaces.Discrete(2), "agent_0": gym.spaces.Discrete(2)}
+
+
+def test_contract_breaks_of_the_rllib_env_are_named() -> None:
+    env = from_rllib(_NoAllFlag({}))
+    env.reset(seed=0)
+    with pytest.raises(EnvContractError, match="terminateds without '__all__'"):
+        env.step({"player1": 0, "player2": 0})
+    with pytest.raises(EnvContractError, match="both map to 'agent_0'"):
+        from_rllib(_CollidingIds())
+
+
+def test_from_rllib_rejects_other_objects() -> None:
+    with pytest.raises(SpaceError, match=r"needs an instance of ray.rllib.env.multi_agent_env.MultiAgentEnv"):
+        from_rllib(gym.make("CartPole-v1"))
+
+
+# RLlib's checker steps with `space.sample()`, blind to action masks, so the masked fixture
+# ("heterogeneous") would fail it by design; its RLlib view is checked in the test after this one.
+UNMASKED = sorted(name for name in CORRECT_ENVS if name != "heterogeneous")
+
+
+@pytest.mark.parametrize("name", UNMASKED)
+def test_to_rllib_passes_rllibs_own_checker(name: str) -> None:
+    ours = CORRECT_ENVS[name]()
+    env = to_rllib(ours)
+    assert isinstance(env, RLlibMultiAgentEnv)
+    assert isinstance(env, RLlibMultiAgentEnvAdapter)
+    assert env.unwrapped is env
+    assert sorted(env.observation_spaces) == sorted(ours.possible_agents)
+    check_multiagent_environments(env)
+
+
+def test_to_rllib_keeps_masked_dict_observations() -> None:
+    ours = CORRECT_ENVS["heterogeneous"]()
+    env = to_rllib(ours)
+    assert env.observation_spaces["masked"] == ours.get_observation_space("masked")
+    obs, _ = env.reset(seed=0)
+    actions = {a: env.get_action_space(a).sample() for a in obs}
+    actions["masked"] = int(obs["masked"]["action_mask"].argmax())
+    _, rewards, terminateds, truncateds, _ = env.step(actions)
+    assert sorted(rewards) == sorted(ours.possible_agents)
+    assert ALL in terminateds and ALL in truncateds
+
+
+def test_to_rllib_copies_dicts_so_rllib_cannot_write_into_ours() -> None:
+    ours = CORRECT_ENVS["simultaneous"]()
+    env = to_rllib(ours)
+    obs, _ = env.reset(seed=0)
+    obs["intruder"] = 1
+    _, _, terminateds, truncateds, _ = env.step({"player1": 0, "player2": 1})
+    terminateds["player1"] = True
+    assert "intruder" not in ours.reset(seed=0)[0]
+    assert truncateds == {ALL: False}
+
+
+def test_the_two_directions_undo_each_other() -> None:
+    ours = CORRECT_ENVS["turn_based"]()
+    assert from_rllib(to_rllib(ours)) is ours
+    raw = RLlibRPS({})
+    assert to_rllib(from_rllib(raw)) is raw
+    with pytest.raises(SpaceError, match=r"use bridges.wrap"):
+        to_rllib(RLlibRPS({}))

@@ -1,0 +1,119 @@
+"""bridges.wrap: one entry point that picks the bridge from the object's type."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import gymnasium as gym
+import pytest
+
+import bridges
+from bridges.wrap import SUPPORTED, bridge_name, wrap
+from marl_core import MultiAgentEnv, make_multi_agent, rollout
+from marl_core.errors import MultiAgentEnvError, UnsupportedEnvError
+from tests.fixtures.envs import CORRECT_ENVS
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT_ENVS))
+def test_our_envs_come_back_unchanged(name: str) -> None:
+    env = CORRECT_ENVS[name]()
+    assert wrap(env) is env
+    assert bridge_name(env) == "marl_core"
+
+
+def test_gymnasium_env_becomes_a_one_agent_env() -> None:
+    from bridges.gymnasium import GymnasiumEnv
+
+    env = wrap(gym.make("CartPole-v1"))
+    assert isinstance(env, GymnasiumEnv) and env.possible_agents == ["agent_0"]
+    assert rollout(env, seed=0).terminated
+    multi = make_multi_agent("CartPole-v1")({"num_agents": 2})
+    assert wrap(multi) is multi  # make_multi_agent envs are ours already
+
+
+def test_rllib_env_goes_through_from_rllib() -> None:
+    from ray.rllib.examples.envs.classes.multi_agent.tic_tac_toe import TicTacToe
+
+    from bridges.rllib import RLlibEnv, to_rllib
+
+    raw = TicTacToe()
+    env = wrap(raw)
+    assert isinstance(env, RLlibEnv) and env.env is raw
+    assert bridge_name(raw) == "rllib"
+    ours = CORRECT_ENVS["turn_based"]()
+    assert wrap(to_rllib(ours)) is ours
+
+
+def test_pettingzoo_aec_and_parallel_envs() -> None:
+    from pettingzoo.butterfly.pistonball import pistonball
+    from pettingzoo.classic.tictactoe import tictactoe
+
+    from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv
+
+    aec = wrap(tictactoe.env())
+    assert isinstance(aec, PettingZooEnv)
+    assert rollout(aec, seed=0).terminated
+    parallel = wrap(pistonball.parallel_env(n_pistons=4, max_cycles=5))
+    assert isinstance(parallel, ParallelPettingZooEnv)
+    assert sorted(parallel.possible_agents) == [f"piston_{i}" for i in range(4)]
+    assert rollout(parallel, seed=0).steps == 5
+
+
+def test_pyspiel_game() -> None:
+    import pyspiel
+
+    from bridges.openspiel import OpenSpielEnv
+
+    env = wrap(pyspiel.load_game("kuhn_poker"))
+    assert isinstance(env, OpenSpielEnv)
+    assert env.possible_agents == ["player_0", "player_1"]
+    assert rollout(env, seed=0).terminated
+
+
+@pytest.mark.parametrize("obj", [42, "CartPole-v1", object(), CORRECT_ENVS["simultaneous"]])
+def test_anything_else_gets_an_error_listing_what_is_supported(obj: object) -> None:
+    with pytest.raises(UnsupportedEnvError) as caught:
+        wrap(obj)
+    message = str(caught.value)
+    assert isinstance(caught.value, MultiAgentEnvError)
+    assert type(obj).__qualname__ in message
+    for kind in SUPPORTED:
+        assert kind.description in message
+    if isinstance(obj, str):
+        assert "gymnasium.make" in message
+    if isinstance(obj, type):
+        assert "call it to build the env" in message
+
+
+def test_bridges_wrap_is_callable_as_function_and_module_attribute() -> None:
+    import bridges.wrap as module
+
+    env = CORRECT_ENVS["simultaneous"]()
+    assert bridges.wrap(env) is env
+    assert module(env) is env
+    assert isinstance(bridges.wrap(gym.make("Pendulum-v1")), MultiAgentEnv)
+
+
+def test_wrap_imports_no_foreign_package_for_objects_that_are_not_theirs() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import gymnasium as gym
+        import bridges
+        env = bridges.wrap(gym.make("CartPole-v1"))
+        for name in ("ray", "torch", "pettingzoo", "pyspiel"):
+            assert name not in sys.modules, name
+        try:
+            bridges.wrap(3)
+        except ValueError:
+            pass
+        for name in ("ray", "torch", "pettingzoo", "pyspiel"):
+            assert name not in sys.modules, name
+        print("clean")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "clean"

@@ -1,0 +1,127 @@
+"""Each broken env triggers exactly its rule; the findings say where, what and how to fix."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from marl_core.conformance import RULES, check_env
+from marl_core.errors import ConformanceError, MultiAgentEnvError
+from tests.fixtures import broken_envs
+from tests.fixtures.broken_envs import BROKEN
+
+CASES = [
+    pytest.param(rule, target, kwargs, id=f"{rule}-{getattr(target, '__name__', type(target).__name__)}")
+    for rule, targets in BROKEN.items()
+    for target, kwargs in targets
+]
+
+
+def test_every_rule_has_a_broken_env() -> None:
+    assert set(BROKEN) == set(RULES)
+
+
+@pytest.mark.parametrize(("rule", "target", "kwargs"), CASES)
+def test_broken_env_triggers_exactly_its_rule(rule: str, target: object, kwargs: dict) -> None:
+    report = check_env(target, **kwargs)
+    assert report.rules == {rule}, str(report)
+    assert {f.severity for f in report.findings} == {RULES[rule].severity}
+    assert report.ok is (RULES[rule].severity == "warning")
+    for finding in report.findings:
+        assert finding.message and finding.hint
+    json.dumps(report.to_dict())
+
+
+@pytest.mark.parametrize(("rule", "target", "kwargs"), CASES)
+def test_skipping_the_rule_silences_it(rule: str, target: object, kwargs: dict) -> None:
+    report = check_env(target, skip=[rule], **kwargs)
+    assert report.findings == ()
+    assert report.skipped == (rule,)
+
+
+def test_observation_finding_names_agent_path_dtype_and_step() -> None:
+    report = check_env(broken_envs.Float64Observations)
+    by_agent = {f.agent: f for f in report.findings}
+    assert set(by_agent) == {"a", "b"}
+    finding = by_agent["a"]
+    assert finding.step == 0
+    assert "at ['observation']: dtype float64 but the space needs float32" in finding.message
+    assert "episode 0 (seed 0)" in finding.message
+    assert "seen 21 times" in finding.message  # (reset + 6 steps) x 3 episodes, merged into one
+
+
+def test_exception_in_env_code_is_a_finding_with_its_traceback() -> None:
+    report = check_env(broken_envs.StepRaises)
+    (finding,) = report.findings
+    assert finding.rule == "api.step"
+    assert finding.step == 3
+    assert "KeyError" in finding.message
+    assert finding.traceback is not None
+    assert "broken_envs.py" in finding.traceback and "KeyError: 'missing'" in finding.traceback
+    assert "conformance/runner.py" not in finding.traceback
+
+
+def test_reward_and_dead_agent_findings_name_the_agent_and_step() -> None:
+    (nan,) = check_env(broken_envs.NanReward).findings
+    assert (nan.agent, nan.step) == ("a", 3)
+    assert "nan" in nan.message
+    (dead,) = check_env(broken_envs.DeadAgentReturns).findings
+    assert (dead.agent, dead.step) == ("b", 3)
+
+
+def test_state_leak_is_caught_on_the_same_instance_only() -> None:
+    (finding,) = check_env(broken_envs.LeakyEpisodeCounter).findings
+    assert "same instance reset again" in finding.message
+    assert "reset()" in finding.hint
+
+
+def test_global_rng_use_is_caught_on_both_comparisons() -> None:
+    findings = check_env(broken_envs.GlobalRandomNoise).findings
+    assert len(findings) == 2
+    assert all("numpy's global RNG" in f.message for f in findings)
+    assert all("self.np_random" in f.hint for f in findings)
+
+
+def test_unpicklable_instance_says_fresh_instances_were_not_compared() -> None:
+    (finding,) = check_env(broken_envs.LockedDuel()).findings
+    assert "not checked" in finding.message and "lock" in finding.message
+
+
+def test_unbounded_episode_stops_at_max_steps() -> None:
+    (finding,) = check_env(broken_envs.NeverEnds, max_steps=20, episodes=2).findings
+    assert finding.step == 20
+
+
+def test_env_seeding_the_global_rng_itself_passes() -> None:
+    state = np.random.get_state()
+    try:
+        assert check_env(broken_envs.SeedsGlobalRandom).findings == ()
+    finally:
+        np.random.set_state(state)
+
+
+def test_checker_never_touches_the_global_rngs() -> None:
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    check_env(broken_envs.Duel)
+    after = np.random.get_state()
+    assert after[2] == numpy_state[2] and np.array_equal(after[1], numpy_state[1])
+    assert random.getstate() == python_state
+
+
+def test_raise_if_errors_lists_the_findings() -> None:
+    report = check_env(broken_envs.NanReward)
+    with pytest.raises(ConformanceError, match=r"rewards\.numeric") as raised:
+        report.raise_if_errors()
+    assert isinstance(raised.value, MultiAgentEnvError)
+    assert raised.value.findings == report.errors
+    check_env(broken_envs.CloseTwiceFails).raise_if_errors()  # warnings only: no raise
+
+
+def test_bad_arguments_raise() -> None:
+    with pytest.raises(ConformanceError, match="unknown rule id"):
+        check_env(broken_envs.Duel, skip=["rewards.finite"])
+    with pytest.raises(ConformanceError, match="at least 1"):
+        check_env(broken_envs.Duel, episodes=0)

@@ -1,0 +1,95 @@
+"""``marl-check``: exit status 0 / 1 / 2, text and JSON output, and ``python -O`` still catches bugs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from marl_core.conformance.cli import main
+from marl_core.conformance.rules import catalog_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_clean_env_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["examples.rock_paper_scissors:RockPaperScissors"]) == 0
+    assert ": OK, 0 errors" in capsys.readouterr().out
+
+
+def test_errors_exit_1_with_json(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["tests.fixtures.broken_envs:NanReward", "--json", "--episodes", "2", "--seed", "7"])
+    assert status == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is False and data["seed"] == 7 and data["episodes"] == 2
+    assert [f["rule"] for f in data["findings"]] == ["rewards.numeric"]
+    assert "seed 7" in data["findings"][0]["message"]
+
+
+def test_warnings_only_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tests.fixtures.broken_envs:NeverEnds", "--max-steps", "10", "--episodes", "1"]) == 0
+    assert "warning termination.bounded" in capsys.readouterr().out
+
+
+def test_skip_takes_several_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["tests.fixtures.broken_envs:NanReward", "--skip", "rewards.numeric", "pickle"])
+    assert status == 0
+    assert "skipped rules: rewards.numeric, pickle" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("target", "reason"),
+    [
+        ("no_such_module_here:Env", "cannot import module 'no_such_module_here'"),
+        ("tests.fixtures.broken_envs", "expected MODULE:ATTR"),
+        ("tests.fixtures.broken_envs:NoSuchEnv", "has no attribute 'NoSuchEnv'"),
+        ("tests.fixtures.broken_envs:exploding_factory", "license server is unreachable"),
+        ("tests.fixtures.broken_envs:BROKEN", "is not a multi-agent env"),
+    ],
+)
+def test_unbuildable_target_exits_2_saying_why(target: str, reason: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import bridges
+
+    monkeypatch.delitem(bridges._EXPORTS, "wrap", raising=False)
+    assert main([target]) == 2
+    assert reason in capsys.readouterr().err
+
+
+def test_unbuildable_target_with_json_prints_the_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["no_such_module_here:Env", "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["ok"] is False
+
+
+def test_unknown_rule_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["examples.rock_paper_scissors:RockPaperScissors", "--skip", "rewards.finite"])
+    assert exited.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_list_rules_prints_the_catalog(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--list-rules"]) == 0
+    assert capsys.readouterr().out == catalog_markdown()
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_broken_env_is_still_caught_under_python_O() -> None:
+    done = _run(sys.executable, "-O", "-m", "marl_core.conformance", "tests.fixtures.broken_envs:Float64Observations", "--json")
+    assert done.returncode == 1, done.stderr
+    data = json.loads(done.stdout)
+    assert {f["rule"] for f in data["findings"]} == {"spaces.obs-contains"}
+    flags = _run(sys.executable, "-O", "-c", "import sys; print(sys.flags.optimize)")
+    assert flags.stdout.strip() == "1"
+
+
+def test_installed_script_runs() -> None:
+    script = Path(sys.executable).parent / "marl-check"
+    done = _run(str(script), "tests.fixtures.broken_envs:CloseTwiceFails")
+    assert done.returncode == 0, done.stderr
+    assert "warning close.idempotent" in done.stdout

@@ -1,0 +1,57 @@
+"""Correct but tricky envs pass with no finding; the seeds' TicTacToe is caught by determinism.seed."""
+
+from __future__ import annotations
+
+import pytest
+
+from examples.rock_paper_scissors import RockPaperScissors
+from examples.tic_tac_toe import TicTacToe
+from marl_core import make_multi_agent
+from marl_core.conformance import check_env
+from tests.fixtures import seed_envs
+from tests.fixtures.broken_envs import Duel
+from tests.fixtures.envs import CORRECT_ENVS, ManyAgentsEnv
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT_ENVS))
+def test_contract_fixture_envs_have_no_finding(name: str) -> None:
+    report = check_env(CORRECT_ENVS[name])
+    assert report.findings == (), str(report)
+    assert report.ok
+    assert report.steps > 0
+
+
+def test_seeds_rock_paper_scissors_with_empty_truncateds_and_infos_passes() -> None:
+    report = check_env(seed_envs.RockPaperScissors)
+    assert report.findings == (), str(report)
+
+
+def test_seeds_tic_tac_toe_is_flagged_for_its_global_rng_start_player() -> None:
+    report = check_env(seed_envs.TicTacToe)
+    assert report.rules == {"determinism.seed"}, str(report)
+    assert any("numpy's global RNG" in f.message and "reset(seed=0)" in f.message for f in report.findings)
+
+
+def test_our_seeded_examples_pass() -> None:
+    for env in (RockPaperScissors, TicTacToe, RockPaperScissors(), TicTacToe()):
+        assert check_env(env).findings == ()
+
+
+def test_base_of_the_broken_envs_passes() -> None:
+    assert check_env(Duel).findings == ()
+
+
+def test_gymnasium_copies_ending_at_different_steps_pass() -> None:
+    multi_cart_pole = make_multi_agent("CartPole-v1")
+    report = check_env(lambda: multi_cart_pole({"num_agents": 3}), episodes=2)
+    assert report.findings == (), str(report)
+
+
+def test_one_hundred_agents_through_space_overrides() -> None:
+    report = check_env(lambda: ManyAgentsEnv({"num_agents": 100, "length": 4}), episodes=2)
+    assert report.findings == (), str(report)
+    assert report.steps == 3 * 2 * 4  # explored, replayed on the same instance, replayed on a fresh one
+
+
+def test_other_seeds_give_other_trajectories_and_still_pass() -> None:
+    assert check_env(TicTacToe, seed=12345, episodes=3).findings == ()

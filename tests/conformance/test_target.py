@@ -1,0 +1,154 @@
+"""What check_env accepts: instances, classes, factories, protocol look-alikes, foreign envs via bridges.wrap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import pytest
+from gymnasium.envs.classic_control import CartPoleEnv
+
+import bridges
+from marl_core.conformance import check_env
+from marl_core.errors import TargetBuildError
+from tests.fixtures.broken_envs import Duel
+
+
+def test_function_taking_config_is_called_with_an_empty_dict() -> None:
+    received = []
+
+    def make(config: dict[str, Any]) -> Duel:
+        received.append(config)
+        return Duel(config)
+
+    assert check_env(make, episodes=1).findings == ()
+    assert received and all(config == {} for config in received)
+
+
+def test_factory_needing_two_arguments_is_refused() -> None:
+    def make(config: dict, flavour: str) -> Duel:
+        return Duel(config)
+
+    with pytest.raises(TargetBuildError, match="needs arguments"):
+        check_env(make)
+
+
+def test_factory_that_raises_is_a_build_error() -> None:
+    def make() -> Duel:
+        raise RuntimeError("no GPU here")
+
+    with pytest.raises(TargetBuildError, match="no GPU here"):
+        check_env(make)
+
+
+class LookAlike:
+    """Not a subclass of ours: follows the protocol by duck typing, so it is checked directly."""
+
+    def __init__(self) -> None:
+        self.inner = Duel()
+        self.possible_agents = self.inner.possible_agents
+        self.observation_spaces = self.inner.observation_spaces
+        self.action_spaces = self.inner.action_spaces
+
+    @property
+    def agents(self) -> list[str]:
+        return self.inner.agents
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        return self.inner.reset(seed=seed, options=options)
+
+    def step(self, action_dict: dict) -> Any:
+        return self.inner.step(action_dict)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_protocol_look_alike_is_checked_without_wrapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(bridges._EXPORTS, "wrap", raising=False)
+    assert check_env(LookAlike).findings == ()
+    assert check_env(LookAlike()).findings == ()
+
+
+def test_non_env_without_wrap_is_a_build_error_naming_what_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(bridges._EXPORTS, "wrap", raising=False)
+    with pytest.raises(TargetBuildError, match=r"lacks reset, step, possible_agents.*bridges.wrap"):
+        check_env(42)
+
+
+def test_pettingzoo_env_is_not_mistaken_for_ours(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pettingzoo.classic import rps_v2
+
+    monkeypatch.delitem(bridges._EXPORTS, "wrap", raising=False)
+    with pytest.raises(TargetBuildError, match="PettingZoo"):
+        check_env(rps_v2.parallel_env())
+
+
+def test_foreign_env_goes_through_bridges_wrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(bridges._EXPORTS, "wrap", "tests.conformance.gym_wrap")
+    report = check_env(CartPoleEnv(), episodes=2)
+    assert report.findings == (), str(report)
+    assert report.target.endswith("CartPoleEnv")
+    assert report.steps > 0
+
+
+def test_factory_of_foreign_envs_wraps_every_fresh_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(bridges._EXPORTS, "wrap", "tests.conformance.gym_wrap")
+    built: list[gym.Env] = []
+
+    def make() -> gym.Env:
+        built.append(CartPoleEnv())
+        return built[-1]
+
+    assert check_env(make, episodes=2).findings == ()
+    assert len(built) == 2  # the explored env and the fresh one for determinism.seed
+
+
+def test_wrap_failure_is_a_build_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(bridges._EXPORTS, "wrap", "tests.conformance.gym_wrap")
+    with pytest.raises(TargetBuildError, match=r"bridges\.wrap"):
+        check_env(object())
+
+
+@pytest.mark.ray
+def test_rllib_subclass_is_checked_directly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing ray.rllib takes about 3.5 s here, hence the ray tier (no Ray instance is started)."""
+    from tests.fixtures import rllib_seed_envs
+
+    monkeypatch.delitem(bridges._EXPORTS, "wrap", raising=False)
+    assert check_env(rllib_seed_envs.RockPaperScissors).findings == ()
+    assert check_env(rllib_seed_envs.TicTacToe).rules == {"determinism.seed"}
+
+
+def _tic_tac_toe_game() -> Any:
+    import pyspiel
+
+    return pyspiel.load_game("tic_tac_toe")
+
+
+def _connect_four_factory() -> Any:
+    from pettingzoo.classic import connect_four_v3
+
+    return connect_four_v3.env
+
+
+def _rps_parallel_factory() -> Any:
+    from pettingzoo.classic import rps_v2
+
+    return rps_v2.parallel_env
+
+
+def _cart_pole() -> Any:
+    return gym.make("CartPole-v1")
+
+
+@pytest.mark.parametrize(
+    "make_target",
+    [_tic_tac_toe_game, _connect_four_factory, _rps_parallel_factory, _cart_pole],
+    ids=["pyspiel-game", "pettingzoo-aec-factory", "pettingzoo-parallel-factory", "gymnasium-instance"],
+)
+def test_real_bridges_wrap_accepts_foreign_envs(make_target: Any) -> None:
+    assert "wrap" in bridges._EXPORTS
+    report = check_env(make_target(), episodes=2)
+    assert report.findings == (), str(report)
+    assert report.steps > 0

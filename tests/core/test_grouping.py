@@ -1,0 +1,351 @@
+"""Tests of marl_core.grouping: GroupAgentsWrapper and MultiAgentEnv.with_agent_groups."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from marl_core.conformance import check_env
+from marl_core.env import ALL, MultiAgentEnv
+from marl_core.errors import (
+    GroupingError,
+    InvalidActionError,
+    MissingActionError,
+    ResetNeededError,
+    SpaceError,
+    UnexpectedActionError,
+    UnknownAgentError,
+)
+from marl_core.grouping import GroupAgentsWrapper
+from marl_core.rollout import RandomPolicy, play, rollout
+from marl_core.vector import VectorMultiAgentEnv, gather, scatter
+from tests.fixtures.envs import (
+    HeterogeneousSpacesEnv,
+    IrregularOrderEnv,
+    JoinLeaveEnv,
+    ManyAgentsEnv,
+    RockPaperScissors,
+    TicTacToe,
+)
+
+# Construction -------------------------------------------------------------------------------
+
+
+def test_groups_become_agents_with_tuple_spaces_in_member_order(caplog: pytest.LogCaptureFixture) -> None:
+    inner = HeterogeneousSpacesEnv()
+    with caplog.at_level(logging.WARNING, logger="marl_core.grouping"):
+        env = inner.with_agent_groups({"pair": ["masked", "box"]})
+    assert "grouped agents ['masked'] have action masks" in caplog.text
+    assert isinstance(env, GroupAgentsWrapper) and env.env is inner
+    assert env.possible_agents == ["pair", "discrete", "multi"]
+    assert env.get_observation_space("pair") == spaces.Tuple(
+        [inner.get_observation_space("masked"), inner.get_observation_space("box")]
+    )
+    assert env.get_action_space("pair") == spaces.Tuple([spaces.Discrete(4), inner.get_action_space("box")])
+    assert env.observation_spaces["discrete"] is inner.observation_spaces["discrete"]
+    assert env.action_spaces["multi"] is inner.action_spaces["multi"]
+    assert str(env) == "<GroupAgentsWrapper<HeterogeneousSpacesEnv>>"
+    with pytest.raises(UnknownAgentError, match="a member of group 'pair', which replaces it"):
+        env.get_action_space("box")
+
+
+def test_spaces_from_overrides_only() -> None:
+    env = ManyAgentsEnv({"num_agents": 8}).with_agent_groups({"deciders": ["decision_maker_0", "decision_maker_4"]})
+    assert env.get_observation_space("deciders") == spaces.Tuple([spaces.Discrete(2)] * 2)
+    assert env.get_action_space("robot_1") == spaces.Discrete(4)
+    assert env.possible_agents[:2] == ["deciders", "robot_1"]
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        ({"a": ["player1"], "b": ["player1", "player2"]}, "agent 'player1' is listed in 'a' and in group 'b'; groups may not overlap"),
+        ({"a": ["player1", "player1"]}, "agent 'player1' is listed twice in group 'a'"),
+        ({"a": ["player1", "player9"]}, "unknown member 'player9' of group 'a'; the env's agents are ['player1', 'player2']"),
+        ({"a": []}, "group 'a' has no members"),
+        ({"player2": ["player1"]}, "group id 'player2' is already an agent id"),
+        ({"__all__": ["player1"]}, "group id '__all__' is already an agent id"),
+    ],
+)
+def test_bad_groups_are_refused_at_construction(groups: dict, message: str) -> None:
+    with pytest.raises(GroupingError, match=re.escape(message)):
+        RockPaperScissors().with_agent_groups(groups)
+
+
+def test_given_spaces_are_validated_and_used() -> None:
+    tuple_space = spaces.Tuple([spaces.Discrete(3), spaces.Discrete(3)])
+    env = RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]}, act_space=tuple_space)
+    assert env.get_action_space("team") is tuple_space
+    with pytest.raises(SpaceError, match=r"observation space of group 'team' must be a Tuple of 2 spaces .* received Discrete"):
+        RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]}, obs_space=spaces.Discrete(3))
+    with pytest.raises(SpaceError, match=r"action space of group 'team' must be a Tuple of 2 spaces .* received a Tuple of 1"):
+        RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]}, act_space=spaces.Tuple([spaces.Discrete(3)]))
+    per_group = {"one": spaces.Tuple([spaces.Discrete(3)])}
+    env = RockPaperScissors().with_agent_groups({"one": ["player1"], "two": ["player2"]}, obs_space=per_group)
+    assert env.get_observation_space("one") is per_group["one"]
+    assert env.get_observation_space("two") == spaces.Tuple([spaces.Discrete(3)])
+
+
+# Simultaneous moves, rewards, infos ---------------------------------------------------------
+
+
+def test_simultaneous_group_sums_rewards_and_reports_individual_ones() -> None:
+    env = RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]})
+    obs, infos = env.reset(seed=0)
+    assert obs == {"team": (0, 0)} and env.agents == ["team"]
+    assert infos == {"team": {"individual_rewards": {"player1": 0.0, "player2": 0.0}, "member_infos": {}}}
+    obs, rewards, terminateds, truncateds, infos = env.step({"team": (2, 1)})
+    assert obs == {"team": (1, 2)}
+    assert rewards == {"team": 0.0}
+    assert infos["team"]["individual_rewards"] == {"player1": 1.0, "player2": -1.0}
+    assert terminateds == {"team": False, ALL: False} and truncateds == {"team": False, ALL: False}
+    for _ in range(9):
+        obs, rewards, terminateds, truncateds, infos = env.step({"team": [0, 0]})
+    assert terminateds == {"team": True, ALL: True} and truncateds[ALL] is False
+    assert obs == {"team": (0, 0)} and env.agents == []
+    with pytest.raises(ResetNeededError):
+        env.step({"team": (0, 0)})
+
+
+def test_passthrough_agents_are_unchanged_and_group_returns_are_member_sums() -> None:
+    grouped = HeterogeneousSpacesEnv().with_agent_groups({"pair": ["box", "discrete"]})
+    plain = HeterogeneousSpacesEnv()
+    grouped_result = rollout(grouped, seed=4)
+    # Replay the same actions on the plain env.
+    plain_obs, _ = plain.reset(seed=4)
+    member_returns: dict[str, float] = {}
+    for transition in play(grouped, seed=4):
+        if transition.actions is None:
+            continue
+        actions = {a: v for a, v in transition.actions.items() if a != "pair"}
+        actions["box"], actions["discrete"] = transition.actions["pair"]
+        plain_obs, rewards, _, _, _ = plain.step(actions)
+        for agent_id, reward in rewards.items():
+            member_returns[agent_id] = member_returns.get(agent_id, 0.0) + reward
+        assert transition.obs["masked"] is not None
+        np.testing.assert_array_equal(transition.obs["masked"]["action_mask"], plain_obs["masked"]["action_mask"])
+        np.testing.assert_array_equal(transition.obs["pair"][0], plain_obs["box"])
+        assert transition.obs["pair"][1] == plain_obs["discrete"]
+        assert transition.rewards["multi"] == rewards["multi"]
+    assert grouped_result.returns["pair"] == pytest.approx(member_returns["box"] + member_returns["discrete"])
+    assert grouped_result.returns["multi"] == pytest.approx(member_returns["multi"])
+
+
+def test_rewards_for_one_member_only_and_between_the_groups_turns() -> None:
+    # agent_2 is paid 0.5 as a bystander while it does not act; its group carries the reward.
+    env = IrregularOrderEnv().with_agent_groups({"solo": ["agent_2"]})
+    obs, _ = env.reset(seed=0)
+    assert set(obs) == {"agent_1", "agent_3"}
+    obs, rewards, terminateds, _, infos = env.step({"agent_1": 1, "agent_3": 0})
+    assert rewards == {"agent_1": 1.0, "agent_3": 0.0, "solo": 0.5}
+    assert set(obs) == {"agent_1", "solo"}
+    assert terminateds.get("solo", False) is False
+    assert infos["solo"]["individual_rewards"] == {"agent_2": 0.5}
+    obs, rewards, _, _, infos = env.step({"agent_1": 0, "solo": (1,)})
+    assert rewards == {"agent_1": 0.0, "solo": 1.0, "agent_3": 0.5}
+    assert set(obs) == {"solo", "agent_3"}
+    assert infos["solo"]["individual_rewards"] == {"agent_2": 1.0}
+    obs, rewards, _, _, infos = env.step({"solo": (1,), "agent_3": 1})
+    assert rewards == {"solo": 1.0, "agent_3": 1.0, "agent_1": 0.5}
+    assert "solo" not in obs and "solo" not in infos
+
+
+def test_individual_rewards_cover_members_without_reward() -> None:
+    env = JoinLeaveEnv().with_agent_groups({"team": ["scout", "runner"]})
+    env.reset(seed=0)
+    _, rewards, _, _, infos = env.step({"team": (2, 0)})
+    assert infos["team"]["individual_rewards"]["runner"] == 0.0
+    assert rewards["team"] == pytest.approx(infos["team"]["individual_rewards"]["scout"])
+
+
+# Members joining late and ending early ------------------------------------------------------
+
+
+def test_members_that_join_late_and_end_early() -> None:
+    env = JoinLeaveEnv().with_agent_groups({"team": ["scout", "runner"]})
+    obs, infos = env.reset(seed=1)
+    scout_start = obs["team"][0].copy()
+    # The runner has not joined: its slot holds the zero of its space, its action is not sent.
+    np.testing.assert_array_equal(obs["team"][1], np.zeros(1, np.float32))
+    assert infos["team"]["member_infos"] == {"scout": {"joined": 0}}
+    obs, *_ = env.step({"team": (2, "ignored: runner not asked")})
+    np.testing.assert_array_equal(obs["team"][0], scout_start + 1)
+    obs, _, _, _, infos = env.step({"team": (1, 0)})  # step 2: the runner joins
+    assert infos["team"]["member_infos"] == {"runner": {"joined": 2}}
+    obs, *_ = env.step({"team": (1, 2)})
+    assert set(obs) == {"team", "keeper"} and env.agents == ["team", "keeper"]
+    obs, _, terminateds, truncateds, _ = env.step({"team": (0, 2), "keeper": 1})  # step 4: scout ends
+    scout_final = obs["team"][0].copy()
+    np.testing.assert_array_equal(scout_final, scout_start)
+    assert terminateds["team"] is False and truncateds["team"] is False
+    # The scout's slot keeps its final observation and whatever sits in its action slot is ignored.
+    obs, *_ = env.step({"team": (None, 2), "keeper": 1})
+    np.testing.assert_array_equal(obs["team"][0], scout_final)
+    np.testing.assert_array_equal(obs["team"][1], np.array([3.0], np.float32))  # 0 at step 2, then +1 x 3
+    obs, rewards, terminateds, truncateds, _ = env.step({"team": (99, 1), "keeper": 1})  # step 6: runner truncated
+    assert "team" in obs and truncateds["team"] is True and terminateds["team"] is False
+    assert env.agents == ["keeper"]
+    with pytest.raises(UnexpectedActionError, match="'team'"):
+        env.step({"team": (0, 0), "keeper": 1})
+    obs, rewards, terminateds, truncateds, _ = env.step({"keeper": 1})
+    assert "team" not in obs and "team" not in rewards and "team" not in terminateds
+    obs, rewards, terminateds, truncateds, _ = env.step({"keeper": 1})
+    assert terminateds[ALL] is True and "team" not in terminateds
+
+
+def test_group_returns_equal_member_returns_with_late_and_early_members() -> None:
+    grouped = rollout(JoinLeaveEnv().with_agent_groups({"team": ["scout", "runner"]}), seed=3)
+    plain_env = JoinLeaveEnv()
+    plain: dict[str, float] = {}
+    for transition in play(JoinLeaveEnv().with_agent_groups({"team": ["scout", "runner"]}), seed=3):
+        if transition.index == 0:
+            plain_env.reset(seed=3)
+            acting = ["scout"]
+            continue
+        actions = dict(transition.actions)
+        team = actions.pop("team", None)
+        if team is not None:
+            for member, action in zip(["scout", "runner"], team, strict=True):
+                if member in acting:
+                    actions[member] = action
+        obs, rewards, terminateds, truncateds, _ = plain_env.step(actions)
+        acting = [a for a in obs if not (terminateds.get(a) or truncateds.get(a))]
+        for agent_id, reward in rewards.items():
+            plain[agent_id] = plain.get(agent_id, 0.0) + reward
+    assert grouped.returns["team"] == pytest.approx(plain["scout"] + plain["runner"])
+    assert grouped.returns["keeper"] == pytest.approx(plain["keeper"])
+
+
+# Acting apart -------------------------------------------------------------------------------
+
+
+def test_turn_based_group_raises_naming_group_and_members() -> None:
+    env = TicTacToe().with_agent_groups({"both": ["player1", "player2"]})
+    with pytest.raises(GroupingError, match=r"members of group 'both' must act together, but the env asked \['player(1|2)'\] to act and not \['player(1|2)'\]"):
+        env.reset(seed=0)
+
+
+def test_group_split_by_an_irregular_order_raises_at_the_step() -> None:
+    env = IrregularOrderEnv().with_agent_groups({"pair": ["agent_1", "agent_3"]})
+    obs, _ = env.reset(seed=0)
+    assert list(obs) == ["pair"]
+    with pytest.raises(GroupingError, match=re.escape("group 'pair' must act together, but the env asked ['agent_1'] to act and not ['agent_3']")):
+        env.step({"pair": (1, 1)})
+    with pytest.raises(ResetNeededError):
+        env.step({"pair": (1, 1)})
+    assert list(env.reset(seed=1)[0]) == ["pair"]
+
+
+# Bad actions --------------------------------------------------------------------------------
+
+
+def test_bad_action_dicts_raise_before_the_env_steps() -> None:
+    env = RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]})
+    env.reset(seed=0)
+    with pytest.raises(MissingActionError, match=r"no action for \['team'\]"):
+        env.step({})
+    with pytest.raises(UnexpectedActionError, match="'player1'"):
+        env.step({"player1": 0})
+    with pytest.raises(InvalidActionError, match=r"agent 'team': expected a tuple of 2 actions, one per member of \['player1', 'player2'\], received 1"):
+        env.step({"team": 1})
+    with pytest.raises(InvalidActionError, match="received \\(1,\\)"):
+        env.step({"team": (1,)})
+    assert env.env.num_moves == 0
+
+
+# Conformance --------------------------------------------------------------------------------
+
+
+GROUPED_ENVS = {
+    "simultaneous": lambda: RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]}),
+    "join_leave": lambda: JoinLeaveEnv().with_agent_groups({"team": ["scout", "runner"]}),
+    "bystander": lambda: IrregularOrderEnv().with_agent_groups({"solo": ["agent_2"]}),
+    "heterogeneous": lambda: HeterogeneousSpacesEnv().with_agent_groups({"pair": ["box", "discrete"], "one": ["multi"]}),
+    "overrides": lambda: ManyAgentsEnv({"num_agents": 12}).with_agent_groups(
+        {"robots": ["robot_1", "robot_2", "robot_3"], "deciders": ["decision_maker_0", "decision_maker_4"]}
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROUPED_ENVS))
+def test_grouped_envs_pass_check_env(name: str) -> None:
+    report = check_env(GROUPED_ENVS[name])
+    assert report.ok, report.findings
+    assert report.findings == ()
+
+
+def test_check_env_sees_a_group_split_by_turns() -> None:
+    report = check_env(lambda: IrregularOrderEnv().with_agent_groups({"pair": ["agent_1", "agent_3"]}))
+    assert not report.ok
+    assert any("group 'pair' must act together" in finding.message for finding in report.findings)
+
+
+# Integration --------------------------------------------------------------------------------
+
+
+def test_grouped_envs_vectorize_and_batch_as_tuples() -> None:
+    def factory() -> MultiAgentEnv:
+        return HeterogeneousSpacesEnv().with_agent_groups({"pair": ["box", "discrete"]})
+
+    with VectorMultiAgentEnv([factory] * 2, "async") as venv:
+        obs_list, _ = venv.reset(seed=0)
+        batches = gather(obs_list, lambda i, agent_id: agent_id)
+        pair = batches["pair"].obs
+        assert isinstance(pair, tuple) and pair[0].shape == (2, 3) and pair[1].tolist() == [0, 0]
+        policy = RandomPolicy(factory(), seed=0)
+        actions = {
+            agent_id: [policy(agent_id, obs_list[i][agent_id]) for i, _ in batch.keys]
+            for agent_id, batch in batches.items()
+        }
+        rewards_list = venv.step(scatter(actions, batches, 2))[1]
+        assert all("pair" in rewards for rewards in rewards_list)
+
+
+def _pistonball(max_cycles: int = 20) -> MultiAgentEnv:
+    from pettingzoo.butterfly.pistonball import pistonball
+
+    from bridges.pettingzoo import ParallelPettingZooEnv
+
+    return ParallelPettingZooEnv(pistonball.parallel_env(max_cycles=max_cycles))
+
+
+def test_pistonball_as_two_teams_returns_are_member_sums() -> None:
+    pistons = [f"piston_{i}" for i in range(20)]
+    teams = {"left": pistons[:10], "right": pistons[10:]}
+    grouped = _pistonball().with_agent_groups(teams)
+    assert grouped.possible_agents == ["left", "right"]
+    plain = _pistonball()
+    plain.reset(seed=2)
+    member_returns = dict.fromkeys(pistons, 0.0)
+    team_returns = {"left": 0.0, "right": 0.0}
+    for transition in play(grouped, seed=2):
+        for team, reward in transition.rewards.items():
+            team_returns[team] += reward
+        if transition.actions is None:
+            continue
+        actions: dict[str, Any] = {}
+        for team, members in teams.items():
+            actions.update(zip(members, transition.actions[team], strict=True))
+        obs, rewards, _, _, _ = plain.step(actions)
+        for agent_id, reward in rewards.items():
+            member_returns[agent_id] += reward
+        for team, members in teams.items():
+            for slot, member in enumerate(members):
+                np.testing.assert_array_equal(transition.obs[team][slot], obs[member])
+    assert transition.terminateds[ALL] or transition.truncateds[ALL]
+    for team, members in teams.items():
+        assert team_returns[team] == pytest.approx(sum(member_returns[m] for m in members))
+    assert team_returns["left"] != 0.0
+
+
+def test_pistonball_teams_pass_check_env() -> None:
+    pistons = [f"piston_{i}" for i in range(20)]
+    report = check_env(
+        lambda: _pistonball(max_cycles=8).with_agent_groups({"left": pistons[:10], "right": pistons[10:]}), episodes=1
+    )
+    assert report.ok, report.findings

@@ -1,0 +1,544 @@
+"""Tests of marl_core.vector: VectorMultiAgentEnv (sync and async), gather, scatter, stack."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from marl_core.env import ALL, MultiAgentEnv
+from marl_core.errors import MultiAgentEnvError, ResetNeededError, SpaceError, VectorEnvError
+from marl_core.rollout import RandomPolicy
+from marl_core.vector import PolicyBatch, VectorMultiAgentEnv, gather, scatter, stack
+from tests.fixtures.envs import (
+    CORRECT_ENVS,
+    HeterogeneousSpacesEnv,
+    IrregularOrderEnv,
+    JoinLeaveEnv,
+    RockPaperScissors,
+    TicTacToe,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# Helpers ------------------------------------------------------------------------------------
+
+
+def assert_same(a: Any, b: Any, where: str = "") -> None:
+    """Deep equality of nested dicts / tuples / lists / arrays, dtypes included."""
+    if isinstance(a, Mapping):
+        assert isinstance(b, Mapping) and list(a) == list(b), f"{where}: keys {list(a)} vs {b!r}"
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b), f"{where}: {a!r} vs {b!r}"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype, f"{where}: {a!r} vs {b!r}"
+        assert np.array_equal(a, b), f"{where}: {a!r} vs {b!r}"
+    else:
+        assert type(a) is type(b) and a == b, f"{where}: {a!r} vs {b!r}"
+
+
+def play(venv: VectorMultiAgentEnv, env_cls: type, seed: int, steps: int) -> tuple[list, list]:
+    """Reset with ``seed`` and step with seeded random legal actions; return outputs and actions."""
+    policies = [RandomPolicy(env_cls(), seed=100 + i) for i in range(venv.num_envs)]
+    obs_list, infos_list = venv.reset(seed=seed)
+    outputs: list[Any] = [(obs_list, infos_list)]
+    actions_used = []
+    for _ in range(steps):
+        actions = [
+            {agent_id: policies[i](agent_id, obs_list[i][agent_id]) for agent_id in venv.acting[i]}
+            for i in range(venv.num_envs)
+        ]
+        result = venv.step(actions)
+        outputs.append((result, list(venv.autoreset)))
+        actions_used.append(actions)
+        obs_list = result[0]
+    return outputs, actions_used
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def wait_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
+    """Poll until none of ``pids`` is alive; return those still alive at the timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if alive(pid)]
+        if not left:
+            return []
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
+class ExplodingEnv(RockPaperScissors):
+    """Rock-paper-scissors whose step raises at move ``fail_at``."""
+
+    def __init__(self, fail_at: int = 2) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+
+    def step(self, action_dict):
+        if self.num_moves + 1 >= self.fail_at:
+            raise RuntimeError(f"boom at move {self.num_moves + 1}")
+        return super().step(action_dict)
+
+
+class DyingEnv(RockPaperScissors):
+    """Rock-paper-scissors whose process exits hard on the first step."""
+
+    def step(self, action_dict):
+        os._exit(3)
+
+
+class BigObsEnv(MultiAgentEnv):
+    """Three agents seeing 200 KB images (large enough for the shared-memory path)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = ["a", "b", "c"]
+        self.observation_spaces = {a: gym.spaces.Box(0, 255, (200, 250, 4), np.uint8) for a in self.agents}
+        self.action_spaces = {a: gym.spaces.Box(-1.0, 1.0, (2,), np.float32) for a in self.agents}
+        self.t = 0
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        return {a: self.np_random.integers(0, 256, (200, 250, 4), dtype=np.uint8) for a in self.agents}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action_dict):
+        self.t += 1
+        rewards = {a: float(np.sum(action_dict[a])) for a in self.agents}
+        return self._obs(), rewards, {ALL: self.t >= 4}, {ALL: False}, {}
+
+
+def broken_factory() -> MultiAgentEnv:
+    raise OSError("no such game file")
+
+
+# Semantics ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT_ENVS))
+def test_sync_and_async_give_identical_results(name: str) -> None:
+    env_cls = CORRECT_ENVS[name]
+    with VectorMultiAgentEnv([env_cls] * 2, "sync") as sync_env:
+        sync_out, _ = play(sync_env, env_cls, seed=7, steps=25)
+    with VectorMultiAgentEnv([env_cls] * 2, "async") as async_env:
+        async_out, _ = play(async_env, env_cls, seed=7, steps=25)
+    assert_same(sync_out, async_out)
+    assert any(any(flags) for _, flags in sync_out[1:]), "the run should cover an autoreset"
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 3])
+def test_fewer_workers_than_envs_give_identical_results(num_workers: int) -> None:
+    with VectorMultiAgentEnv([JoinLeaveEnv] * 5) as sync_env:
+        sync_out, _ = play(sync_env, JoinLeaveEnv, seed=2, steps=12)
+    with VectorMultiAgentEnv([JoinLeaveEnv] * 5, "async", num_workers=num_workers) as async_env:
+        assert len(set(async_env._workers.pids)) == num_workers
+        async_out, _ = play(async_env, JoinLeaveEnv, seed=2, steps=12)
+    assert_same(sync_out, async_out)
+
+
+def test_large_observations_travel_through_shared_memory() -> None:
+    with VectorMultiAgentEnv([BigObsEnv] * 2) as sync_env:
+        sync_out, _ = play(sync_env, BigObsEnv, seed=0, steps=9)
+    with VectorMultiAgentEnv([BigObsEnv] * 2, "async") as async_env:
+        async_out, _ = play(async_env, BigObsEnv, seed=0, steps=9)
+        blocks = [shm.name for shm in async_env._workers.shms]
+        assert all(blocks), "replies of 600 KB should have moved to shared memory"
+    assert_same(sync_out, async_out)
+    obs = async_out[-1][0][0][1]["b"]
+    assert obs.flags.writeable  # a private copy, not a view of the block
+    obs[0, 0, 0] = 7
+    assert not [name for name in blocks if Path(f"/dev/shm/{name.lstrip('/')}").exists()]
+
+
+@pytest.mark.parametrize("env_cls", [IrregularOrderEnv, JoinLeaveEnv, HeterogeneousSpacesEnv])
+def test_each_env_behaves_as_if_run_alone_with_seed_plus_index(env_cls: type) -> None:
+    with VectorMultiAgentEnv([env_cls] * 3) as venv:
+        outputs, actions_used = play(venv, env_cls, seed=11, steps=20)
+    for i in range(3):
+        env = env_cls()
+        assert_same(env.reset(seed=11 + i), (outputs[0][0][i], outputs[0][1][i]))
+        for step, actions in enumerate(actions_used, start=1):
+            result, autoreset = outputs[step]
+            mine = tuple(column[i] for column in result)
+            if autoreset[i]:
+                obs, infos = env.reset()
+                expected: tuple = (obs, {}, {ALL: False}, {ALL: False}, infos)
+            else:
+                expected = env.step(actions[i])
+            assert_same(expected, mine, f"env {i} step {step}")
+
+
+def test_autoreset_ignores_the_action_dict_and_reports_the_new_episode() -> None:
+    with VectorMultiAgentEnv([RockPaperScissors, lambda: RockPaperScissors()]) as venv:
+        venv.reset(seed=0)
+        for _ in range(9):
+            venv.step([{"player1": 0, "player2": 1}] * 2)
+        obs_list, rewards_list, terminateds_list, truncateds_list, _ = venv.step([{"player1": 0, "player2": 1}] * 2)
+        assert terminateds_list == [{ALL: True}, {ALL: True}]
+        assert venv.acting == [[], []]
+        assert venv.autoreset == [False, False]
+        # Ended envs reset on this step: the action dict is ignored (empty here, junk in env 1).
+        obs_list, rewards_list, terminateds_list, truncateds_list, _ = venv.step([{}, {"nobody": 5}])
+        assert obs_list == [{"player1": 0, "player2": 0}] * 2
+        assert rewards_list == [{}, {}]
+        assert terminateds_list == truncateds_list == [{ALL: False}, {ALL: False}]
+        assert venv.autoreset == [True, True]
+        assert venv.acting == [["player1", "player2"]] * 2
+        venv.step([{"player1": 2, "player2": 1}] * 2)
+        assert venv.autoreset == [False, False]
+
+
+def test_turn_based_envs_ask_only_the_player_to_move() -> None:
+    with VectorMultiAgentEnv([TicTacToe] * 4) as venv:
+        obs_list, _ = venv.reset(seed=3)
+        assert all(len(obs) == 1 for obs in obs_list)
+        assert venv.acting == [list(obs) for obs in obs_list]
+        starters = [next(iter(obs)) for obs in obs_list]
+        assert starters == [next(iter(TicTacToe().reset(seed=3 + i)[0])) for i in range(4)]
+
+
+def test_spaces_and_agents_are_those_of_env_zero_in_both_modes() -> None:
+    for mode in ("sync", "async"):
+        with VectorMultiAgentEnv([HeterogeneousSpacesEnv] * 2, mode) as venv:
+            env = HeterogeneousSpacesEnv()
+            assert venv.possible_agents == env.possible_agents
+            for agent_id in env.possible_agents:
+                assert venv.get_observation_space(agent_id) == env.get_observation_space(agent_id)
+                assert venv.get_action_space(agent_id) == env.get_action_space(agent_id)
+            assert venv.call("length") == [6, 6]
+            assert venv.call("get_action_space", "discrete") == [gym.spaces.Discrete(3)] * 2
+
+
+# Bad input ----------------------------------------------------------------------------------
+
+
+def _bad_inputs() -> list[tuple[list[dict], str]]:
+    ok = {"player1": 0, "player2": 1}
+    return [
+        ([ok], "one action dict per env (2), received 1"),
+        ([ok, {**ok, "player3": 0}], "env 1: action for agent 'player3' which is not expected to act"),
+        ([{"player1": 0}, ok], "env 0: no action for ['player2']"),
+        ([ok, {"player1": 0, "player2": 7}], "env 1: invalid action for agent 'player2'"),
+        ([ok, {"player1": 0, "player2": 1.0}], "env 1: invalid action for agent 'player2'"),
+    ]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_bad_action_lists_raise_before_any_env_steps(mode: str) -> None:
+    with VectorMultiAgentEnv([RockPaperScissors] * 2, mode) as venv:
+        venv.reset(seed=0)
+        for actions, message in _bad_inputs():
+            with pytest.raises(VectorEnvError, match=re.escape(message)):
+                venv.step(actions)
+        # Nothing moved: ten valid steps still end the episode exactly at the tenth.
+        for step in range(1, 11):
+            terminateds_list = venv.step([{"player1": 0, "player2": 1}] * 2)[2]
+            assert terminateds_list[0][ALL] is (step == 10)
+
+
+def test_masked_actions_are_checked_against_the_current_mask() -> None:
+    with VectorMultiAgentEnv([HeterogeneousSpacesEnv] * 2) as venv:
+        obs_list, _ = venv.reset(seed=5)
+        mask = obs_list[1]["masked"]["action_mask"]
+        illegal = int(np.flatnonzero(mask == 0)[0])
+        policy = RandomPolicy(HeterogeneousSpacesEnv(), seed=0)
+        actions = [{a: policy(a, obs[a]) for a in obs} for obs in obs_list]
+        actions[1]["masked"] = illegal
+        with pytest.raises(VectorEnvError, match=r"env 1: illegal action for agent 'masked'") as info:
+            venv.step(actions)
+        assert info.value.index == 1
+        assert isinstance(info.value, MultiAgentEnvError)
+
+
+def test_step_before_reset_and_after_close() -> None:
+    venv = VectorMultiAgentEnv([RockPaperScissors])
+    with pytest.raises(ResetNeededError):
+        venv.step([{}])
+    venv.close()
+    venv.close()
+    with pytest.raises(VectorEnvError, match="closed"):
+        venv.reset(seed=0)
+
+
+def test_constructor_arguments_are_validated() -> None:
+    with pytest.raises(VectorEnvError, match="at least one env factory"):
+        VectorMultiAgentEnv([])
+    with pytest.raises(VectorEnvError, match="mode must be"):
+        VectorMultiAgentEnv([RockPaperScissors], mode="threads")  # type: ignore[arg-type]
+    with pytest.raises(VectorEnvError, match="env 0: its factory raised OSError: no such game file"):
+        VectorMultiAgentEnv([broken_factory])
+    with pytest.raises(VectorEnvError, match="num_workers must be between 1 and 2"):
+        VectorMultiAgentEnv([RockPaperScissors] * 2, "async", num_workers=3)
+    lock = threading.Lock()
+    with pytest.raises(VectorEnvError, match=r"env 1: its factory .* cannot be pickled for a worker process"):
+        VectorMultiAgentEnv([RockPaperScissors, lambda: lock and RockPaperScissors()], "async")
+
+
+# Failures in sub-envs and worker processes --------------------------------------------------
+
+
+@pytest.mark.parametrize(("mode", "num_workers"), [("sync", None), ("async", None), ("async", 1)])
+def test_sub_env_exception_names_the_env_and_needs_reset(mode: str, num_workers: int | None) -> None:
+    factories = [RockPaperScissors, lambda: ExplodingEnv(fail_at=2), lambda: ExplodingEnv(fail_at=3)]
+    with VectorMultiAgentEnv(factories, mode, num_workers=num_workers) as venv:
+        venv.reset(seed=0)
+        venv.step([{"player1": 0, "player2": 0}] * 3)
+        with pytest.raises(VectorEnvError, match=r"env 1 raised RuntimeError: boom at move 2") as info:
+            venv.step([{"player1": 0, "player2": 0}] * 3)
+        assert info.value.index == 1
+        if mode == "async":
+            assert "Traceback in its worker process" in str(info.value)
+            assert "in step" in info.value.remote_traceback
+            assert "boom at move 2" in info.value.remote_traceback
+            assert isinstance(info.value.__cause__, RuntimeError)
+        else:
+            assert isinstance(info.value.__cause__, RuntimeError)
+        with pytest.raises(ResetNeededError):
+            venv.step([{"player1": 0, "player2": 0}] * 3)
+        obs_list, _ = venv.reset(seed=0)
+        assert obs_list == [{"player1": 0, "player2": 0}] * 3
+
+
+@pytest.mark.parametrize("num_workers", [None, 1])
+class LockedEnv(RockPaperScissors):
+    """Rock-paper-scissors holding something that cannot be pickled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+
+def test_results_that_cannot_leave_the_worker_are_reported() -> None:
+    with VectorMultiAgentEnv([RockPaperScissors, LockedEnv]) as venv:
+        assert isinstance(venv.call("lock")[1], type(threading.Lock()))
+    with VectorMultiAgentEnv([RockPaperScissors, LockedEnv], "async") as venv:
+        with pytest.raises(VectorEnvError, match="env 1 raised TypeError: cannot pickle '_thread.lock' object"):
+            venv.call("lock")
+        assert venv.call("num_moves") == [0, 0]
+
+
+def test_async_factory_exception_comes_back_with_its_traceback(num_workers: int | None) -> None:
+    factories = [RockPaperScissors, RockPaperScissors, broken_factory]
+    with pytest.raises(VectorEnvError, match="env 2: its factory raised OSError") as info:
+        VectorMultiAgentEnv(factories, "async", num_workers=num_workers)
+    assert info.value.index == 2
+    assert "broken_factory" in info.value.remote_traceback
+
+
+def test_a_dead_worker_makes_the_vector_unusable_but_closable() -> None:
+    venv = VectorMultiAgentEnv([RockPaperScissors, DyingEnv], "async")
+    pids = venv._workers.pids
+    venv.reset(seed=0)
+    with pytest.raises(VectorEnvError, match=r"worker process of env 1 \(pid \d+\) exited unexpectedly with code 3"):
+        venv.step([{"player1": 0, "player2": 0}] * 2)
+    with pytest.raises(VectorEnvError, match="unusable"):
+        venv.reset(seed=0)
+    venv.close()
+    assert wait_gone(pids) == []
+
+
+# No orphan processes ------------------------------------------------------------------------
+
+
+def test_close_stops_every_worker() -> None:
+    venv = VectorMultiAgentEnv([RockPaperScissors] * 2, "async")
+    pids = venv._workers.pids
+    assert all(alive(pid) for pid in pids) and os.getpid() not in pids
+    venv.reset(seed=0)
+    venv.close()
+    assert wait_gone(pids, timeout=5.0) == []
+
+
+def test_an_exception_in_a_with_block_stops_every_worker() -> None:
+    with pytest.raises(KeyError), VectorMultiAgentEnv([RockPaperScissors] * 2, "async") as venv:
+        pids = venv._workers.pids
+        venv.reset(seed=0)
+        raise KeyError("user code failed")
+    assert wait_gone(pids, timeout=5.0) == []
+
+
+def test_garbage_collection_stops_every_worker() -> None:
+    venv = VectorMultiAgentEnv([RockPaperScissors] * 2, "async")
+    pids = venv._workers.pids
+    del venv
+    assert wait_gone(pids, timeout=5.0) == []
+
+
+_SCRIPT = """
+import sys, time
+from marl_core.vector import VectorMultiAgentEnv
+from tests.core.test_vector import BigObsEnv
+venv = VectorMultiAgentEnv([BigObsEnv] * 2, "async")
+venv.reset(seed=0)
+venv.step([{a: venv.get_action_space(a).sample() for a in acting} for acting in venv.acting])
+print(" ".join(str(pid) for pid in venv._workers.pids), flush=True)
+print(" ".join(shm.name.lstrip("/") for shm in venv._workers.shms), flush=True)
+if sys.argv[1] == "raise":
+    raise RuntimeError("the program crashed")
+time.sleep(60)
+"""
+
+
+def _start_script(how: str) -> tuple[subprocess.Popen, list[int], list[Path]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT, how], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    pids = [int(pid) for pid in process.stdout.readline().split()]
+    blocks = [Path("/dev/shm") / name for name in process.stdout.readline().split()]
+    assert len(pids) == 2 and len(blocks) == 2, process.stderr.read()
+    assert all(block.exists() for block in blocks)
+    return process, pids, blocks
+
+
+def wait_removed(blocks: list[Path], timeout: float = 15.0) -> list[Path]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(block.exists() for block in blocks):
+        time.sleep(0.05)
+    return [block for block in blocks if block.exists()]
+
+
+def test_interpreter_exit_after_an_uncaught_exception_stops_every_worker() -> None:
+    process, pids, blocks = _start_script("raise")
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1 and "the program crashed" in stderr
+    assert "leaked" not in stderr and "KeyError" not in stderr
+    assert wait_gone(pids) == []
+    assert wait_removed(blocks) == []
+
+
+def test_workers_exit_when_the_parent_is_killed() -> None:
+    process, pids, blocks = _start_script("sleep")
+    assert all(alive(pid) for pid in pids)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+    assert wait_gone(pids) == []
+    assert wait_removed(blocks) == []
+
+
+# Batched helpers ----------------------------------------------------------------------------
+
+
+def test_stack_is_leaf_wise() -> None:
+    rows = [
+        {"observation": np.array([1.0, 2.0], np.float32), "action_mask": np.array([1, 0], np.int8)},
+        {"observation": np.array([3.0, 4.0], np.float32), "action_mask": np.array([0, 1], np.int8)},
+    ]
+    batch = stack(rows)
+    assert batch["observation"].dtype == np.float32 and batch["observation"].shape == (2, 2)
+    assert batch["action_mask"].tolist() == [[1, 0], [0, 1]]
+    pairs = stack([(1, np.zeros(3)), (2, np.ones(3))])
+    assert isinstance(pairs, tuple) and pairs[0].tolist() == [1, 2] and pairs[1].shape == (2, 3)
+    assert stack([3, 4, 5]).tolist() == [3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([], "at least one observation"),
+        ([{"a": 1}, {"b": 1}], r"row 1 is a dict with keys \['b'\]"),
+        ([(1, 2), (1,)], "row 1 is a tuple of 1, row 0 a tuple of 2"),
+        ([{"a": 1}, 5], "row 1 is a int"),
+        ([np.zeros(2), np.zeros(3)], r"different shapes \[\(2,\), \(3,\)\]"),
+    ],
+)
+def test_stack_refuses_rows_that_do_not_match(rows: list, message: str) -> None:
+    with pytest.raises(SpaceError, match=message):
+        stack(rows)
+
+
+def test_gather_and_scatter_round_trip_over_heterogeneous_agents() -> None:
+    with VectorMultiAgentEnv([HeterogeneousSpacesEnv] * 3) as venv:
+        obs_list, _ = venv.reset(seed=0)
+        batches = gather(obs_list, lambda i, agent_id: "masked" if agent_id == "masked" else f"p_{agent_id}")
+        assert list(batches) == ["p_box", "p_discrete", "masked", "p_multi"]
+        masked = batches["masked"]
+        assert isinstance(masked, PolicyBatch) and len(masked) == 3
+        assert masked.keys == [(0, "masked"), (1, "masked"), (2, "masked")]
+        assert masked.obs["action_mask"].shape == (3, 4)
+        for row, (i, _) in enumerate(masked.keys):
+            assert np.array_equal(masked.obs["action_mask"][row], obs_list[i]["masked"]["action_mask"])
+        actions = {
+            "p_box": np.zeros((3, 2), np.float32),
+            "p_discrete": np.array([0, 1, 2]),
+            "masked": np.array([int(np.flatnonzero(obs["masked"]["action_mask"])[0]) for obs in obs_list]),
+            "p_multi": [np.array([1, 2]), np.array([0, 0]), np.array([1, 1])],
+        }
+        action_list = scatter(actions, batches, venv.num_envs)
+        assert [sorted(a) for a in action_list] == [sorted(HeterogeneousSpacesEnv().possible_agents)] * 3
+        assert action_list[1]["discrete"] == 1 and action_list[2]["multi"].tolist() == [1, 1]
+        actions["p_box"][0, 0] = 0.5  # rows were copied out of the array
+        assert action_list[0]["box"].tolist() == [0.0, 0.0]
+        rewards_list = venv.step(action_list)[1]
+        assert [r["discrete"] for r in rewards_list] == [0.0, 1.0, 0.0]
+
+
+def test_gather_filter_keeps_only_acting_agents() -> None:
+    with VectorMultiAgentEnv([JoinLeaveEnv] * 2) as venv:
+        obs_list, _ = venv.reset(seed=0)
+        for _ in range(4):  # at step 4 the scout terminates: final obs, but it does not act
+            actions = [{a: 1 for a in acting} for acting in venv.acting]
+            obs_list = venv.step(actions)[0]
+        assert "scout" in obs_list[0] and "scout" not in venv.acting[0]
+        everyone = gather(obs_list, lambda i, a: "shared")
+        acting = gather(obs_list, lambda i, a: "shared", where=lambda i, a: a in venv.acting[i])
+        assert len(everyone["shared"]) == 6 and len(acting["shared"]) == 4
+        assert acting["shared"].keys == [(0, "runner"), (0, "keeper"), (1, "runner"), (1, "keeper")]
+        actions = scatter({"shared": np.ones(4, np.int64)}, acting, venv.num_envs)
+        venv.step(actions)
+
+
+def test_scatter_unstacks_dict_and_tuple_actions() -> None:
+    batches = {"team": PolicyBatch([(0, "a"), (1, "a")], obs=None)}
+    out = scatter({"team": (np.array([1, 2]), np.array([[0.5], [1.5]]))}, batches, 2)
+    assert out[0]["a"][0] == 1 and out[1]["a"][1].tolist() == [1.5]
+    out = scatter({"team": {"move": np.array([3, 4])}}, batches, 3)
+    assert out == [{"a": {"move": 3}}, {"a": {"move": 4}}, {}]
+
+
+@pytest.mark.parametrize(
+    ("actions", "message"),
+    [
+        ({}, r"actions for policies \[\] but batches for \['p'\]"),
+        ({"p": [1], "q": [1]}, r"actions for policies \['p', 'q'\]"),
+        ({"p": [1]}, "1 actions for policy 'p' but its batch has 2 rows"),
+        ({"p": np.zeros(3)}, "3 actions for policy 'p' but its batch has 2 rows"),
+    ],
+)
+def test_scatter_refuses_mismatched_actions(actions: dict, message: str) -> None:
+    batches = {"p": PolicyBatch([(0, "a"), (1, "a")], obs=None)}
+    with pytest.raises(VectorEnvError, match=message):
+        scatter(actions, batches, 2)
+
+
+def test_scatter_refuses_rows_of_unknown_envs() -> None:
+    batches = {"p": PolicyBatch([(0, "a"), (4, "a")], obs=None)}
+    with pytest.raises(VectorEnvError, match="row for env 4 but num_envs is 2"):
+        scatter({"p": [0, 1]}, batches, 2)

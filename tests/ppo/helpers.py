@@ -1,0 +1,82 @@
+"""Small envs for the trainer's tests: a two-move turn-based game and an env that fails on purpose."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from examples.rock_paper_scissors import RockPaperScissors
+from marl_core import MultiAgentEnv
+from marl_core.spaces import check_action_dict, masked_space
+
+
+class TwoMoveGame(MultiAgentEnv):
+    """``first`` moves, then ``second``; the game ends after the second move.
+
+    Whoever played the larger number wins (+1, the other -1; a tie pays 0). Every reward arrives
+    after ``second``'s move, so ``first``'s reward is credited to the move it made one step earlier.
+    ``second`` also receives a bystander reward of 0.25 after ``first``'s move (before it ever
+    acted: that reward cannot be credited to any action). Actions are masked: action 2 is never legal.
+    """
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.possible_agents = ["first", "second"]
+        inner = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+        self.observation_spaces = {a: masked_space(inner, 3) for a in self.possible_agents}
+        self.action_spaces = {a: gym.spaces.Discrete(3) for a in self.possible_agents}
+        self.moves: dict[str, int] = {}
+
+    def _obs(self, turn: int) -> dict[str, np.ndarray]:
+        return {"observation": np.array([turn, 1 - turn], np.float32), "action_mask": np.array([1, 1, 0], np.int8)}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.moves = {}
+        self.agents = ["first"]
+        return {"first": self._obs(0)}, {}
+
+    def step(self, action_dict):
+        check_action_dict(self, action_dict, self.agents)
+        (agent_id, action), = action_dict.items()
+        self.moves[agent_id] = int(action)
+        if agent_id == "first":
+            self.agents = ["second"]
+            return {"second": self._obs(1)}, {"second": 0.25}, {"__all__": False}, {"__all__": False}, {}
+        diff = np.sign(self.moves["first"] - self.moves["second"])
+        rewards = {"first": float(diff), "second": float(-diff)}
+        obs = {"first": self._obs(0), "second": self._obs(1)}
+        done = {"first": True, "second": True, "__all__": True}
+        self.agents = []
+        return obs, rewards, done, {"first": False, "second": False, "__all__": False}, {}
+
+
+class FlakyRockPaperScissors(RockPaperScissors):
+    """Rock-paper-scissors whose every ``fail_every``-th step (per instance) raises RuntimeError."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.fail_every = int((config or {}).get("fail_every", 25))
+        self.calls = 0
+
+    def step(self, action_dict):
+        self.calls += 1
+        if self.calls % self.fail_every == 0:
+            raise RuntimeError(f"flaky env fails at its step call {self.calls}")
+        return super().step(action_dict)
+
+
+class SlowRockPaperScissors(RockPaperScissors):
+    """Rock-paper-scissors that sleeps ``sleep`` seconds in every step (to stretch an iteration)."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.sleep = float((config or {}).get("sleep", 0.01))
+
+    def step(self, action_dict):
+        import time
+
+        time.sleep(self.sleep)
+        return super().step(action_dict)

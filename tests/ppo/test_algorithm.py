@@ -1,0 +1,187 @@
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from examples.rock_paper_scissors import RockPaperScissors
+from marl_core.errors import CheckpointError, ConfigError, SpaceError
+from marl_core.ppo import PPO, PolicySpec, PPOConfig
+from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
+from tests.fixtures.envs import HeterogeneousSpacesEnv, JoinLeaveEnv, ManyAgentsEnv, TicTacToe
+from tests.ppo.helpers import TwoMoveGame
+
+
+def _rps_config(**training):
+    return (
+        PPOConfig()
+        .environment(RockPaperScissors)
+        .multi_agent(policies={"learned": None, "beat_last": beat_last_move},
+                     policy_mapping_fn=rps_policy_mapping_fn, policies_to_train=["learned"])
+        .env_runners(num_env_runners=0, num_envs_per_env_runner=4)
+        .training(train_batch_size=200, minibatch_size=100, num_epochs=2, **training)
+    )
+
+
+def test_tiny_end_to_end_run_reports_metrics_per_policy():
+    with _rps_config().build() as algo:
+        result = algo.train()
+    assert result["training_iteration"] == 1
+    assert result["num_env_steps_sampled"] == 200
+    assert result["num_episodes"] == 20
+    learned, heuristic = result["policies"]["learned"], result["policies"]["beat_last"]
+    assert learned["episode_len_mean"] == 10
+    assert learned["episode_return_mean"] == pytest.approx(-heuristic["episode_return_mean"])
+    for key in ("policy_loss", "vf_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance"):
+        assert math.isfinite(learned[key]), key
+    assert "policy_loss" not in heuristic  # a fixed policy is not trained
+    assert result["env_steps_per_s"] > 0 and result["num_env_errors"] == 0
+
+
+def test_same_seed_gives_the_same_first_iteration_loss():
+    losses = []
+    for seed in (3, 3, 4):
+        with _rps_config().debugging(seed=seed).build() as algo:
+            losses.append(algo.train()["policies"]["learned"]["total_loss"])
+    assert losses[0] == losses[1]
+    assert losses[0] != losses[2]
+
+
+def test_save_and_restore_round_trip(tmp_path):
+    algo = _rps_config().build()
+    algo.train()
+    algo.train()
+    path = algo.save(tmp_path / "ck")
+    saved = json.loads((path / "config.json").read_text())
+    assert saved["env"] == "examples.rock_paper_scissors:RockPaperScissors"
+    assert saved["policies"]["beat_last"] == {"kind": "fixed", "ref": "marl_core.ppo.presets:beat_last_move"}
+    next_result = algo.train()
+    algo.stop()
+    restored = PPO.from_checkpoint(path)
+    try:
+        assert restored.iteration == 2
+        # Restoring gives back weights, optimizer state and RNG: the next iteration's update uses
+        # the same minibatch order and starting weights as the original run.
+        resumed = restored.train()
+        assert resumed["training_iteration"] == 3
+        assert resumed["num_env_steps_sampled_lifetime"] == next_result["num_env_steps_sampled_lifetime"]
+        assert restored.learners["learned"].optimizer.state_dict()["state"]
+    finally:
+        restored.stop()
+    # Weights equal right after loading.
+    again = PPO.from_checkpoint(path)
+    original = torch.load(path / "state.pt", weights_only=True)["policies"]["learned"]["module"]
+    for key, value in again.get_weights(["learned"])["learned"].items():
+        torch.testing.assert_close(value, original[key])
+    again.stop()
+
+
+def test_checkpoint_is_replaced_atomically_and_bad_paths_fail(tmp_path):
+    with _rps_config().build() as algo:
+        algo.train()
+        algo.save(tmp_path / "ck")
+        algo.train()
+        algo.save(tmp_path / "ck")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]  # no temporary or old copies left
+    with pytest.raises(CheckpointError, match="is not a checkpoint"):
+        PPO.from_checkpoint(tmp_path / "missing")
+
+
+def test_a_lambda_mapping_fn_must_be_passed_back_when_restoring(tmp_path):
+    config = _rps_config().multi_agent(policy_mapping_fn=lambda agent_id, episode: rps_policy_mapping_fn(agent_id, episode))
+    with config.build() as algo:
+        algo.save(tmp_path / "ck")
+    with pytest.raises(CheckpointError, match="policy_mapping_fn"):
+        PPO.from_checkpoint(tmp_path / "ck")
+    PPO.from_checkpoint(tmp_path / "ck", policy_mapping_fn=rps_policy_mapping_fn).stop()
+
+
+def test_frozen_copy_added_during_training_and_removed():
+    with _rps_config().build() as algo:
+        algo.train()
+        algo.add_policy("learned_v1", weights_from="learned",
+                        policy_mapping_fn=lambda agent_id, episode: "learned" if agent_id == "player1" else "learned_v1")
+        assert algo.to_train == ["learned"]
+        before = algo.get_weights(["learned_v1"])["learned_v1"]
+        result = algo.train()
+        assert result["policies"]["learned_v1"]["num_episodes"] == 20
+        assert result["policies"]["beat_last"]["num_episodes"] == 0
+        after = algo.get_weights()
+        for key, value in before.items():  # the copy is frozen...
+            torch.testing.assert_close(after["learned_v1"][key], value)
+        assert any(not torch.equal(after["learned"][k], v) for k, v in before.items())  # ...main moved on
+        algo.remove_policy("learned_v1", policy_mapping_fn=rps_policy_mapping_fn)
+        assert "learned_v1" not in algo.train()["policies"]
+        with pytest.raises(ConfigError, match="exists already"):
+            algo.add_policy("learned")
+
+
+def test_compute_actions_and_policy_callables():
+    with _rps_config().build() as algo:
+        actions = algo.compute_actions({"player1": 0, "player2": 2})
+        assert actions["player2"] == beat_last_move(2)
+        assert 0 <= int(actions["player1"]) < 3
+        greedy = algo.get_policy_callable("learned")
+        assert greedy(1) == algo.compute_actions({"x": 1}, policy_id="learned")["x"]
+        with pytest.raises(ConfigError, match="not a policy"):
+            algo.compute_actions({"player1": 0}, policy_id="nope")
+
+
+def test_every_space_kind_trains_one_iteration():
+    config = (PPOConfig().environment(HeterogeneousSpacesEnv)
+              .multi_agent(policies={a: None for a in ("box", "discrete", "masked", "multi")},
+                           policy_mapping_fn=lambda agent_id, episode: agent_id)
+              .env_runners(num_envs_per_env_runner=2).training(train_batch_size=24, minibatch_size=8, num_epochs=1))
+    with config.build() as algo:
+        result = algo.train()
+    for policy_id in ("box", "discrete", "masked", "multi"):
+        assert math.isfinite(result["policies"][policy_id]["policy_loss"]), policy_id
+
+
+def test_images_late_joiners_and_many_agents():
+    config = (PPOConfig().environment(ManyAgentsEnv, env_config={"num_agents": 100, "length": 3})
+              .multi_agent(policies={"robot": PolicySpec(model={"conv_filters": [[4, 2, 1]], "conv_hidden": 16}),
+                                     "boss": None},
+                           policy_mapping_fn=lambda agent_id, episode: "robot" if agent_id.startswith("robot") else "boss")
+              .env_runners(num_envs_per_env_runner=1).training(train_batch_size=6, minibatch_size=64, num_epochs=1))
+    with config.build() as algo:
+        result = algo.train()
+    assert result["num_agent_steps_sampled"] == 600
+    assert result["policies"]["robot"]["num_episodes"] == 2 * 75
+    with (PPOConfig().environment(JoinLeaveEnv).env_runners(num_envs_per_env_runner=2)
+          .training(train_batch_size=16, minibatch_size=8).build()) as algo:
+        assert algo.train()["policies"]["default_policy"]["episode_len_mean"] == pytest.approx(13 / 3)
+
+
+def test_turn_based_game_learns_and_masks_hold():
+    config = (PPOConfig().environment(TwoMoveGame).env_runners(num_envs_per_env_runner=8)
+              .training(train_batch_size=256, minibatch_size=64, lr=1e-2, num_epochs=4))
+    with config.build() as algo:
+        for _ in range(6):
+            algo.train()
+        greedy = algo.compute_actions({"first": TwoMoveGame()._obs(0)})
+    assert greedy["first"] == 1  # the best legal move (2 is larger but masked)
+
+
+def test_config_errors_name_the_problem():
+    with pytest.raises(ConfigError, match="unknown training"):
+        PPOConfig().training(learning_rate=1)
+    with pytest.raises(ConfigError, match="no env"):
+        PPOConfig().build()
+    with pytest.raises(ConfigError, match="not a learned policy"):
+        _rps_config().multi_agent(policies_to_train=["beat_last"]).build()
+    with pytest.raises(SpaceError, match="cannot infer the spaces"):
+        (PPOConfig().environment(HeterogeneousSpacesEnv)
+         .multi_agent(policies={"x": None}, policy_mapping_fn=lambda agent_id, episode: "x" if agent_id == "y" else "x2")
+         .build())
+    config = PPOConfig().set("env_runners.num_envs_per_env_runner", "16").set("training.lr", "3e-4")
+    assert config.num_envs_per_env_runner == 16 and config.lr == 3e-4
+
+
+def test_tic_tac_toe_from_the_seeds_runs():
+    with PPOConfig().environment(TicTacToe).training(train_batch_size=64, minibatch_size=32).build() as algo:
+        result = algo.train()
+    assert np.isfinite(result["policies"]["default_policy"]["vf_loss"])

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from marl_core.errors import SpaceError
+from marl_core.ppo.config import DEFAULT_MODEL
+from marl_core.ppo.model import ActionDist, TorchPolicy, stack_obs
+from marl_core.spaces import masked_space
+
+BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+
+def _policy(obs_space, act_space, **model):
+    torch.manual_seed(0)
+    return TorchPolicy(obs_space, act_space, {**DEFAULT_MODEL, **model})
+
+
+def test_masked_actions_are_never_sampled():
+    policy = _policy(masked_space(BOX, 5), gym.spaces.Discrete(5))
+    rng = np.random.default_rng(0)
+    masks = (rng.random((4000, 5)) < 0.3).astype(np.int8)
+    masks[np.arange(4000), rng.integers(0, 5, 4000)] = 1  # at least one legal action each
+    obs = {"observation": rng.uniform(-1, 1, (4000, 4)).astype(np.float32), "action_mask": masks}
+    # Make the masked logits the largest ones: sampling must still never pick them.
+    with torch.no_grad():
+        policy.module.pi_head.bias.copy_(torch.tensor([5.0, 5.0, 5.0, 5.0, 5.0]))
+    rows, logp, _ = policy.act(obs, explore=True, generator=torch.Generator().manual_seed(1))
+    chosen = rows[:, 0].astype(int)
+    assert masks[np.arange(4000), chosen].all()
+    assert np.isfinite(logp).all()
+    greedy, _, _ = policy.act(obs, explore=False)
+    assert masks[np.arange(4000), greedy[:, 0].astype(int)].all()
+
+
+def test_masked_multidiscrete_respects_each_dimension():
+    space = gym.spaces.MultiDiscrete([3, 2])
+    policy = _policy(masked_space(BOX, 5), space)
+    mask = np.array([[0, 1, 0, 1, 0]] * 500, np.int8)  # dim 0: only 1; dim 1: only 0
+    obs = {"observation": np.zeros((500, 4), np.float32), "action_mask": mask}
+    rows, _, _ = policy.act(obs, explore=True, generator=torch.Generator().manual_seed(0))
+    actions = policy.dist.to_env(rows)
+    assert all(a.tolist() == [1, 0] for a in actions)
+
+
+def test_box_actions_are_clipped_for_the_env_and_log_probs_are_consistent():
+    space = gym.spaces.Box(-0.1, 0.1, (2,), np.float32)
+    policy = _policy(BOX, space)
+    obs = np.zeros((256, 4), np.float32)
+    rows, logp, _ = policy.act(obs, explore=True, generator=torch.Generator().manual_seed(0))
+    assert np.abs(rows).max() > 0.1  # the Gaussian samples outside the bounds...
+    actions = policy.dist.to_env(rows)
+    assert all(space.contains(a) for a in actions)  # ...but the env receives clipped actions
+    again, _, _ = policy.evaluate(torch.as_tensor(obs), torch.as_tensor(rows))
+    np.testing.assert_allclose(again.detach().numpy(), logp, rtol=1e-5, atol=1e-5)
+
+
+def test_tuple_actions_of_grouped_agents():
+    space = gym.spaces.Tuple([gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32)])
+    policy = _policy(gym.spaces.Tuple([BOX, gym.spaces.Discrete(4)]), space)
+    obs = stack_obs(policy.observation_space, [(np.zeros(4, np.float32), 2), (np.ones(4, np.float32), 3)])
+    rows, logp, values = policy.act(obs)
+    assert rows.shape == (2, 3) and logp.shape == (2,) and values.shape == (2,)
+    for row, action in zip(rows, policy.dist.to_env(rows), strict=True):
+        assert space.contains(action)
+        assert policy.dist.from_env(action)[0] == row[0]
+
+
+def test_images_use_a_cnn_and_vectors_an_mlp():
+    image = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
+    policy = _policy(image, gym.spaces.Discrete(3))
+    assert policy.module.encoder.cnn is not None
+    obs = np.random.default_rng(0).integers(0, 256, (2, 84, 84, 3), dtype=np.uint8)
+    rows, _, _ = policy.act(obs)
+    assert rows.shape == (2, 1)
+    assert _policy(BOX, gym.spaces.Discrete(3)).module.encoder.cnn is None
+
+
+def test_dict_and_discrete_observations_are_encoded():
+    space = gym.spaces.Dict({"pos": BOX, "mode": gym.spaces.Discrete(3), "grid": gym.spaces.MultiDiscrete([2, 5])})
+    policy = _policy(space, gym.spaces.Discrete(2))
+    assert policy.module.encoder.out_size == 4 + 3 + 7
+    obs = stack_obs(space, [space.sample() for _ in range(3)])
+    assert policy.act(obs)[0].shape == (3, 1)
+
+
+def test_custom_module_factory():
+    class Linear(torch.nn.Module):
+        def __init__(self, obs_space, act_space, config):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, act_space.n + 1)
+
+        def forward(self, obs):
+            out = self.layer(obs)
+            return out[:, :-1], out[:, -1]
+
+    policy = _policy(BOX, gym.spaces.Discrete(3), module=Linear)
+    assert isinstance(policy.module, Linear)
+    rows, _, _ = policy.act(np.zeros((5, 4), np.float32))
+    assert rows.shape == (5, 1)
+
+
+def test_unsupported_spaces_raise_clear_errors():
+    with pytest.raises(SpaceError, match="no action distribution"):
+        ActionDist(gym.spaces.Box(0, 3, (2,), np.int64))
+    with pytest.raises(SpaceError, match="action_mask of shape"):
+        _policy(masked_space(BOX, 4), gym.spaces.Discrete(5))

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from marl_core.ppo.config import DEFAULT_MODEL
+from marl_core.ppo.rollout import LearnedSpec, Sampler
+from tests.fixtures.envs import IrregularOrderEnv, JoinLeaveEnv
+from tests.ppo.helpers import FlakyRockPaperScissors, TwoMoveGame
+
+
+def _sampler(env_cls, num_envs=2, mapping=lambda agent_id, episode: "p", gamma=1.0, lambda_=1.0, **kwargs):
+    probe = env_cls()
+    agent = probe.possible_agents[0]
+    spec = LearnedSpec(probe.get_observation_space(agent), probe.get_action_space(agent), dict(DEFAULT_MODEL),
+                       gamma, lambda_)
+    sampler = Sampler(env_cls, {}, num_envs, seed=0, **kwargs)
+    sampler.set_policies({"p": spec} if not isinstance(mapping, dict) else mapping, mapping, {"p"})
+    return sampler
+
+
+def test_turn_based_reward_goes_to_the_last_move_of_each_player():
+    mapping = lambda agent_id, episode: agent_id  # noqa: E731
+    probe = TwoMoveGame()
+    spec = LearnedSpec(probe.observation_spaces["first"], probe.action_spaces["first"], dict(DEFAULT_MODEL), 1.0, 1.0)
+    sampler = Sampler(TwoMoveGame, {}, 3, seed=0)
+    sampler.set_policies({"first": spec, "second": spec}, mapping, {"first", "second"})
+    out = sampler.sample(30)  # 15 games of two steps each, over 3 envs
+    first, second = out["batches"]["first"], out["batches"]["second"]
+    assert len(first["rewards"]) == len(second["rewards"]) == 15
+    moves_first, moves_second = first["actions"][:, 0], second["actions"][:, 0]
+    expected = np.sign(moves_first - moves_second)
+    # The outcome arrives after the second player's move; it is credited to the first player's
+    # move of the step before, and the bystander reward 0.25 (before "second" ever acted) is not.
+    np.testing.assert_array_equal(first["rewards"], expected)
+    np.testing.assert_array_equal(second["rewards"], -expected)
+    assert set(moves_first.tolist()) <= {0.0, 1.0} and set(moves_second.tolist()) <= {0.0, 1.0}  # masked: never 2
+    # Terminal: no bootstrap, so with gamma = lambda = 1 the return is the reward itself.
+    np.testing.assert_allclose(first["returns"], expected)
+    second_returns = [e["return"] for e in out["episodes"] if e["agent_id"] == "second"]
+    assert sorted(second_returns) == sorted((-expected + 0.25).tolist())
+
+
+def test_no_reward_is_lost_across_batches_and_bystander_rewards_are_credited():
+    sampler = _sampler(IrregularOrderEnv, num_envs=2)
+    credited = finished_returns = 0.0
+    for _ in range(5):
+        out = sampler.sample(37)  # batch boundaries fall in the middle of episodes
+        credited += float(out["batches"]["p"]["rewards"].sum())
+        finished_returns += sum(e["return"] for e in out["episodes"])
+    pending = sum(sum(t.rewards) for trajectories in sampler.trajectories for t in trajectories.values())
+    open_returns = sum(sum(episode.returns.values()) for episode in sampler.episodes)
+    # Every reward is credited exactly once, except the 0.5 that agent_2 receives in the first
+    # step of each episode, before it has made any move.
+    episodes_started = sampler._episode_counter
+    assert credited + pending == pytest.approx(finished_returns + open_returns - 0.5 * episodes_started)
+    assert credited > 0
+
+
+def test_late_joiners_and_early_leavers():
+    sampler = _sampler(JoinLeaveEnv, num_envs=2)
+    out = sampler.sample(16)  # 8 steps per episode, 2 envs: two episodes each? one each
+    lengths = {(e["agent_id"]): e["length"] for e in out["episodes"]}
+    assert lengths == {"scout": 4, "runner": 4, "keeper": 5}
+    batch = out["batches"]["p"]
+    assert len(batch["rewards"]) == 2 * (4 + 4 + 5) - sum(
+        len(t.rewards) for trajectories in sampler.trajectories for t in trajectories.values())
+
+
+def test_env_errors_rebuild_the_env_and_drop_its_episode():
+    sampler = _sampler(FlakyRockPaperScissors, num_envs=2)
+    sampler.env_config = {"fail_every": 23}
+    sampler.envs = [FlakyRockPaperScissors({"fail_every": 23}) for _ in range(2)]
+    out = sampler.sample(100)
+    assert out["num_env_errors"] >= 2
+    assert out["env_steps"] >= 100
+    # Every finished episode is complete (10 moves); the dropped ones never show up.
+    assert {e["length"] for e in out["episodes"]} == {10}

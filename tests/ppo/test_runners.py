@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from marl_core.ppo import PPOConfig
+from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
+from tests.ppo.helpers import FlakyRockPaperScissors, SlowRockPaperScissors
+
+pytestmark = pytest.mark.ray
+
+
+def _config(env, env_config=None, runners=2, batch=400):
+    return (
+        PPOConfig()
+        .environment(env, env_config=env_config or {})
+        .multi_agent(policies={"learned": None, "beat_last": beat_last_move},
+                     policy_mapping_fn=rps_policy_mapping_fn, policies_to_train=["learned"])
+        .env_runners(num_env_runners=runners, num_envs_per_env_runner=4)
+        .training(train_batch_size=batch, minibatch_size=100, num_epochs=1)
+        .resources(num_cpus=2)
+    )
+
+
+def test_a_killed_runner_is_replaced_and_the_iteration_completes():
+    import ray
+
+    algo = _config(SlowRockPaperScissors, {"sleep": 0.02}).build()
+    try:
+        algo.train()  # warm: both runners up
+        victim = algo.runners.runners[0]
+        box = {}
+        worker = threading.Thread(target=lambda: box.setdefault("result", algo.train()))
+        worker.start()
+        time.sleep(0.5)  # the iteration is sampling now (50 steps of 20 ms per runner)
+        ray.kill(victim)
+        worker.join(timeout=120)
+        result = box["result"]
+        assert result["num_runner_restarts"] == 1
+        assert result["num_env_steps_sampled"] == 400
+        assert algo.runners.runners[0] is not victim
+        assert algo.train()["num_runner_restarts"] == 0  # the replacement keeps working
+    finally:
+        algo.stop()
+    assert not ray.is_initialized()
+
+
+def test_remote_env_errors_are_counted_and_policy_changes_reach_the_runners():
+    algo = _config(FlakyRockPaperScissors, {"fail_every": 23}, runners=1).build()
+    try:
+        result = algo.train()
+        assert result["num_env_errors"] >= 1
+        assert result["num_env_errors_lifetime"] == result["num_env_errors"]
+        assert {result["policies"]["learned"]["episode_len_mean"]} == {10}
+        algo.add_policy("learned_v1", weights_from="learned",
+                        policy_mapping_fn=lambda agent_id, episode: "learned" if agent_id == "player1" else "learned_v1")
+        result = algo.train()
+        assert result["policies"]["learned_v1"]["num_episodes"] > 0
+        # Episodes running when the mapping changed keep their mapping (one per env at most).
+        assert result["policies"]["beat_last"]["num_episodes"] <= 4
+        assert algo.train()["policies"]["beat_last"]["num_episodes"] == 0
+    finally:
+        algo.stop()
+
+
+@pytest.mark.slow
+def test_two_node_cluster_runs_one_iteration():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    try:
+        cluster.wait_for_nodes()
+        config = _config("examples.rock_paper_scissors:RockPaperScissors", runners=2, batch=80)
+        algo = config.resources(ray_address=cluster.address, num_cpus=None).build()
+        try:
+            result = algo.train()
+            nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+        finally:
+            algo.stop()
+        assert len(nodes) == 2
+        assert result["num_env_steps_sampled"] == 80
+        assert result["policies"]["learned"]["num_episodes"] == 8
+    finally:
+        cluster.shutdown()

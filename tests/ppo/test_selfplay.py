@@ -1,0 +1,186 @@
+"""The self-play league, its mapping, the evaluation callback and checkpoints of the preset."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from marl_core.ppo import PPO
+from marl_core.ppo.evaluation import load_history
+from marl_core.ppo.rollout import Episode
+from marl_core.ppo.selfplay import (
+    MAIN,
+    RANDOM,
+    Connect4Evaluation,
+    LeagueMapping,
+    SelfPlayLeague,
+    connect4_config,
+    main_vs_random,
+    make_env,
+    random_legal_action,
+)
+
+
+def small_algo(seed: int = 0) -> PPO:
+    config = connect4_config(num_envs=4, seed=seed).training(
+        train_batch_size=200, minibatch_size=100, num_epochs=1, model={"hiddens": [32], "activation": "relu"}
+    )
+    return config.build()
+
+
+def result_with(mean: float, episodes: int) -> dict:
+    return {"policies": {MAIN: {"episode_return_mean": mean, "num_episodes": episodes}}}
+
+
+# Mapping.
+
+
+def test_main_plays_both_seats_and_the_other_seat_is_random_at_first():
+    seats = {}
+    for episode_id in range(6):
+        episode = Episode(episode_id, 0, 0)
+        seats[episode_id] = (main_vs_random("player_0", episode), main_vs_random("player_1", episode))
+    assert {pair for pair in seats.values()} == {(MAIN, RANDOM), (RANDOM, MAIN)}
+    assert all(MAIN in pair for pair in seats.values())
+
+
+def test_league_mapping_draws_every_opponent_and_agrees_within_an_episode():
+    mapping = LeagueMapping((RANDOM, "main_v1", "main_v2"), seed=3)
+    drawn = []
+    for episode_id in range(300):
+        episode = Episode(episode_id, episode_id % 4, 1)
+        pair = [mapping(agent_id, episode) for agent_id in ("player_0", "player_1")]
+        assert pair.count(MAIN) == 1 and pair[episode_id % 2] == MAIN
+        other = pair[1 - episode_id % 2]
+        assert mapping(f"player_{1 - episode_id % 2}", episode) == other  # asked again: same answer
+        drawn.append(other)
+    counts = {name: drawn.count(name) for name in mapping.opponents}
+    assert all(60 <= count <= 140 for count in counts.values()), counts
+    assert [LeagueMapping(mapping.opponents, seed=4)("player_1", Episode(i, 0, 0)) for i in range(1, 40, 2)] != [
+        other for other in drawn[1:40:2]
+    ]
+
+
+def test_random_player_plays_only_legal_moves_and_all_of_them():
+    mask = np.array([0, 1, 0, 1, 1, 0, 0], dtype=np.int8)
+    moves = {random_legal_action({"observation": None, "action_mask": mask}) for _ in range(200)}
+    assert moves == {1, 3, 4}
+
+
+def test_env_creator_builds_connect_four():
+    env = make_env({"game": "connect_four"})
+    obs, _ = env.reset(seed=0)
+    assert list(obs) == ["player_0"] and obs["player_0"]["action_mask"].tolist() == [1] * 7
+
+
+# League.
+
+
+def test_snapshot_joins_when_main_beats_the_league():
+    algo = small_algo()
+    try:
+        league = SelfPlayLeague(threshold=0.85, min_episodes=100)
+        result = result_with(0.6, 150)  # score 0.8: not yet
+        league(algo, result)
+        assert sorted(algo.policies) == [MAIN, RANDOM] and result["league"]["added"] == ""
+        result = result_with(0.8, 40)  # score 0.9, but only 40 more episodes (190 in all): joins
+        league(algo, result)
+        assert result["league"] == {"score": pytest.approx(0.9), "size": 2, "snapshots": 1,
+                                    "latest_snapshot": 1, "added": "main_v1"}
+        assert sorted(algo.policies) == [MAIN, "main_v1", RANDOM]
+        assert algo.to_train == [MAIN]
+        assert algo.config.policy_mapping_fn == LeagueMapping((RANDOM, "main_v1"), 0)
+        main, frozen = algo.get_weights([MAIN, "main_v1"]).values()
+        assert all(torch.equal(main[key], frozen[key]) for key in main)
+        result = result_with(0.9, 99)  # the window has not refreshed since the snapshot
+        league(algo, result)
+        assert result["league"]["added"] == "" and league.episodes_since_snapshot == 99
+    finally:
+        algo.stop()
+
+
+def test_league_games_are_played_and_old_snapshots_leave():
+    algo = small_algo()
+    try:
+        league = SelfPlayLeague(threshold=-1.0, min_episodes=0, max_snapshots=2)
+        weights = []
+        for _ in range(3):
+            result = algo.train()
+            league(algo, result)
+            weights.append(algo.get_weights([MAIN])[MAIN])
+        assert league.snapshots == ["main_v2", "main_v3"]
+        assert sorted(algo.policies) == [MAIN, "main_v2", "main_v3", RANDOM]
+        assert algo.to_train == [MAIN]
+        frozen = algo.get_weights(["main_v3"])["main_v3"]
+        assert all(torch.equal(frozen[key], weights[-1][key]) for key in frozen)
+        before = algo.get_weights(["main_v2"])["main_v2"]
+        result = algo.train()
+        after = algo.get_weights(["main_v2", MAIN])
+        # Snapshots are frozen while main keeps learning; both snapshots get games.
+        assert all(torch.equal(before[key], after["main_v2"][key]) for key in before)
+        assert any(not torch.equal(weights[-1][key], after[MAIN][key]) for key in before)
+        played = {pid: result["policies"][pid]["num_episodes"] for pid in ("main_v2", "main_v3", RANDOM)}
+        assert sum(played.values()) == result["policies"][MAIN]["num_episodes"] > 0
+    finally:
+        algo.stop()
+
+
+# Evaluation callback and checkpoints.
+
+
+def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path):
+    algo = small_algo()
+    try:
+        evaluation = Connect4Evaluation(every_minutes=10.0, opponents=(("random", 4), ("mcts:5", 2)),
+                                        final_opponents=(("random", 6), ("mcts:10", 2)))
+        results = []
+        for _ in range(2):
+            result = algo.train()
+            evaluation(algo, result)
+            results.append(result)
+            evaluation.every_minutes = 0.0  # the first call is too soon; from then on, every time
+        assert "evaluation" not in results[0]
+        metrics = results[1]["evaluation"]
+        assert metrics["random/games"] == 4 and metrics["mcts5/games"] == 2
+        assert 0.0 <= metrics["random/win_low"] <= metrics["random/win_rate"] <= metrics["random/win_high"] <= 1.0
+        summary = evaluation.final(algo, tmp_path / "run")
+        assert set(summary) >= {"random", "mcts10", "chart", "history", "minutes", "env_steps"}
+        assert "(6 games" in summary["random"] and "(2 games" in summary["mcts10"]
+        points = load_history(tmp_path / "run" / "evaluation.jsonl")
+        assert [p.iteration for p in points] == [2, 2] and points[1].env_steps == algo.env_steps_lifetime
+        assert (tmp_path / "run" / "win_rate.png").read_bytes()[:4] == b"\x89PNG"
+    finally:
+        algo.stop()
+
+
+def test_checkpoint_with_snapshots_loads_by_name_and_acts_as_main(tmp_path):
+    algo = small_algo()
+    try:
+        league = SelfPlayLeague(threshold=-1.0, min_episodes=0)
+        league(algo, algo.train())
+        path = algo.save(tmp_path / "final")
+        saved = json.loads((path / "config.json").read_text())
+        assert saved["policy_mapping_fn"] == "marl_core.ppo.selfplay:main_vs_random"
+        assert saved["policies"][RANDOM]["ref"] == "marl_core.ppo.selfplay:random_legal_action"
+        weights = algo.get_weights([MAIN])[MAIN]
+    finally:
+        algo.stop()
+    restored = PPO.from_checkpoint(path)
+    try:
+        assert sorted(restored.policies) == [MAIN, "main_v1", RANDOM]
+        assert all(torch.equal(weights[k], restored.get_weights([MAIN])[MAIN][k]) for k in weights)
+        env = make_env()
+        obs, _ = env.reset(seed=0)
+        action = restored.compute_actions(obs, policy_id=MAIN, explore=False)["player_0"]
+        assert 0 <= int(action) < 7
+        # A league callback on the restored algorithm takes over its snapshots.
+        again = SelfPlayLeague(threshold=2.0)
+        result = result_with(0.0, 10)
+        again(restored, result)
+        assert again.snapshots == ["main_v1"] and again.next_version == 2
+        assert restored.config.policy_mapping_fn == LeagueMapping((RANDOM, "main_v1"), 0)
+    finally:
+        restored.stop()

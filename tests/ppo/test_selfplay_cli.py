@@ -1,0 +1,96 @@
+"""``marl-eval`` and ``marl-play`` on a real (small) checkpoint of the Connect-4 preset."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+from marl_core.ppo.selfplay import connect4_config
+from marl_core.ppo.selfplay_cli import eval_main, load_policy, play_main
+
+PLAY = "import sys; from marl_core.ppo.selfplay_cli import play_main; sys.exit(play_main())"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    config = connect4_config(num_envs=4).training(
+        train_batch_size=200, minibatch_size=100, num_epochs=1, model={"hiddens": [32]}
+    )
+    algo = config.build()
+    try:
+        algo.train()
+        return algo.save(tmp_path_factory.mktemp("c4") / "final")
+    finally:
+        algo.stop()
+
+
+def test_load_policy_acts_legally(checkpoint):
+    from bridges.openspiel import OpenSpielEnv
+
+    policy, release = load_policy(checkpoint)
+    try:
+        env = OpenSpielEnv("connect_four")
+        obs, _ = env.reset(seed=0)
+        assert 0 <= int(policy(obs["player_0"])) < 7
+    finally:
+        release()
+
+
+def test_eval_prints_one_line_per_opponent(checkpoint, capsys):
+    code = eval_main([str(checkpoint), "--opponent", "random", "--opponent", "MCTS:5", "--games", "4", "--seed", "2"])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert out[0] == "4 games per opponent, half in each seat, seed 2"
+    assert out[1].startswith("random ") and "(4 games" in out[1]
+    assert out[2].startswith("mcts:5 ") and "W " in out[2] and " D " in out[2] and " L " in out[2]
+
+
+def test_eval_rejects_a_bad_opponent_before_loading(checkpoint, capsys):
+    with pytest.raises(SystemExit) as caught:
+        eval_main([str(checkpoint), "--opponent", "mcts:zero"])
+    assert caught.value.code == 2
+    assert "unknown opponent 'mcts:zero'" in capsys.readouterr().err
+
+
+def test_eval_and_play_report_a_missing_checkpoint(tmp_path, capsys):
+    assert eval_main([str(tmp_path / "nothing")]) == 1
+    assert "is not a checkpoint" in capsys.readouterr().err
+    assert play_main(["connect4", str(tmp_path / "nothing")]) == 1
+    assert "cannot load" in capsys.readouterr().err
+
+
+def test_play_main_reads_the_person_from_stdin(checkpoint, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("z\n2\nabc\n42\n4\nq\n"))
+    assert play_main(["connect4", str(checkpoint)]) == 0
+    out = capsys.readouterr().out
+    assert "Please type 1 to move first or 2 to move second." in out
+    assert "You play o (second)." in out
+    assert out.count("The policy plays column") == 2  # its opening move and its reply to column 4
+    assert "'abc' is not a column" in out and "'42' is not a column" in out
+    assert out.count("  1 2 3 4 5 6 7") == 4  # before each of the four moves
+    assert out.rstrip().endswith("Bye. You won 0, drew 0, lost 0.")
+
+
+@pytest.mark.parametrize("script", ["", "1\n3\n3\n"])
+def test_play_main_ends_cleanly_at_end_of_input(checkpoint, monkeypatch, capsys, script):
+    monkeypatch.setattr(sys, "stdin", io.StringIO(script))
+    assert play_main(["connect4", str(checkpoint), "--seat", "first"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("You play x (first).") == 1
+    assert out.rstrip().endswith("lost 0.")
+
+
+@pytest.mark.slow
+def test_marl_play_as_a_process_with_piped_input(checkpoint):
+    done = subprocess.run(
+        [sys.executable, "-c", PLAY, "connect4", str(checkpoint)],
+        input="z\n1\nabc\n4\n", capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Please type 1 to move first or 2 to move second." in done.stdout
+    assert "'abc' is not a column" in done.stdout and "The policy plays column" in done.stdout
+    assert done.stdout.rstrip().endswith("Bye. You won 0, drew 0, lost 0.")
+    assert "Traceback" not in done.stderr
