@@ -21,8 +21,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
+
 from marl_core.env import MultiAgentEnv
-from marl_core.rollout import RandomPolicy
+from marl_core.spaces import action_mask_of
 from marl_core.vector import VectorMultiAgentEnv
 
 
@@ -42,6 +45,24 @@ def connect_four() -> MultiAgentEnv:
     return PettingZooEnv(module.env())
 
 
+class FastRandom:
+    """Seeded random legal actions at a small, equal cost in every loop (Box and Discrete only)."""
+
+    def __init__(self, env: MultiAgentEnv, seed: int) -> None:
+        self.env = env
+        self.rng = np.random.default_rng(seed)
+        self.spaces: dict[str, gym.Space] = {}
+
+    def __call__(self, agent_id: str, observation: object) -> object:
+        space = self.spaces.get(agent_id) or self.spaces.setdefault(agent_id, self.env.get_action_space(agent_id))
+        if isinstance(space, gym.spaces.Box):
+            return self.rng.uniform(space.low, space.high).astype(space.dtype)
+        mask = action_mask_of(observation)
+        if mask is None:
+            return np.int64(space.start + self.rng.integers(space.n))
+        return np.int64(space.start + self.rng.choice(np.flatnonzero(mask)))
+
+
 class Loop:
     """One way of stepping ``num_envs`` envs; ``run(seconds)`` returns env steps done and time."""
 
@@ -55,7 +76,7 @@ class Loop:
     ) -> None:
         self.name = name
         self.num_envs = num_envs if mode else 1
-        self.policies = [RandomPolicy(factory(), seed=i) for i in range(self.num_envs)]
+        self.policies = [FastRandom(factory(), seed=i) for i in range(self.num_envs)]
         if mode is None:
             self.env: MultiAgentEnv | None = factory()
             self.vector: VectorMultiAgentEnv | None = None

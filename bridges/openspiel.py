@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import operator
 import string
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -147,10 +148,12 @@ class OpenSpielEnv(MultiAgentEnv):
             strings live in a gymnasium ``Text`` space. Pass ``"information_state_tensor"`` for
             perfect-recall inputs in imperfect-information games.
         max_steps: truncate the episode after this many ``step()`` calls (None: never).
+        render_mode: ``"ansi"`` or None; ``render()`` returns the state's text either way.
 
     Attributes:
         game: the live ``pyspiel.Game``.
-        state: the live ``pyspiel.State`` (None before the first ``reset``).
+        state: the live ``pyspiel.State`` (None before the first ``reset``). Read it freely; apply
+            actions through ``step()`` only, or the masks the env checks against go stale.
         observation_type: the observation type in use (never ``"auto"``).
 
     Semantics:
@@ -162,15 +165,16 @@ class OpenSpielEnv(MultiAgentEnv):
           final observations). An illegal action raises :class:`~marl_core.errors.IllegalActionError`
           listing the legal ones; it is never replaced, and the state is unchanged.
         - **Chance**: resolved inside the env by sampling ``state.chance_outcomes()`` with
-          ``self.np_random``. Games that sample chance inside pyspiel from an ``rng_seed``
+          uniforms drawn from ``self.np_random`` (in blocks of 256); numpy's global RNG is never
+          used. Games that sample chance inside pyspiel from an ``rng_seed``
           parameter are reloaded with ``rng_seed`` derived from the seed at every seeded reset.
           So ``reset(seed=s)`` and the same actions give the same ``state.history()``.
         - **Rewards**: every step, a reward for every player: what the step added to
-          ``state.returns()``, i.e. ``state.rewards()`` of the player's transition plus those of
-          the chance transitions after it (games differ in what ``rewards()`` reports after a
-          chance node; the change of ``returns()`` is exact for all of them). Chance transitions
-          resolved by ``reset`` pay with the first step. Each player's episode sum equals
-          ``state.returns()`` at the end.
+          ``state.returns()``. That is ``state.rewards()`` of the player's transition plus those of
+          the chance transitions after it, read in the one way that is exact for every game (games
+          differ in what ``rewards()`` reports after a chance node: 2048 repeats the move's
+          reward). Terminal-reward games pay only at the end. Chance transitions resolved by
+          ``reset`` pay with the first step. Each player's episode sum equals ``state.returns()``.
         - **"__all__"**: at the terminal state every player gets a final observation,
           ``terminateds`` is True for each of them and for ``"__all__"``. When ``max_steps`` runs
           out first, the same happens through ``truncateds``. Otherwise both hold only
@@ -227,6 +231,9 @@ class OpenSpielEnv(MultiAgentEnv):
         self._acting: tuple[int, ...] = ()
         self._masks: dict[int, np.ndarray] = {}
         self._mask_cache: dict[tuple[int, ...], np.ndarray] = {}
+        self._uniforms: list[float] = []
+        self._singletons = tuple((player,) for player in range(self._num_players))
+        self._zeros = np.zeros(self._num_actions, np.int8)
         self._terminal_rewards = game_type.reward_model == pyspiel.GameType.RewardModel.TERMINAL
         self._has_chance = game_type.chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC
         self._returns: list[float] = []
@@ -259,7 +266,7 @@ class OpenSpielEnv(MultiAgentEnv):
 
     def _setup_observations(self) -> None:
         kind = self.observation_type
-        self._observer = None
+        self._observer = self._view = None
         if kind.endswith("_string"):
             inner: spaces.Space = spaces.Text(TEXT_MAX_LENGTH, min_length=0, charset=TEXT_CHARSET)
         else:
@@ -297,7 +304,7 @@ class OpenSpielEnv(MultiAgentEnv):
         return getattr(self.state, self.observation_type)(player)
 
     def _mask(self, player: int) -> np.ndarray:
-        """The mask of ``player``'s legal actions: a shared array that only the env reads."""
+        """The mask of ``player``'s legal actions: a cached array that only the env reads."""
         legal = tuple(self.state.legal_actions(player))
         mask = self._mask_cache.get(legal)
         if mask is None:
@@ -311,10 +318,19 @@ class OpenSpielEnv(MultiAgentEnv):
         """Observations of the players who decide now (the state is a decision node)."""
         state = self.state
         current = state.current_player()
-        if current >= 0:
-            self._acting = (current,)
-            mask = self._masks[current] = self._mask(current)
-            return {self._ids[current]: {OBS_KEY: self._observe(current), MASK_KEY: mask.copy()}}
+        if current >= 0:  # a turn: the hot path of turn-based games, kept flat
+            self._acting = self._singletons[current]
+            mask = self._mask_cache.get(tuple(state.legal_actions(current)))
+            if mask is None:
+                mask = self._mask(current)
+            self._masks[current] = mask
+            observer = self._observer
+            if observer is not None:
+                observer.set_from(state, current)
+                observation = self._view.copy()
+            else:
+                observation = self._observe(current)
+            return {self._ids[current]: {OBS_KEY: observation, MASK_KEY: mask.copy()}}
         acting = self._acting = tuple(p for p in range(self._num_players) if state.legal_actions(p))
         obs = {}
         for player in acting:
@@ -323,7 +339,7 @@ class OpenSpielEnv(MultiAgentEnv):
         return obs
 
     def _final_obs(self) -> ObsDict:
-        zeros = np.zeros(self._num_actions, np.int8)
+        zeros = self._zeros
         return {
             agent_id: {OBS_KEY: self._observe(player), MASK_KEY: zeros.copy()}
             for player, agent_id in enumerate(self._ids)
@@ -332,11 +348,13 @@ class OpenSpielEnv(MultiAgentEnv):
     # Chance --------------------------------------------------------------------------------------
 
     def _resolve_chance(self) -> None:
-        """Sample chance nodes with ``self.np_random`` until a decision or terminal node."""
+        """Sample chance nodes until a decision or terminal node, with draws from ``self.np_random``."""
         state = self.state
         while state.is_chance_node():
             outcomes = state.chance_outcomes()
-            draw = self.np_random.random()
+            if not self._uniforms:  # drawn in blocks: one numpy call per 256 chance events
+                self._uniforms = self.np_random.random(256).tolist()
+            draw = self._uniforms.pop()
             action = outcomes[-1][0]
             for outcome, probability in outcomes:
                 draw -= probability
@@ -351,7 +369,9 @@ class OpenSpielEnv(MultiAgentEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
         """Start a game; ``seed`` seeds the chance events (and the game's ``rng_seed`` if it has one)."""
-        super().reset(seed=seed)
+        if seed is not None:  # unseeded resets keep drawing from the generator as it is
+            super().reset(seed=seed)
+            self._uniforms = []
         if seed is not None and self._reseed_game:
             params = dict(self.game.get_parameters())
             params["rng_seed"] = int(self.np_random.integers(2**31 - 1))
@@ -405,7 +425,7 @@ class OpenSpielEnv(MultiAgentEnv):
     def _rewards(self) -> dict[AgentID, float]:
         """What ``state.returns()`` gained since the last time it was read."""
         returns = self.state.returns()
-        rewards = dict(zip(self._ids, [now - before for now, before in zip(returns, self._returns, strict=True)], strict=True))
+        rewards = dict(zip(self._ids, map(operator.sub, returns, self._returns)))  # noqa: B905 - same length
         self._returns = returns
         return rewards
 
@@ -458,7 +478,8 @@ class OpenSpielEnv(MultiAgentEnv):
         raise IllegalActionError(self._ids[player], action, legal, hint=hint)
 
     def _apply(self, player: int, action: Any) -> None:
-        action = self._legal(player, action)
+        if type(action) is not int or not 0 <= action < self._num_actions or not self._masks[player][action]:
+            action = self._legal(player, action)
         try:
             self.state.apply_action_with_legality_check(action)
         except _pyspiel().SpielError as error:
@@ -476,7 +497,7 @@ class OpenSpielEnv(MultiAgentEnv):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_observer"] = None
+        state["_observer"] = state["_view"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -25,6 +25,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -59,6 +61,17 @@ class _Spec:
     pool: list[MultiAgentEnv] = field(default_factory=list, compare=False, repr=False)
 
 
+def _no_argument(factory: Callable[..., MultiAgentEnv]) -> Callable[[], MultiAgentEnv]:
+    """``factory`` as a call without arguments; factories that need a config get ``{}``."""
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        return functools.partial(factory, {})
+    except ValueError:  # no signature to inspect (some builtins): call it bare
+        pass
+    return factory
+
+
 def _inner_space(space: spaces.Space) -> spaces.Space:
     return space[OBS_KEY] if is_masked(space) else space
 
@@ -91,8 +104,9 @@ def to_openspiel(
     """Expose a turn-based or simultaneous MultiAgentEnv as a registered OpenSpiel game.
 
     Args:
-        env_factory: builds a fresh env; called once per state (and once here to read the spaces).
-            Every agent needs a ``Discrete`` action space.
+        env_factory: builds a fresh env, called without arguments (or with ``{}`` when it needs a
+            config); called here once to read the spaces, then whenever a state needs an env
+            (envs of discarded states are reused). Every agent needs a ``Discrete`` action space.
         name: the game's short name, registered with pyspiel so ``pyspiel.load_game(name)`` works.
             Exporting again under the same name replaces the previous export.
         long_name: the game's long name (default: ``name``).
@@ -141,7 +155,8 @@ def to_openspiel(
         raise UnsupportedEnvError(f"reward_model must be 'rewards' or 'terminal', received {reward_model!r}")
     if name in pyspiel.registered_names() and name not in _REGISTERED:
         raise UnsupportedEnvError(f"to_openspiel name {name!r} is already a pyspiel game; choose another name")
-    probe = env_factory()
+    build = _no_argument(env_factory)
+    probe = build()
     agents = tuple(probe.possible_agents)
     sizes, starts = [], []
     for agent_id in agents:
@@ -156,7 +171,7 @@ def to_openspiel(
         obs, _ = probe.reset(seed=int(seeds[0]))
         dynamics = "simultaneous" if len(obs) > 1 else "sequential"
     spec = _Spec(
-        factory=env_factory,
+        factory=build,
         agents=agents,
         sizes=tuple(sizes),
         starts=tuple(starts),

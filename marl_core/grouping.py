@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping, Sequence
 from functools import singledispatch
@@ -127,6 +128,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                     raise GroupingError(f"agent {member!r} is listed {where} group {group!r}; groups may not overlap")
                 self._group_of[member] = group
         self._slot_of = {m: i for members in self.groups.values() for i, m in enumerate(members)}
+        self._blanks = {m: _blank(env.get_observation_space(m)) for m in self._group_of}
         self._observation_group_spaces = self._tuple_spaces(obs_space, "observation", env.get_observation_space)
         masked = [m for m in self._group_of if is_masked(env.get_observation_space(m))]
         if masked:
@@ -194,9 +196,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         self._truncated = set()
         self._groups_over = set()
         self._seen = set()
-        self._slots = {
-            group: [_blank(self.env.get_observation_space(m)) for m in members] for group, members in self.groups.items()
-        }
+        self._slots = {group: [copy.deepcopy(self._blanks[m]) for m in members] for group, members in self.groups.items()}
         self._pending_rewards = {group: dict.fromkeys(members, 0.0) for group, members in self.groups.items()}
         self._pending_infos = {group: {} for group in self.groups}
         self._acting = None
@@ -371,7 +371,10 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
 @singledispatch
 def _blank(space: spaces.Space) -> Any:
     """A fixed observation inside ``space`` for a member not seen yet."""
-    raise SpaceError(f"cannot build a placeholder observation for {space}")
+    raise SpaceError(
+        f"cannot group an agent whose observation space is {space}: a member not seen yet needs a placeholder "
+        "observation, which exists only for Box, Discrete, MultiDiscrete, MultiBinary, Tuple and Dict spaces"
+    )
 
 
 @_blank.register

@@ -1,14 +1,11 @@
 """Vectorized multi-agent envs: :class:`VectorMultiAgentEnv` steps N MultiAgentEnvs at once.
 
-``mode="sync"`` steps the envs one after the other in this process; ``mode="async"`` runs each
-env in its own worker process (a ``forkserver`` context where available, else ``spawn``: never
-``fork``, which Ray and torch do not survive) and steps them in parallel. Both give identical
-results for the same seeds and actions.
+``mode="sync"`` steps the envs one after the other in this process; ``mode="async"`` steps them
+in parallel in worker processes, one per env by default (``forkserver`` where available, else
+``spawn``; never ``fork``, which Ray and torch do not survive). Both give identical results.
 
-The batched helpers :func:`gather`, :func:`scatter` and :func:`stack` let one forward pass per
-policy serve every agent of every env: :func:`gather` stacks, per policy, the observations of the
-agents mapped to it across all envs, and :func:`scatter` sends the batched actions back as one
-action dict per env.
+:func:`gather` stacks, per policy, the observations of its agents across all envs so that one
+forward pass serves them all; :func:`scatter` sends the batched actions back as action dicts.
 
 Example:
     >>> from marl_core.vector import VectorMultiAgentEnv, gather, scatter
@@ -62,7 +59,7 @@ _Result = tuple[list[dict[AgentID, Any]], ...]
 
 
 class VectorMultiAgentEnv:
-    """N MultiAgentEnvs stepped together, in this process or one worker process each.
+    """N MultiAgentEnvs stepped together, in this process or in worker processes.
 
     Args:
         env_fns: one zero-argument factory per env. In ``"async"`` mode they are pickled with
@@ -117,6 +114,8 @@ class VectorMultiAgentEnv:
             raise VectorEnvError(f"mode must be 'sync' or 'async', received {mode!r}")
         if len(env_fns) == 0:
             raise VectorEnvError("env_fns is empty: a vector needs at least one env factory")
+        if mode == "sync" and (num_workers is not None or context is not None):
+            raise VectorEnvError("num_workers and context apply to mode='async' only")
         self.mode = mode
         self.num_envs = len(env_fns)
         self.check_actions = check_actions
@@ -374,11 +373,8 @@ def _execute(env: MultiAgentEnv, command: str, payload: Any) -> Any:
 
 
 # Worker processes -------------------------------------------------------------------------
-#
-# Messages are pickled with protocol 5, numpy arrays travelling as raw out-of-band buffers. A
-# worker's large replies (image observations) go through a shared-memory block that this
-# process creates and owns (one per worker, grown on demand), so the pipe carries only a small
-# header: one copy on each side and a single hand-over between the processes.
+# Messages are pickled with protocol 5. Large arrays in a worker's replies go through a shared-
+# memory block that this process owns (one per worker, grown on demand): one copy on each side.
 
 _ALIGN = 64
 _IN_BAND = 16 * 1024  # arrays smaller than this are copied into the pickle itself
@@ -530,6 +526,8 @@ class _Workers:
         if context is None:
             context = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         ctx = multiprocessing.get_context(context)
+        if context == "forkserver":  # workers then start with numpy, gymnasium and this module loaded
+            ctx.set_forkserver_preload(["__main__", "marl_core.vector"])
         bounds = [len(env_fns) * w // num_workers for w in range(num_workers + 1)]
         self.envs_of = [range(bounds[w], bounds[w + 1]) for w in range(num_workers)]
         self.worker_of = [w for w, envs in enumerate(self.envs_of) for _ in envs]

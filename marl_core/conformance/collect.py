@@ -54,7 +54,7 @@ class Collector:
         self.skip = skip
         self._entries: dict[tuple[str, Any, str], _Entry] = {}
         self._per_rule: dict[str, int] = {}
-        self._overflow: dict[str, list[Any]] = {}
+        self._overflow: dict[str, dict[tuple[str, Any, str], int]] = {}
 
     def wants(self, rule: str) -> bool:
         """Whether ``rule`` is being checked."""
@@ -86,7 +86,8 @@ class Collector:
             entry.count += 1
             return
         if self._per_rule.get(rule, 0) >= MAX_PER_RULE:
-            self._overflow.setdefault(rule, []).append(agent)
+            extra = self._overflow.setdefault(rule, {})
+            extra[identity] = extra.get(identity, 0) + 1
             return
         self._per_rule[rule] = self._per_rule.get(rule, 0) + 1
         if error is not None and describe(error) not in message:
@@ -110,14 +111,15 @@ class Collector:
             found.append(
                 Finding(entry.rule, RULES[entry.rule].severity, message, entry.agent, entry.step, entry.hint, entry.traceback)
             )
-        for rule, agents in self._overflow.items():
-            named = sorted({repr(a) for a in agents if a is not None})
+        for rule, extra in self._overflow.items():
+            named = sorted({repr(agent) for _, agent, _ in extra if agent is not None})
             whom = f" (agents {', '.join(named[:12])}{', ...' if len(named) > 12 else ''})" if named else ""
             found.append(
                 Finding(
                     rule,
                     RULES[rule].severity,
-                    f"{len(agents)} more distinct violations of {rule}{whom} beyond the first {MAX_PER_RULE}",
+                    f"{len(extra)} more distinct violations of {rule}{whom}, seen {sum(extra.values())} times, "
+                    f"beyond the first {MAX_PER_RULE} reported",
                     None,
                     None,
                     RULES[rule].fix,

@@ -46,7 +46,31 @@ def _merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class PPO:
-    """The PPO algorithm of :class:`~marl_core.ppo.PPOConfig` (see the package docs)."""
+    """Multi-agent PPO: several learned and fixed policies, mapped to agents per episode.
+
+    Semantics:
+        - **Policies and mapping**: ``policy_mapping_fn(agent_id, episode)`` is called when an
+          agent first needs to act in an episode (``episode.id_`` is unique, ``episode.env_index``
+          is the env inside its runner); the answer holds until the episode ends, even when the
+          mapping fn is replaced meanwhile. Fixed policies (callables) act but are never trained;
+          learned policies not in ``policies_to_train`` act with frozen weights.
+        - **Rewards**: each agent's rewards are credited to its most recent action and accumulate
+          until its next action or the end of its episode (turn-based games: the reward that
+          arrives when the opponent wins goes to the loser's last move). Rewards an agent receives
+          before its first action belong to no action: they count in episode returns only.
+        - **Dead agents and "__all__"**: an agent that terminates ends its trajectory without a
+          bootstrap; a truncated one bootstraps with the value of its final observation (of its
+          last observation when the env sends none). ``"__all__"`` ends every trajectory of the
+          episode, per agent terminated or truncated as the env says.
+        - **Masks**: Dict observations with ``"action_mask"`` get masked logits; a masked action
+          is never sampled, in training or in :meth:`compute_actions`.
+        - **Seeding**: ``config.seed`` seeds the model initialization (per policy id), the action
+          sampling of each runner, every env's first reset (runner r, env i: seed + 1000 r + i) and
+          the minibatch order, so a seeded run repeats (on the same machine and torch build).
+        - **Faults**: an env raising in ``reset``/``step`` is rebuilt and its episode dropped
+          (``num_env_errors``); a dead runner actor is replaced and asked again within the same
+          iteration (``num_runner_restarts``).
+    """
 
     def __init__(self, config: PPOConfig) -> None:
         self.config = config = config.copy()
@@ -63,6 +87,23 @@ class PPO:
         self.num_env_errors_lifetime = 0
         self.time_total_s = 0.0
         self._build_mapping_fn = config.policy_mapping_fn
+        self.runners = None
+        if config.num_env_runners > 0:  # first, so the actors start while the driver builds models
+            from marl_core.ppo.runners import RunnerGroup
+
+            self.runners = RunnerGroup(
+                self.env_creator, config.env_config, config.num_env_runners, config.num_envs_per_env_runner,
+                seed=config.seed, ray_address=config.ray_address, num_cpus=config.num_cpus,
+                max_restarts=config.max_runner_restarts, max_env_errors_in_a_row=config.max_env_errors_in_a_row,
+                log_level=config.log_level)
+        self.sampler: Sampler | None = None
+        try:
+            self._build(config)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _build(self, config: PPOConfig) -> None:
         probe = self.env_creator(dict(config.env_config))
         try:
             self._agents = list(probe.possible_agents)
@@ -81,17 +122,7 @@ class PPO:
         self._returns: dict[PolicyID, deque] = {}
         self._lengths: dict[PolicyID, deque] = {}
         self._state_version = 0
-        self.runners = None
-        self.sampler: Sampler | None = None
-        if config.num_env_runners > 0:
-            from marl_core.ppo.runners import RunnerGroup
-
-            self.runners = RunnerGroup(
-                self.env_creator, config.env_config, config.num_env_runners, config.num_envs_per_env_runner,
-                seed=config.seed, ray_address=config.ray_address, num_cpus=config.num_cpus,
-                max_restarts=config.max_runner_restarts, max_env_errors_in_a_row=config.max_env_errors_in_a_row,
-                log_level=config.log_level)
-        else:
+        if config.num_env_runners == 0:
             self.sampler = Sampler(self.env_creator, config.env_config, config.num_envs_per_env_runner,
                                    worker_index=0, seed=config.seed,
                                    max_env_errors_in_a_row=config.max_env_errors_in_a_row)

@@ -270,6 +270,8 @@ class PPOConfig:
             value = getattr(self, f.name)
             if f.name == "policies":
                 value = {pid: _policy_to_json(entry) for pid, entry in value.items()}
+            elif f.name == "model" and "module" in value:
+                value = {**value, "module": reference_of(value["module"])}
             elif callable(value) or f.name == "env":
                 value = reference_of(value)
             out[f.name] = value
@@ -287,6 +289,11 @@ class PPOConfig:
                 value = {pid: _policy_from_json(pid, entry) for pid, entry in value.items()}
             elif key in ("env", "policy_mapping_fn") and value is not None:
                 value = resolve(value)
+            elif key == "model" and "module" in value:
+                if value["module"] is None:
+                    raise CheckpointError("the saved model module factory was not importable by name; pass "
+                                          "model={'module': factory, ...} to from_checkpoint")
+                value = {**value, "module": resolve(value["module"])}
             elif key == "policy_mapping_fn":
                 raise CheckpointError(
                     "the saved policy_mapping_fn was not importable by name; pass "

@@ -97,6 +97,7 @@ class Sampler:
         self.ending: list[set[AgentID]] = [set() for _ in range(num_envs)]
         self.episodes: list[Episode] = [None] * num_envs  # type: ignore[list-item]
         self.trajectories: list[dict[AgentID, _Trajectory]] = [{} for _ in range(num_envs)]
+        self._failures_in_a_row = [0] * num_envs
         self._started = False
 
     # State from the driver ----------------------------------------------------------------------
@@ -162,15 +163,23 @@ class Sampler:
         self._started = True
 
     def _guarded(self, index: int, action: Callable[[], Any]) -> bool:
-        """Run ``action``; on an env error rebuild env ``index`` and drop its episode."""
-        failures = 0
+        """Run ``action``; on an env error rebuild env ``index`` and drop its episode.
+
+        Returns False when the env failed (and was rebuilt). Raises after
+        ``max_env_errors_in_a_row`` failures of one env without a successful step in between.
+        """
+        failed = False
         while True:
             try:
                 action()
-                return True
+                if not failed:
+                    self._failures_in_a_row[index] = 0
+                return not failed
             except Exception as error:
                 self.num_env_errors += 1
-                failures += 1
+                self._failures_in_a_row[index] += 1
+                failures = self._failures_in_a_row[index]
+                failed = True
                 logger.warning("env %d of runner %d raised %s: %s; rebuilding it and dropping its episode",
                                index, self.worker_index, type(error).__name__, error, exc_info=True)
                 if failures >= self.max_env_errors_in_a_row:

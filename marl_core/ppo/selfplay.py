@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
+from torch import nn
 
 from marl_core.ppo.evaluation import (
     EvaluationPoint,
@@ -39,10 +41,11 @@ from marl_core.ppo.evaluation import (
     plot_history,
     save_history,
 )
+from marl_core.ppo.model import ActorCritic
 
 if TYPE_CHECKING:
     from marl_core.ppo.algorithm import PPO
-    from marl_core.ppo.config import PPOConfig
+    from marl_core.ppo.config import PolicySpec, PPOConfig
     from marl_core.ppo.presets import Preset
 
 logger = logging.getLogger(__name__)
@@ -157,7 +160,7 @@ class SelfPlayLeague:
             added = f"{SNAPSHOT_PREFIX}{self.next_version}"
             self.next_version += 1
             self.snapshots.append(added)
-            algo.add_policy(added, None, weights_from=MAIN, policies_to_train=[MAIN],
+            algo.add_policy(added, algo.config.policy_entries()[MAIN], weights_from=MAIN, policies_to_train=[MAIN],
                             policy_mapping_fn=LeagueMapping(self.opponents(), self.seed))
             while len(self.snapshots) > self.max_snapshots:
                 oldest = self.snapshots.pop(0)
@@ -254,6 +257,45 @@ class Connect4Evaluation:
         return summary
 
 
+def canonical_board(board: torch.Tensor) -> torch.Tensor:
+    """Swap the first two planes (``x``, ``o``) of a batch of boards where ``o`` is to move.
+
+    OpenSpiel's Connect-4 observation is absolute (planes: x, o, empty) and the same for both
+    players; after the swap the planes read "mine, theirs, empty" whoever moves, so one network
+    plays both seats without having to infer the side to move from piece counts.
+    """
+    crosses, noughts = board[:, 0], board[:, 1]
+    o_to_move = crosses.sum(dim=(1, 2)) > noughts.sum(dim=(1, 2))
+    swapped = torch.stack([noughts, crosses, *board[:, 2:].unbind(1)], dim=1)
+    return torch.where(o_to_move[:, None, None, None], swapped, board)
+
+
+class SideToMoveActorCritic(nn.Module):
+    """The trainer's default actor-critic, fed the side-to-move view of the board."""
+
+    def __init__(self, observation_space: Any, action_space: Any, model_config: dict[str, Any]) -> None:
+        super().__init__()
+        self.inner = ActorCritic(observation_space, action_space, model_config)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.inner(canonical_board(obs))
+
+
+def connect4_module(observation_space: Any, action_space: Any, model_config: dict[str, Any]) -> nn.Module:
+    """Module factory for ``PolicySpec(model={"module": connect4_module})``.
+
+    Importable by name, so checkpoints rebuild it.
+    """
+    return SideToMoveActorCritic(observation_space, action_space, model_config)
+
+
+def main_spec() -> PolicySpec:
+    """The PolicySpec of ``"main"`` and its snapshots."""
+    from marl_core.ppo.config import PolicySpec
+
+    return PolicySpec(model={"module": connect4_module})
+
+
 def connect4_config(*, num_envs: int = 16, seed: int = 0) -> PPOConfig:
     """The trainer config of the preset: main vs the league, tuned for a 2-core laptop."""
     from marl_core.ppo.config import PPOConfig
@@ -261,7 +303,7 @@ def connect4_config(*, num_envs: int = 16, seed: int = 0) -> PPOConfig:
     return (
         PPOConfig()
         .environment(make_env, env_config={"game": "connect_four"})
-        .multi_agent(policies={MAIN: None, RANDOM: random_legal_action}, policy_mapping_fn=main_vs_random,
+        .multi_agent(policies={MAIN: main_spec(), RANDOM: random_legal_action}, policy_mapping_fn=main_vs_random,
                      policies_to_train=[MAIN])
         .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs)
         .training(lr=1e-3, gamma=0.99, lambda_=0.95, clip_param=0.2, entropy_coeff=0.01, num_epochs=4,

@@ -186,3 +186,38 @@ def test_load_game_by_name_and_re_export() -> None:
     assert pyspiel.load_game("test_reexport").get_type().chance_mode == pyspiel.GameType.ChanceMode.DETERMINISTIC
     to_openspiel(TicTacToe, name="test_reexport", seeds=(0, 1))
     assert pyspiel.load_game("test_reexport").new_initial_state().is_chance_node()
+
+
+def test_factories_that_need_a_config_get_an_empty_one() -> None:
+    configs = []
+
+    def factory(config):
+        configs.append(config)
+        return TicTacToe(config)
+
+    game = to_openspiel(factory, name="test_config_factory")
+    game.new_initial_state().apply_action(0)
+    assert configs and all(config == {} for config in configs)
+
+
+def test_round_trip_of_an_irregular_simultaneous_env_keeps_who_acts_and_rewards() -> None:
+    direct = IrregularOrderEnv()
+    bridged = OpenSpielEnv(to_openspiel(IrregularOrderEnv, name="test_round_trip_irregular", dynamics="simultaneous"))
+    names = dict(zip(bridged.possible_agents, direct.possible_agents, strict=True))
+    direct_obs, _ = direct.reset(seed=0)
+    obs, _ = bridged.reset(seed=0)
+    direct_sums = dict.fromkeys(direct.possible_agents, 0.0)
+    sums = dict.fromkeys(direct.possible_agents, 0.0)
+    done = False
+    while not done:
+        assert sorted(names[a] for a in obs) == sorted(direct_obs)
+        actions = {agent_id: index % 2 for index, agent_id in enumerate(obs)}
+        obs, rewards, terminateds, _, _ = bridged.step(actions)
+        direct_obs, direct_rewards, direct_terminateds, _, _ = direct.step({names[a]: v for a, v in actions.items()})
+        for agent_id, reward in rewards.items():
+            sums[names[agent_id]] += reward
+        for agent_id, reward in direct_rewards.items():
+            direct_sums[agent_id] += reward
+        done = terminateds["__all__"]
+        assert done == direct_terminateds["__all__"]
+    assert sums == pytest.approx(direct_sums)

@@ -1,43 +1,68 @@
-"""The seeds' RockPaperScissors and TicTacToe, written against RLlib's class, train with our PPO."""
+"""Envs written against RLlib's class train with our PPO through from_rllib: the seeds' own
+RockPaperScissors and TicTacToe (on Ray env runners) and RLlib's example multi-agent envs."""
 
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any
 
 import pytest
 
+from bridges.compat.rllib_cases import CASES
 from bridges.rllib import from_rllib
+from marl_core.errors import SpaceError
 from tests.fixtures import rllib_seed_envs
 
+RUNNABLE = [case for case in CASES if case.left_out is None]
+# What our trainer cannot learn on, and the error that says so.
+UNSUPPORTED_BY_TRAINER = {"rllib/multi_agent_nested_space_repeat_after_me": r"no action distribution for Dict"}
 
-def rllib_env(cls: type, config: dict[str, Any]) -> Any:
-    """Creator for the trainer: the RLlib env built from ``config``, bridged."""
-    return from_rllib(cls(config))
+
+def rllib_env(cls: type, kwargs: dict[str, Any] | None, config: dict[str, Any]) -> Any:
+    """Creator for the trainer: the RLlib env (from ``kwargs``, else from ``config``), bridged."""
+    return from_rllib(cls(**kwargs) if kwargs is not None else cls(config))
+
+
+def _config(creator: Any, runners: int) -> Any:
+    from marl_core.ppo import PPOConfig
+
+    return (
+        PPOConfig()
+        .environment(creator)
+        .env_runners(num_env_runners=runners, num_envs_per_env_runner=2)
+        .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
+        .resources(num_cpus=1, torch_threads=1)
+        .debugging(seed=0)
+    )
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 @pytest.mark.parametrize("cls", [rllib_seed_envs.RockPaperScissors, rllib_seed_envs.TicTacToe])
-def test_our_trainer_runs_on_rllib_seed_envs(cls: type) -> None:
-    import torch
-
-    from marl_core.ppo import PPOConfig
-
-    torch.set_num_threads(1)
-    config = (
-        PPOConfig()
-        .environment(functools.partial(rllib_env, cls))
-        .env_runners(num_env_runners=1, num_envs_per_env_runner=2)
-        .training(train_batch_size=64, minibatch_size=32, num_epochs=1)
-        .resources(num_cpus=1)
-        .debugging(seed=0)
-    )
-    algo = config.build()
+def test_our_trainer_runs_on_rllib_seed_envs_with_ray_env_runners(cls: type) -> None:
+    algo = _config(functools.partial(rllib_env, cls, None), runners=1).build()
     try:
         first = algo.train()
         second = algo.train()
     finally:
         algo.stop()
-    assert first["num_env_steps_sampled"] >= 64
-    assert second["num_env_steps_sampled"] >= 64
+    assert first["num_env_steps_sampled"] >= 64 and second["num_env_steps_sampled"] >= 64
     assert sorted(first["policies"]) == ["default_policy"]
+
+
+@pytest.mark.parametrize("case", RUNNABLE, ids=[case.id for case in RUNNABLE])
+def test_our_trainer_runs_one_iteration_on_rllib_examples(case: Any) -> None:
+    module, attr = case.target.split(":")
+    creator = functools.partial(rllib_env, getattr(importlib.import_module(module), attr), dict(case.kwargs))
+    expected_error = UNSUPPORTED_BY_TRAINER.get(case.id)
+    if expected_error is not None:
+        with pytest.raises(SpaceError, match=expected_error):
+            _config(creator, runners=0).build().train()
+        return
+    algo = _config(creator, runners=0).build()
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert result["num_env_steps_sampled"] == 64

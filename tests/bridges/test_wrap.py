@@ -117,3 +117,34 @@ def test_wrap_imports_no_foreign_package_for_objects_that_are_not_theirs() -> No
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "clean"
+
+
+def make_game() -> object:
+    """A ``mymodule:make_game`` style factory returning a pyspiel.Game."""
+    import pyspiel
+
+    return pyspiel.load_game("kuhn_poker")
+
+
+def test_check_env_accepts_every_supported_kind_through_wrap() -> None:
+    from pettingzoo.classic.tictactoe import tictactoe
+    from ray.rllib.examples.envs.classes.multi_agent.rock_paper_scissors import RockPaperScissors
+
+    from marl_core.conformance import check_env
+
+    for obj in (make_game(), gym.make("CartPole-v1"), tictactoe.env(), RockPaperScissors({})):
+        report = check_env(obj, episodes=2, max_steps=200)
+        assert report.ok, report
+    assert check_env(make_game, episodes=2).ok
+
+
+def test_marl_check_command_line_takes_a_factory_of_a_foreign_env() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-m", "marl_core.conformance", "tests.bridges.test_wrap:make_game"],
+        capture_output=True, text=True, timeout=300, cwd=root,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK, 0 errors" in result.stdout

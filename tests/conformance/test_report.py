@@ -56,3 +56,23 @@ def test_errors_come_before_warnings_and_only_errors_make_it_fail() -> None:
     with pytest.raises(ConformanceError, match="pickle"):
         report.raise_if_errors()
     ConformanceReport("X", (warning,)).raise_if_errors()
+
+
+def test_collector_merges_repeats_and_caps_each_rule() -> None:
+    from marl_core.conformance.collect import MAX_PER_RULE, Collector
+
+    collector = Collector(skip=frozenset({"pickle"}))
+    for step in range(1, 4):
+        collector.add("rewards.numeric", f"reward of 'a' at step {step} is nan", agent="a", step=step, key="nan")
+    for index in range(MAX_PER_RULE + 5):
+        collector.add("ids.known", f"unknown key 'x{index}'", agent=f"x{index}")
+        collector.add("ids.known", f"unknown key 'x{index}'", agent=f"x{index}")
+    collector.add("pickle", "does not pickle")
+    findings = collector.findings()
+    nan = [f for f in findings if f.rule == "rewards.numeric"]
+    assert len(nan) == 1 and nan[0].step == 1 and "seen 3 times" in nan[0].message
+    known = [f for f in findings if f.rule == "ids.known"]
+    assert len(known) == MAX_PER_RULE + 1
+    assert known[-1].message.startswith("5 more distinct violations of ids.known")
+    assert "seen 10 times" in known[-1].message
+    assert not any(f.rule == "pickle" for f in findings)

@@ -91,6 +91,50 @@ def test_given_spaces_are_validated_and_used() -> None:
     assert env.get_observation_space("two") == spaces.Tuple([spaces.Discrete(3)])
 
 
+@pytest.mark.parametrize(
+    ("space", "expected"),
+    [
+        (spaces.Box(1.0, 2.0, (2,), np.float32), np.ones(2, np.float32)),
+        (spaces.Box(-3, 3, (2, 2), np.int16), np.zeros((2, 2), np.int16)),
+        (spaces.Discrete(3, start=5), np.int64(5)),
+        (spaces.MultiDiscrete([2, 3], start=[1, -1]), np.array([1, -1])),
+        (spaces.MultiBinary(3), np.zeros(3, np.int8)),
+        (spaces.Dict({"o": spaces.Discrete(2), "t": spaces.Tuple([spaces.Discrete(4, start=1)])}), {"o": np.int64(0), "t": (np.int64(1),)}),
+    ],
+)
+def test_placeholder_observations_of_members_not_seen_yet_are_in_their_space(space: spaces.Space, expected: Any) -> None:
+    env = _OneSpaceEnv(space).with_agent_groups({"team": ["late", "early"]})
+    obs, _ = env.reset(seed=0)
+    placeholder = obs["team"][0]
+    assert space.contains(placeholder)
+    assert repr(placeholder) == repr(expected)  # values and dtypes
+    assert env.get_observation_space("team").contains(obs["team"])
+
+
+def test_members_without_a_placeholder_observation_are_refused_at_construction() -> None:
+    with pytest.raises(SpaceError, match="cannot group an agent whose observation space is Text"):
+        _OneSpaceEnv(spaces.Text(5)).with_agent_groups({"team": ["late", "early"]})
+
+
+class _OneSpaceEnv(MultiAgentEnv):
+    """``early`` acts from the start with a Discrete observation; ``late`` never joins."""
+
+    def __init__(self, late_space: spaces.Space) -> None:
+        super().__init__()
+        self.possible_agents = ["late", "early"]
+        self.agents = []
+        self.observation_spaces = {"late": late_space, "early": spaces.Discrete(2)}
+        self.action_spaces = {"late": spaces.Discrete(2), "early": spaces.Discrete(2)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.agents = ["early"]
+        return {"early": 0}, {}
+
+    def step(self, action_dict):
+        return {"early": 1}, {"early": 1.0}, {"early": True, ALL: True}, {ALL: False}, {}
+
+
 # Simultaneous moves, rewards, infos ---------------------------------------------------------
 
 

@@ -294,6 +294,8 @@ def test_constructor_arguments_are_validated() -> None:
         VectorMultiAgentEnv([RockPaperScissors], mode="threads")  # type: ignore[arg-type]
     with pytest.raises(VectorEnvError, match="env 0: its factory raised OSError: no such game file"):
         VectorMultiAgentEnv([broken_factory])
+    with pytest.raises(VectorEnvError, match="num_workers and context apply to mode='async' only"):
+        VectorMultiAgentEnv([RockPaperScissors] * 2, num_workers=1)
     with pytest.raises(VectorEnvError, match="num_workers must be between 1 and 2"):
         VectorMultiAgentEnv([RockPaperScissors] * 2, "async", num_workers=3)
     lock = threading.Lock()
@@ -326,7 +328,6 @@ def test_sub_env_exception_names_the_env_and_needs_reset(mode: str, num_workers:
         assert obs_list == [{"player1": 0, "player2": 0}] * 3
 
 
-@pytest.mark.parametrize("num_workers", [None, 1])
 class LockedEnv(RockPaperScissors):
     """Rock-paper-scissors holding something that cannot be pickled."""
 
@@ -336,14 +337,15 @@ class LockedEnv(RockPaperScissors):
 
 
 def test_results_that_cannot_leave_the_worker_are_reported() -> None:
-    with VectorMultiAgentEnv([RockPaperScissors, LockedEnv]) as venv:
+    with VectorMultiAgentEnv([LockedEnv, LockedEnv]) as venv:
         assert isinstance(venv.call("lock")[1], type(threading.Lock()))
-    with VectorMultiAgentEnv([RockPaperScissors, LockedEnv], "async") as venv:
-        with pytest.raises(VectorEnvError, match="env 1 raised TypeError: cannot pickle '_thread.lock' object"):
+    with VectorMultiAgentEnv([LockedEnv, LockedEnv], "async") as venv:
+        with pytest.raises(VectorEnvError, match=r"env 0 raised TypeError: cannot pickle '_thread\.lock' object"):
             venv.call("lock")
         assert venv.call("num_moves") == [0, 0]
 
 
+@pytest.mark.parametrize("num_workers", [None, 1])
 def test_async_factory_exception_comes_back_with_its_traceback(num_workers: int | None) -> None:
     factories = [RockPaperScissors, RockPaperScissors, broken_factory]
     with pytest.raises(VectorEnvError, match="env 2: its factory raised OSError") as info:

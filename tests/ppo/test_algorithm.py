@@ -185,3 +185,18 @@ def test_tic_tac_toe_from_the_seeds_runs():
     with PPOConfig().environment(TicTacToe).training(train_batch_size=64, minibatch_size=32).build() as algo:
         result = algo.train()
     assert np.isfinite(result["policies"]["default_policy"]["vf_loss"])
+
+
+def grouped_rock_paper_scissors(config):
+    return RockPaperScissors(config).with_agent_groups({"team": ["player1", "player2"]})
+
+
+def test_grouped_agents_use_tuple_spaces():
+    config = (PPOConfig().environment(grouped_rock_paper_scissors)
+              .env_runners(num_envs_per_env_runner=2).training(train_batch_size=40, minibatch_size=20))
+    with config.build() as algo:
+        result = algo.train()
+        action = algo.compute_actions({"team": (0, 2)})["team"]
+    assert result["policies"]["default_policy"]["episode_len_mean"] == 10
+    assert isinstance(action, tuple) and len(action) == 2
+    assert algo.policies["default_policy"].dist.num_columns == 2

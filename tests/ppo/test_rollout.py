@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from marl_core.errors import EnvContractError
 from marl_core.ppo.config import DEFAULT_MODEL
 from marl_core.ppo.rollout import LearnedSpec, Sampler
 from tests.fixtures.envs import IrregularOrderEnv, JoinLeaveEnv
@@ -76,3 +77,12 @@ def test_env_errors_rebuild_the_env_and_drop_its_episode():
     assert out["env_steps"] >= 100
     # Every finished episode is complete (10 moves); the dropped ones never show up.
     assert {e["length"] for e in out["episodes"]} == {10}
+
+
+def test_an_env_that_always_fails_stops_the_sampler_with_a_clear_error():
+    sampler = _sampler(FlakyRockPaperScissors, num_envs=1, max_env_errors_in_a_row=3)
+    sampler.env_config = {"fail_every": 1}
+    sampler.envs = [FlakyRockPaperScissors({"fail_every": 1})]
+    with pytest.raises(EnvContractError, match="failed 3 times in a row; last error: RuntimeError"):
+        sampler.sample(10)
+    assert sampler.num_env_errors == 3

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from marl_core.errors import ConfigError
+from marl_core.ppo import PPO
+from marl_core.ppo.cli import main
+from marl_core.ppo.presets import PRESETS, load_preset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_presets_are_lazy_references_and_build_configs():
+    assert set(PRESETS) >= {"rps", "pistonball", "connect4"}
+    assert all(":" in reference for reference in PRESETS.values())
+    rps = load_preset("rps")
+    assert rps.build_config().policies_to_train == ["learned"]
+    pistonball = load_preset("pistonball").build_config()
+    assert pistonball.policy_mapping_fn("piston_3", None) == "shared"
+    with pytest.raises(ConfigError, match="unknown preset"):
+        load_preset("chess")
+
+
+def test_train_two_iterations_with_overrides(tmp_path, capsys):
+    code = main(["rps", "--iterations", "2", "--out", str(tmp_path), "--no-progress", "--seed", "5",
+                 "--set", "env_runners.num_env_runners=0", "--set", "training.train_batch_size=160",
+                 "--set", "num_envs_per_env_runner=4", "--checkpoint-every", "1"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "learned_vs_beat_last_mean_return" in printed
+    rows = list(csv.DictReader((tmp_path / "progress.csv").read_text().splitlines()))
+    assert [row["training_iteration"] for row in rows] == ["1", "2"]
+    assert rows[0]["num_env_steps_sampled"] == "160"
+    assert "policies/learned/episode_return_mean" in rows[0]
+    assert (tmp_path / "learning_curve.png").stat().st_size > 0
+    assert any((tmp_path / "tb").iterdir())
+    assert json.loads((tmp_path / "final_result.json").read_text())["episodes"] == 20
+    config = json.loads((tmp_path / "final" / "config.json").read_text())
+    assert config["seed"] == 5 and config["train_batch_size"] == 160
+    restored = PPO.from_checkpoint(tmp_path / "final")
+    assert restored.iteration == 2
+    restored.stop()
+
+
+def test_bad_override_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="unknown config field"):
+        main(["rps", "--iterations", "1", "--out", str(tmp_path), "--set", "training.learning_rate=1"])
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_a_final_checkpoint(tmp_path):
+    command = [sys.executable, "-m", "marl_core.ppo.cli", "rps", "--minutes", "5", "--out", str(tmp_path),
+               "--no-progress", "--set", "num_env_runners=0", "--set", "train_batch_size=80"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "progress.csv").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (tmp_path / "progress.csv").exists()
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err.decode()[-2000:]
+    assert b"interrupted" in err
+    restored = PPO.from_checkpoint(tmp_path / "final")
+    assert restored.iteration >= 1
+    restored.stop()
