@@ -3,12 +3,15 @@
 Both envs go through the PettingZoo bridge (pistonball_v6 as a ParallelPettingZooEnv,
 connect_four_v3 as a PettingZooEnv); actions are random and legal, drawn the same way in every
 mode. The loops are measured in alternating rounds in one process, so a change in machine load
-hits every mode alike; the ratio column is the figure to trust on a shared machine.
+hits every mode alike.
 
-The CPU columns (main process, and all workers together, per env step) hardly depend on the
-load. From them, the last column estimates the async speed-up on an idle machine with a core per
-worker: a vector step costs ``main x envs`` in the main process, then ``workers x envs /
-num_workers`` in parallel, against ``sync x envs`` for the sync loop.
+On a busy Linux machine with autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``),
+CPU time is shared between sessions, not processes: while other sessions keep every core busy,
+the async workers get no more CPU than the sync loop would, so the measured ratio then shows
+overhead, not parallelism. The CPU columns (main process, and all workers together, per env
+step) hardly depend on the load; from them, the last column estimates the async speed-up with a
+free core per worker: a vector step costs ``main x envs`` in the main process, then ``workers x
+envs / num_workers`` in parallel, against ``sync x envs`` for the sync loop.
 
 Run: ``python bench/bench_vector.py [--envs 2] [--rounds 5] [--seconds 2]``
 """
@@ -186,7 +189,9 @@ def main() -> None:
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for env_name, name, steps, rate, ratio, main_ms, worker_ms, estimate in rows:
         print(f"| {env_name} | {name} | {steps} | {rate:,.1f} | {ratio:.2f}x | {main_ms:.3f} | {worker_ms:.3f} | {estimate} |")
-    print(f"\nload average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    scheduling = f", autogroup scheduling {autogroup.read_text().strip()}" if autogroup.exists() else ""
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs{scheduling}")
 
 
 if __name__ == "__main__":

@@ -96,10 +96,15 @@ def _gymnasium(case: Case, build: Build) -> str:
 
 
 def _openspiel(case: Case, build: Build) -> str:
+    import pyspiel
+
     env = build(case)
-    game = env.game
     rng = np.random.default_rng(0)
     obs, _ = env.reset(seed=0)
+    # A fresh game with the parameters of the one being played (which, for games that sample chance
+    # inside pyspiel, include the rng_seed the bridge set), so replaying the history reproduces it.
+    played = env.state.get_game()
+    game = pyspiel.load_game(played.get_type().short_name, played.get_parameters())
     raw = game.new_initial_state()
     applied = 0
     sums: dict[str, float] = {}
@@ -194,8 +199,8 @@ class _Timed:
 
 
 def _calibrate(bridged: _Timed, raw: _Timed | None) -> int:
-    per_action = max(bridged.run(20), raw.run(20) if raw is not None else 0.0)
-    return int(min(20_000, max(20, TARGET_SECONDS * 1e6 / per_action)))
+    per_action = max(bridged.run(5), raw.run(5) if raw is not None else 0.0)
+    return int(min(20_000, max(5, TARGET_SECONDS * 1e6 / per_action)))
 
 
 def _ours_loop(env: Any) -> Any:
@@ -297,8 +302,7 @@ def _openspiel_raw(case: Case) -> Any:
         state = env.new_initial_state()
         while not state.is_terminal():
             if state.is_chance_node():
-                outcomes, probs = zip(*state.chance_outcomes(), strict=True)
-                state.apply_action(int(rng.choice(outcomes, p=np.asarray(probs) / sum(probs))))
+                state.apply_action(_chance_outcome(state.chance_outcomes(), rng.random()))
             elif state.is_simultaneous_node():
                 joint = []
                 for player in range(state.num_players()):
@@ -313,6 +317,16 @@ def _openspiel_raw(case: Case) -> Any:
                 getattr(state, observe)(player)
                 state.apply_action(int(legal[rng.integers(len(legal))]))
                 yield 1
+
+
+def _chance_outcome(outcomes: list[tuple[int, float]], draw: float) -> int:
+    """The outcome that ``draw`` (uniform in [0, 1)) picks from ``(outcome, probability)`` pairs."""
+    total = 0.0
+    for outcome, probability in outcomes:
+        total += probability
+        if draw < total:
+            return int(outcome)
+    return int(outcomes[-1][0])
 
 
 def build_openspiel_game(case: Case) -> Any:

@@ -69,6 +69,7 @@ _AUTO_ORDER: tuple[ObservationType, ...] = (
     "observation_string",
     "information_state_string",
 )
+_MISSING = object()
 _MASK_CACHE_SIZE = 4096  # masks kept per env, keyed by the tuple of legal actions
 
 
@@ -206,7 +207,7 @@ class OpenSpielEnv(MultiAgentEnv):
                 f"OpenSpiel game {name!r} is a mean-field game: its players are a distribution over a "
                 "population, updated with distribution nodes, which have no multi-agent equivalent"
             )
-        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+        if max_steps is not None and (type(max_steps) is not int or max_steps < 1):
             raise UnsupportedEnvError(f"max_steps must be a positive int or None, received {max_steps!r}")
         self.observation_type: ObservationType = choose_observation_type(self.game, observation_type)
         self._check_legal_actions(name)
@@ -215,7 +216,6 @@ class OpenSpielEnv(MultiAgentEnv):
         self._num_players = self.game.num_players()
         self._num_actions = self.game.num_distinct_actions()
         self._ids: tuple[AgentID, ...] = tuple(player_id(p) for p in range(self._num_players))
-        self._index = {agent_id: p for p, agent_id in enumerate(self._ids)}
         self._reseed_game = (
             game_type.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC
             and "rng_seed" in self.game.get_parameters()
@@ -229,6 +229,7 @@ class OpenSpielEnv(MultiAgentEnv):
         super().__init__()
         self.state: pyspiel.State | None = None
         self._acting: tuple[int, ...] = ()
+        self._simultaneous = False
         self._masks: dict[int, np.ndarray] = {}
         self._mask_cache: dict[tuple[int, ...], np.ndarray] = {}
         self._uniforms: list[float] = []
@@ -320,6 +321,7 @@ class OpenSpielEnv(MultiAgentEnv):
         current = state.current_player()
         if current >= 0:  # a turn: the hot path of turn-based games, kept flat
             self._acting = self._singletons[current]
+            self._simultaneous = False
             mask = self._mask_cache.get(tuple(state.legal_actions(current)))
             if mask is None:
                 mask = self._mask(current)
@@ -332,6 +334,7 @@ class OpenSpielEnv(MultiAgentEnv):
                 observation = self._observe(current)
             return {self._ids[current]: {OBS_KEY: observation, MASK_KEY: mask.copy()}}
         acting = self._acting = tuple(p for p in range(self._num_players) if state.legal_actions(p))
+        self._simultaneous = True
         obs = {}
         for player in acting:
             mask = self._masks[player] = self._mask(player)
@@ -394,23 +397,25 @@ class OpenSpielEnv(MultiAgentEnv):
                 "OpenSpielEnv.step() called before reset() or after the episode ended; call reset()"
             )
         acting = self._acting
-        if len(acting) == 1 and len(action_dict) == 1:
+        if not self._simultaneous and len(action_dict) == 1:  # a turn: the hot path, kept flat
             player = acting[0]
+            action = action_dict.get(self._ids[player], _MISSING)
+            if type(action) is not int or not 0 <= action < self._num_actions or not self._masks[player][action]:
+                if action is _MISSING:
+                    self._check_keys(action_dict)
+                action = self._legal(player, action)
             try:
-                action = action_dict[self._ids[player]]
-            except KeyError:
-                self._check_keys(action_dict)
-                raise
-            self._apply(player, action)
+                state.apply_action_with_legality_check(action)
+            except _pyspiel().SpielError as error:  # only if .state was changed behind the env's back
+                raise IllegalActionError(self._ids[player], action, state.legal_actions(player)) from error
         else:
             self._check_keys(action_dict)
-            if state.is_simultaneous_node():
-                joint = [_pyspiel().INVALID_ACTION] * self._num_players
-                for player in acting:
-                    joint[player] = self._legal(player, action_dict[self._ids[player]])
-                self._apply_joint(joint)
-            else:
-                self._apply(acting[0], action_dict[self._ids[acting[0]]])
+            if not self._simultaneous:  # _check_keys found the wrong agents; this is a safeguard
+                raise MissingActionError([self._ids[p] for p in acting], list(action_dict))
+            joint = [_pyspiel().INVALID_ACTION] * self._num_players
+            for player in acting:
+                joint[player] = self._legal(player, action_dict[self._ids[player]])
+            self._apply_joint(joint)
         if self._has_chance and state.is_chance_node():
             self._resolve_chance()
         self._steps += 1
@@ -476,14 +481,6 @@ class OpenSpielEnv(MultiAgentEnv):
         if 0 <= action < self._num_actions:
             hint = f"{self.state.action_to_string(player, action)!r} is not legal in this state"
         raise IllegalActionError(self._ids[player], action, legal, hint=hint)
-
-    def _apply(self, player: int, action: Any) -> None:
-        if type(action) is not int or not 0 <= action < self._num_actions or not self._masks[player][action]:
-            action = self._legal(player, action)
-        try:
-            self.state.apply_action_with_legality_check(action)
-        except _pyspiel().SpielError as error:
-            raise IllegalActionError(self._ids[player], action, self.state.legal_actions(player)) from error
 
     def _apply_joint(self, joint: list[int]) -> None:
         try:

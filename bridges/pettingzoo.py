@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["ParallelPettingZooEnv", "PettingZooEnv", "to_aec", "to_parallel"]
 
 # Integer types accepted on the fast path of action checks; anything else takes the full check.
+_MISSING = object()
 _INT_TYPES = frozenset(
     {int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8}
 )
@@ -66,20 +67,20 @@ class _ActionChecker:
     :func:`marl_core.spaces.check_action`, which raises with a precise message.
     """
 
-    __slots__ = ("_box", "_discrete", "_space_of", "check_legal", "spaces")
+    __slots__ = ("_box", "_space_of", "check_legal", "discrete", "spaces")
 
     def __init__(self, space_of: Any, check_legal: bool) -> None:
         self._space_of = space_of
         self.check_legal = check_legal
         self.spaces: dict[AgentID, gym.Space] = {}
-        self._discrete: dict[AgentID, tuple[int, int]] = {}
+        self.discrete: dict[AgentID, tuple[int, int]] = {}
         self._box: dict[AgentID, tuple[tuple[int, ...], np.dtype, np.ndarray, np.ndarray]] = {}
 
     def _learn(self, agent_id: AgentID) -> gym.Space:
         space = self._space_of(agent_id)
         self.spaces[agent_id] = space
         if type(space) is gym.spaces.Discrete:
-            self._discrete[agent_id] = (int(space.start), int(space.start + space.n))
+            self.discrete[agent_id] = (int(space.start), int(space.start + space.n))
         elif type(space) is gym.spaces.Box:
             self._box[agent_id] = (space.shape, space.dtype, space.low, space.high)
         return space
@@ -89,7 +90,7 @@ class _ActionChecker:
         space = self.spaces.get(agent_id)
         if space is None:
             space = self._learn(agent_id)
-        bounds = self._discrete.get(agent_id)
+        bounds = self.discrete.get(agent_id)
         if bounds is not None:
             if (
                 type(action) in _INT_TYPES
@@ -383,7 +384,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
         self._acting_list: list[AgentID] = []
         self._masks: dict[AgentID, np.ndarray] = {}
         super().__init__(env, check_legal=check_legal, mask_in_info=mask_in_info)
-        self._track_masks = self._info_masks or any(is_masked(s) for s in self.observation_spaces.values())
+        self._track_masks = bool(self._info_masks) or any(is_masked(s) for s in self.observation_spaces.values())
+        self._plain = not (self._info_masks or self._track_masks)
 
     def _reset_env(
         self, seed: int | None, options: dict[str, Any] | None
@@ -413,17 +415,36 @@ class ParallelPettingZooEnv(_PettingZooBase):
             )
         if len(action_dict) != len(acting):
             self._raise_keys(action_dict, acting)
-        check, masks = self._check, self._masks
+        check = self._check
+        discrete, masks, legal = check.discrete, self._masks, check.check_legal
         for agent_id in acting:
-            if agent_id not in action_dict:
+            action = action_dict.get(agent_id, _MISSING)
+            if action is _MISSING:
                 self._raise_keys(action_dict, acting)
-            check(agent_id, action_dict[agent_id], masks.get(agent_id))
+            # Inline fast path for Discrete actions; anything else goes through the checker.
+            bounds = discrete.get(agent_id)
+            if bounds is not None and type(action) in _INT_TYPES and bounds[0] <= action < bounds[1]:
+                mask = masks.get(agent_id) if masks else None
+                if mask is None or not legal or mask[action - bounds[0]]:
+                    continue
+            check(agent_id, action, masks.get(agent_id))
         obs, rewards, terms, truncs, infos = self.env.step(dict(action_dict))
+        live = self.env.agents
+        if (
+            live
+            and self._plain
+            and len(obs) == len(live)
+            and all(map(obs.__contains__, live))
+            and infos.keys() <= obs.keys()
+        ):
+            # The common step: every live agent observed, nobody ending, nothing to move.
+            self._acting_list = list(live)
+            return obs, rewards, {**terms, ALL: False}, {**truncs, ALL: False}, infos
         obs, infos = self._adopt(obs, infos, terms, truncs)
-        terminateds = dict(terms)
-        truncateds = dict(truncs)
-        terminateds[ALL], truncateds[ALL] = _end_flags(not self._acting_list, terms, truncs)
-        return obs, rewards, terminateds, truncateds, infos
+        if self._acting_list:
+            return obs, rewards, {**terms, ALL: False}, {**truncs, ALL: False}, infos
+        all_terminated, all_truncated = _end_flags(True, terms, truncs)
+        return obs, rewards, {**terms, ALL: all_terminated}, {**truncs, ALL: all_truncated}, infos
 
     def _adopt(
         self,

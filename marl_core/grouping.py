@@ -71,7 +71,8 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
     Raises:
         GroupingError: an empty group, a member listed twice or in two groups, a member the env
             does not know, or a group id that is already an agent id.
-        SpaceError: a given space that is not a Tuple with one entry per member.
+        SpaceError: a given space that is not a Tuple with one entry per member, or a member
+            whose observation space has no placeholder value (see Observations below).
 
     Semantics:
         - **Who acts:** a group is in the obs dict when its live members must act; they must all

@@ -64,7 +64,8 @@ class VectorMultiAgentEnv:
     Args:
         env_fns: one zero-argument factory per env. In ``"async"`` mode they are pickled with
             cloudpickle, so lambdas and closures work; what they reference must be importable in
-            a fresh interpreter.
+            a fresh interpreter, and a script must guard its entry point (``if __name__ ==
+            "__main__":``).
         mode: ``"sync"`` (one process) or ``"async"`` (worker processes stepping in parallel).
         num_workers: ``"async"`` only: how many worker processes share the envs (contiguous
             chunks, each stepped in turn inside its worker). Default: one per env. Fewer
@@ -535,7 +536,7 @@ class _Workers:
         self.conns: list[Any] = []
         self.shms: list[shared_memory.SharedMemory | None] = [None] * num_workers
         self._new_shm: list[str | None] = [None] * num_workers
-        self._stopped = False
+        self._stopped = self._no_shm = False
         pickled = []
         for index, env_fn in enumerate(env_fns):
             try:
@@ -577,10 +578,7 @@ class _Workers:
         return [process.pid for process in self.processes]
 
     def request(self, commands: Mapping[int, tuple[str, Any]]) -> dict[int, tuple[str, Any]]:
-        """Send every command, then wait for every reply (all of them, even after a failure).
-
-        Returns, per env index, ``("ok", result)``, ``("error", failure)`` or ``("dead", message)``.
-        """
+        """Send every command, then wait for every reply: per env ``(status, result)``."""
         batches: dict[int, list[tuple[int, str, Any]]] = {}
         for index, (command, payload) in commands.items():
             worker = self.worker_of[index]
@@ -616,7 +614,7 @@ class _Workers:
             reply, piped = _recv(self.conns[worker], self.shms[worker])
         except (OSError, EOFError):
             return ("dead", self._dead(worker))
-        if piped > _SHM_THRESHOLD:
+        if piped > _SHM_THRESHOLD and not self._no_shm:
             self._grow(worker, 2 * piped)
         if isinstance(reply, list):
             return ("ok", reply)
@@ -624,7 +622,12 @@ class _Workers:
 
     def _grow(self, worker: int, size: int) -> None:
         old = self.shms[worker]
-        self.shms[worker] = shared_memory.SharedMemory(create=True, size=max(size, 1 << 20))
+        try:
+            self.shms[worker] = shared_memory.SharedMemory(create=True, size=max(size, 1 << 20))
+        except OSError as error:  # e.g. /dev/shm is full: keep using the pipe
+            logger.warning("no shared memory for worker %d (%s); replies go through its pipe", worker, error)
+            self._no_shm = True
+            return
         self._new_shm[worker] = self.shms[worker].name
         if old is not None:
             old.close()

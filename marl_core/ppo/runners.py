@@ -30,8 +30,9 @@ class RunnerGroup:
             if ray_address:
                 ray.init(address=ray_address, log_to_driver=False, logging_level=logging.WARNING)
             else:
+                # No idle worker started ahead of the runners: it would only hold memory.
                 ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                         logging_level=logging.WARNING)
+                         logging_level=logging.WARNING, _system_config={"prestart_worker_first_driver": False})
         total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.cpus_per_runner = min(1.0, total_cpus / num_runners)
         self._actor_class = ray.remote(num_cpus=self.cpus_per_runner, max_restarts=0)(EnvRunner)

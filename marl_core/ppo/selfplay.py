@@ -13,6 +13,10 @@ Training batches say how main does against the league, not how good it is. That 
 moves and OpenSpiel's MCTS at fixed budgets, half the games in each seat, with 95% intervals,
 written to the metrics, to ``evaluation.jsonl`` and to a PNG chart.
 
+Main's network is the trainer's default actor-critic (two 256-unit ReLU layers) fed the board
+from the side to move (:func:`canonical_board`): OpenSpiel's observation tensor is the same for
+both players, and one network plays both seats.
+
 :func:`connect4_preset` is what ``marl-train connect4`` runs. Its checkpoints load with
 ``PPO.from_checkpoint(path)`` and act with ``compute_actions(obs, policy_id="main")``: the
 random player and the first mapping fn are module-level functions, and the snapshots are
@@ -297,7 +301,13 @@ def main_spec() -> PolicySpec:
 
 
 def connect4_config(*, num_envs: int = 16, seed: int = 0) -> PPOConfig:
-    """The trainer config of the preset: main vs the league, tuned for a 2-core laptop."""
+    """The trainer config of the preset: main vs the league, tuned for a 2-core laptop.
+
+    Sampling happens in the driver (``num_env_runners=0``): an iteration samples and then learns,
+    so on two cores a Ray runner would add process hops without running anything in parallel.
+    ``--set num_env_runners=N`` (and ``--ray-address``) move sampling to Ray actors unchanged: the
+    league's mapping fn and the module factory travel to them.
+    """
     from marl_core.ppo.config import PPOConfig
 
     return (
@@ -321,8 +331,6 @@ def laptop_config() -> PPOConfig:
     busy 2-core machine its spinning threads made iterations 8-10x slower (measured: 300 vs 2,500
     env steps/s under a load average of 8).
     """
-    import torch
-
     torch.set_num_threads(1)
     return connect4_config()
 

@@ -3,8 +3,8 @@
 Each game's checks run in a child process (``python -m tests.bridges.test_openspiel_games ID...``)
 that reports one JSON line per game, so a crash inside pyspiel (an abort, a segfault) fails that
 game's case only: the parent attributes the crash to the game that had started and not finished,
-and runs the remaining games in a fresh child. Games of one tier share children, so process
-start-up is paid once per batch, not once per game.
+and runs the remaining games in a fresh child. The selected games are split between two
+children that run at once, so process start-up is paid once per batch, not once per game.
 
 Per game: ``check_env`` reports no error; at every step of seeded random legal play the masks
 equal ``state.legal_actions(player)`` and the observations equal pyspiel's own tensors or
@@ -15,6 +15,7 @@ observations.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAY_SEEDS = (0, 1)
 CHECK_EPISODES = 2
 DEFAULT_BUDGET = 1000
+CHILDREN = 2
 CASE_TIMEOUT_S = 300  # a child that reports nothing for this long is killed; its game fails
 
 RUNNABLE = [case for case in CASES if case.left_out is None]
@@ -188,12 +190,18 @@ def run_cases(case_ids: list[str], command: list[str] = CHILD) -> dict[str, list
 @pytest.fixture(scope="module")
 def results(request: pytest.FixtureRequest) -> dict[str, list[str]]:
     """Results of every game selected in this session, computed in one pass of children."""
-    selected = [
-        item.callspec.params["case"].id
-        for item in request.session.items
-        if item.module is sys.modules[__name__] and hasattr(item, "callspec") and "case" in item.callspec.params
-    ]
-    return run_cases(selected)
+    selected = []
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if getattr(item, "module", None) is sys.modules[__name__] and "case" in params:
+            selected.append(params["case"].id)
+    # Two children at a time (the machine has two cores); each batch interleaves slow and fast games.
+    batches = [selected[index::CHILDREN] for index in range(CHILDREN)]
+    with concurrent.futures.ThreadPoolExecutor(CHILDREN) as pool:
+        merged: dict[str, list[str]] = {}
+        for part in pool.map(run_cases, [batch for batch in batches if batch]):
+            merged.update(part)
+    return merged
 
 
 def _param(case: Case) -> Any:

@@ -92,7 +92,7 @@ def test_seed_envs_written_against_rllibs_class_run() -> None:
     assert result.returns["player1"] == -result.returns["player2"]
     ttt = from_rllib(rllib_seed_envs.TicTacToe())
     result = rollout(ttt, seed=0)
-    assert result.terminated and 5 <= result.steps <= 9 + 20
+    assert result.terminated and result.steps >= 5  # a move on an occupied field costs -5 and passes the turn
     assert set(result.agents_seen) == {"player1", "player2"}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -177,6 +178,25 @@ def test_large_observations_travel_through_shared_memory() -> None:
     assert not [name for name in blocks if Path(f"/dev/shm/{name.lstrip('/')}").exists()]
 
 
+def test_without_shared_memory_replies_go_through_the_pipe(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def no_space(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    with VectorMultiAgentEnv([BigObsEnv] * 2) as sync_env:
+        sync_out, _ = play(sync_env, BigObsEnv, seed=1, steps=6)
+    monkeypatch.setattr("marl_core.vector.shared_memory.SharedMemory", no_space)
+    with (
+        caplog.at_level(logging.WARNING, logger="marl_core.vector"),
+        VectorMultiAgentEnv([BigObsEnv] * 2, "async", num_workers=1) as async_env,
+    ):
+        async_out, _ = play(async_env, BigObsEnv, seed=1, steps=6)
+        assert async_env._workers.shms == [None]
+    assert_same(sync_out, async_out)
+    assert caplog.text.count("No space left on device") == 1
+
+
 @pytest.mark.parametrize("env_cls", [IrregularOrderEnv, JoinLeaveEnv, HeterogeneousSpacesEnv])
 def test_each_env_behaves_as_if_run_alone_with_seed_plus_index(env_cls: type) -> None:
     with VectorMultiAgentEnv([env_cls] * 3) as venv:
@@ -213,6 +233,39 @@ def test_autoreset_ignores_the_action_dict_and_reports_the_new_episode() -> None
         assert venv.acting == [["player1", "player2"]] * 2
         venv.step([{"player1": 2, "player2": 1}] * 2)
         assert venv.autoreset == [False, False]
+
+
+def connect_four() -> MultiAgentEnv:
+    from pettingzoo.classic.connect_four import connect_four as module
+
+    from bridges.pettingzoo import PettingZooEnv
+
+    return PettingZooEnv(module.env())
+
+
+def test_bridged_turn_based_game_with_masks_in_both_modes() -> None:
+    with VectorMultiAgentEnv([connect_four] * 3) as sync_env:
+        sync_out, _ = play(sync_env, connect_four, seed=5, steps=60)
+    with VectorMultiAgentEnv([connect_four] * 3, "async", num_workers=2) as async_env:
+        async_out, _ = play(async_env, connect_four, seed=5, steps=60)
+    assert_same(sync_out, async_out)
+    assert sum(any(flags) for _, flags in sync_out[1:]) >= 1, "60 moves in 3 games should finish one"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_masked_out_moves_of_a_bridged_game_are_refused_before_any_env_steps(mode: str) -> None:
+    with VectorMultiAgentEnv([connect_four] * 2, mode) as venv:
+        venv.reset(seed=0)
+        for _ in range(6):  # alternating pieces fill column 0 without a winner
+            obs_list = venv.step([{a: 0 for a in acting} for acting in venv.acting])[0]
+        player = venv.acting[1][0]
+        assert obs_list[1][player]["action_mask"].tolist() == [0, 1, 1, 1, 1, 1, 1]
+        with pytest.raises(VectorEnvError, match=rf"env 0: illegal action for agent '{player}': received 0, legal actions now: \[1, 2, 3, 4, 5, 6\]"):
+            venv.step([{a: 0 for a in acting} for acting in venv.acting])
+        with pytest.raises(VectorEnvError, match=rf"env 1: invalid action for agent '{player}'"):
+            venv.step([{player: 1}, {player: 7}])
+        obs_list = venv.step([{player: 1}, {player: 1}])[0]
+        assert obs_list[0] and all(obs[a]["observation"][5, 1].any() for obs in obs_list for a in obs)
 
 
 def test_turn_based_envs_ask_only_the_player_to_move() -> None:
@@ -544,3 +597,30 @@ def test_scatter_refuses_rows_of_unknown_envs() -> None:
     batches = {"p": PolicyBatch([(0, "a"), (4, "a")], obs=None)}
     with pytest.raises(VectorEnvError, match="row for env 4 but num_envs is 2"):
         scatter({"p": [0, 1]}, batches, 2)
+
+
+# Inside Ray -----------------------------------------------------------------------------------
+
+
+def _run_in_ray_worker() -> tuple[list[int], list[dict]]:
+    with VectorMultiAgentEnv([TicTacToe] * 2, "async") as venv:
+        venv.reset(seed=0)
+        pids = venv._workers.pids
+        rewards_list = venv.step([{a: 4 for a in acting} for acting in venv.acting])[1]
+    return pids, rewards_list
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_async_vector_inside_a_ray_worker() -> None:
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        runner = ray.remote(_run_in_ray_worker)
+        pids, rewards_list = ray.get(runner.remote(), timeout=300)
+    finally:
+        ray.shutdown()
+    assert len(pids) == 2 and len(rewards_list) == 2
+    assert all(list(rewards.values()) == [0.0] for rewards in rewards_list)
+    assert wait_gone(pids) == []

@@ -200,3 +200,26 @@ def test_grouped_agents_use_tuple_spaces():
     assert result["policies"]["default_policy"]["episode_len_mean"] == 10
     assert isinstance(action, tuple) and len(action) == 2
     assert algo.policies["default_policy"].dist.num_columns == 2
+
+
+def test_config_json_round_trip_keeps_specs_and_references():
+    from tests.fixtures.envs import IrregularOrderEnv
+
+    config = (PPOConfig().environment(IrregularOrderEnv, env_config={"length": 6})
+              .multi_agent(policies={"a": PolicySpec(config={"lr": 1e-2}, model={"hiddens": [8]}),
+                                     "b": beat_last_move},
+                           policy_mapping_fn=rps_policy_mapping_fn)
+              .training(model={"module": _tiny_module}))
+    data = json.loads(json.dumps(config.to_json_dict()))
+    assert data["model"]["module"] == "tests.ppo.test_algorithm:_tiny_module"
+    back = PPOConfig.from_json_dict(data)
+    assert back.env is IrregularOrderEnv and back.env_config == {"length": 6}
+    assert back.policies["a"] == PolicySpec(config={"lr": 1e-2}, model={"hiddens": [8]})
+    assert back.policies["b"] is beat_last_move
+    assert back.policy_mapping_fn is rps_policy_mapping_fn
+    assert back.model["module"] is _tiny_module
+    assert back.for_policy(back.policies["a"])["lr"] == 1e-2
+
+
+def _tiny_module(observation_space, action_space, model_config):
+    return torch.nn.Linear(2, 3)

@@ -17,6 +17,7 @@ from marl_core.ppo.selfplay import (
     Connect4Evaluation,
     LeagueMapping,
     SelfPlayLeague,
+    canonical_board,
     connect4_config,
     main_vs_random,
     make_env,
@@ -74,6 +75,23 @@ def test_env_creator_builds_connect_four():
     env = make_env({"game": "connect_four"})
     obs, _ = env.reset(seed=0)
     assert list(obs) == ["player_0"] and obs["player_0"]["action_mask"].tolist() == [1] * 7
+
+
+def test_board_is_seen_from_the_side_to_move():
+    env = make_env()
+    obs, _ = env.reset(seed=0)
+    start = torch.as_tensor(obs["player_0"]["observation"][None])
+    assert torch.equal(canonical_board(start), start)
+    obs, *_ = env.step({"player_0": 3})  # x in column 4; o to move
+    after_x = torch.as_tensor(obs["player_1"]["observation"][None])
+    seen = canonical_board(after_x)
+    assert seen[0, 0].sum() == 0 and seen[0, 1].sum() == 1  # "mine" empty, "theirs" holds x's piece
+    assert torch.equal(seen[0, 2], after_x[0, 2])
+    obs, *_ = env.step({"player_1": 2})  # x to move again: unchanged
+    after_o = torch.as_tensor(obs["player_0"]["observation"][None])
+    assert torch.equal(canonical_board(after_o), after_o)
+    both = canonical_board(torch.cat([after_x, after_o]))
+    assert torch.equal(both, torch.cat([seen, after_o]))
 
 
 # League.
@@ -165,6 +183,8 @@ def test_checkpoint_with_snapshots_loads_by_name_and_acts_as_main(tmp_path):
         saved = json.loads((path / "config.json").read_text())
         assert saved["policy_mapping_fn"] == "marl_core.ppo.selfplay:main_vs_random"
         assert saved["policies"][RANDOM]["ref"] == "marl_core.ppo.selfplay:random_legal_action"
+        for policy_id in (MAIN, "main_v1"):
+            assert saved["policies"][policy_id]["model"]["module"] == "marl_core.ppo.selfplay:connect4_module"
         weights = algo.get_weights([MAIN])[MAIN]
     finally:
         algo.stop()
@@ -184,3 +204,26 @@ def test_checkpoint_with_snapshots_loads_by_name_and_acts_as_main(tmp_path):
         assert restored.config.policy_mapping_fn == LeagueMapping((RANDOM, "main_v1"), 0)
     finally:
         restored.stop()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_league_runs_on_ray_env_runners():
+    import ray
+
+    algo = connect4_config(num_envs=2).env_runners(num_env_runners=1).training(
+        train_batch_size=200, minibatch_size=100, num_epochs=1, model={"hiddens": [32]}
+    ).resources(num_cpus=1).build()
+    try:
+        league = SelfPlayLeague(threshold=-1.0, min_episodes=0)
+        league(algo, algo.train())
+        result = algo.train()
+        # The new mapping (a LeagueMapping) reached the runner: snapshot games were played there.
+        assert result["policies"]["main_v1"]["num_episodes"] + result["policies"][RANDOM]["num_episodes"] == (
+            result["policies"][MAIN]["num_episodes"]
+        )
+        assert result["policies"][MAIN]["num_episodes"] > 0 and result["policies"]["main_v1"]["num_episodes"] > 0
+    finally:
+        algo.stop()
+        if ray.is_initialized():
+            ray.shutdown()
