@@ -12,8 +12,8 @@ over the subprocess and all its descendants, Ray's processes included) every 0.5
 
 Usage::
 
-    python bench/bench_ppo.py --side ours --num-envs 1 8 --seconds 60
-    python bench/bench_ppo.py --side rllib --num-envs 1 --seconds 90
+    python bench/bench_ppo.py --num-envs 1 8 --seconds 90            # both sides, alternating
+    python bench/bench_ppo.py --side ours --num-envs 1 8 --seconds 60 --repeat 3
 """
 
 from __future__ import annotations
@@ -201,6 +201,7 @@ def main() -> None:
     parser.add_argument("--side", nargs="+", default=["ours", "rllib"], choices=["ours", "rllib"])
     parser.add_argument("--num-envs", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--seconds", type=float, default=60.0, help="run length per configuration")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of all configurations")
     parser.add_argument("--child", choices=["ours", "rllib"], help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -211,16 +212,18 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(runner(args.num_envs[0], args.seconds, launch)))
         return
     rows = []
-    for side in args.side:
+    for repeat in range(args.repeat):  # the sides alternate, so both see the same machine load
         for num_envs in args.num_envs:
-            figures = measure(side, num_envs, args.seconds)
-            rows.append((side, num_envs, figures))
-            print(f"done: {side} x{num_envs}", file=sys.stderr, flush=True)
+            for side in args.side:
+                figures = measure(side, num_envs, args.seconds)
+                rows.append((side, num_envs, figures))
+                print(f"done: round {repeat + 1}, {side} x{num_envs}", file=sys.stderr, flush=True)
     load = os.getloadavg()[0]
     print(f"\nConnect-4 self-play PPO, 1 env runner, {os.cpu_count()} CPUs, load average {load:.1f} "
           f"(the machine is shared: absolute figures vary; compare rows of the same run)\n")
     print("| side | envs/runner | env steps/s (median) | iterations | first result (s) | peak PSS (MB) | peak RSS (MB) | processes |")
     print("|---|---|---|---|---|---|---|---|")
+    rows.sort(key=lambda row: (row[1], row[0]))
     for side, num_envs, f in rows:
         median = statistics.median(f["rates"]) if f["rates"] else float("nan")
         print(f"| {side} | {num_envs} | {median:.0f} | {len(f['rates']) + 1} | {f['first_result_s']:.1f} | "

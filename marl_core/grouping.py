@@ -96,10 +96,10 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         - **"__all__":** passed through (always present in both dicts); groups still alive end
           with it and get their final observation when any member got one.
         - **Chance, simultaneous moves, seeding:** those of the wrapped env.
-        - **Masks** stay inside each member's slot: a group's Tuple observation is not the
-          canonical masked form, so code that only reads top-level masks (``RandomPolicy``, the
-          checker's random actions) may draw masked-out actions for such members; construction
-          logs a warning when a member's observation is masked.
+        - **Masks** stay inside each member's slot: a group's Tuple observation holds each
+          member's canonical masked observation. ``RandomPolicy``, the checker and
+          :func:`marl_core.spaces.sample_action_for` read each slot's mask; code that only reads
+          top-level masks does not, so construction logs a warning when a member is masked.
     """
 
     def __init__(

@@ -24,13 +24,14 @@ import numpy as np
 
 from marl_core.env import ALL, AgentID, MultiAgentEnv
 from marl_core.errors import EnvContractError, UnknownAgentError
-from marl_core.spaces import action_mask_of, sample_action
+from marl_core.spaces import sample_action_for
 
 Policy = Union[Callable[[AgentID, Any], Any], Mapping[AgentID, Callable[[Any], Any]]]
 
 
 class RandomPolicy:
-    """Uniformly random actions from each agent's action space, legal ones only when masked.
+    """Uniformly random actions from each agent's action space, legal ones only when masked
+    (grouped agents included: each member's mask is read from its slot).
 
     Draws from its own generator seeded with ``seed``, never from numpy's global RNG.
     """
@@ -41,7 +42,7 @@ class RandomPolicy:
 
     def __call__(self, agent_id: AgentID, observation: Any) -> Any:
         space = self.env.get_action_space(agent_id)
-        return sample_action(space, self.rng, action_mask_of(observation), agent_id)
+        return sample_action_for(space, observation, self.rng, agent_id)
 
 
 @dataclass(frozen=True)

@@ -250,6 +250,26 @@ def sample_action(
     return _sample(space, rng)
 
 
+def sample_action_for(
+    space: spaces.Space, observation: Any, rng: np.random.Generator, agent_id: AgentID | None = None
+) -> Any:
+    """A random legal action for an agent that sees ``observation``.
+
+    Reads the mask where the observation carries one: at the top level (the canonical form), or
+    per slot for a Tuple action space whose observation is a tuple of member observations (grouped
+    agents), so every member of a group gets a legal action.
+    """
+    mask = action_mask_of(observation)
+    if mask is not None:
+        return sample_action(space, rng, mask, agent_id)
+    if isinstance(space, spaces.Tuple) and isinstance(observation, tuple) and len(observation) == len(space):
+        return tuple(
+            sample_action_for(sub, item, rng, agent_id)
+            for sub, item in zip(space.spaces, observation, strict=True)
+        )
+    return sample_action(space, rng, None, agent_id)
+
+
 @singledispatch
 def _sample(space: spaces.Space, rng: np.random.Generator) -> Any:
     space.seed(int(rng.integers(2**31 - 1)))

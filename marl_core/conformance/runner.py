@@ -43,7 +43,7 @@ from marl_core.conformance.report import ConformanceReport
 from marl_core.conformance.rules import RULES
 from marl_core.conformance.target import Target, copier, resolve
 from marl_core.errors import ConformanceError
-from marl_core.spaces import sample_action
+from marl_core.spaces import sample_action, sample_action_for
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +248,7 @@ class _Run:
                 )
                 break
             step += 1
-            actions = self._actions(verdict, rng, step, label)
+            actions = self._actions(verdict, frame.obs, rng, step, label)
             if actions is None:
                 break
             before = global_rng_state()
@@ -274,7 +274,9 @@ class _Run:
             verdict = self.checker.check(frame)
         return episode
 
-    def _actions(self, verdict: Any, rng: np.random.Generator, step: int, label: str) -> dict[Any, Any] | None:
+    def _actions(
+        self, verdict: Any, observations: Any, rng: np.random.Generator, step: int, label: str
+    ) -> dict[Any, Any] | None:
         actions = {}
         for agent_id in verdict.acting:
             space = self.act_spaces.get(agent_id)
@@ -288,7 +290,11 @@ class _Run:
                 )
                 return None
             try:
-                actions[agent_id] = sample_action(space, rng, verdict.masks.get(agent_id), agent_id)
+                observation = observations.get(agent_id) if isinstance(observations, dict) else None
+                if isinstance(observation, tuple):  # a group: each member's mask sits in its slot
+                    actions[agent_id] = sample_action_for(space, observation, rng, agent_id)
+                else:
+                    actions[agent_id] = sample_action(space, rng, verdict.masks.get(agent_id), agent_id)
             except Exception as error:
                 self.collector.add(
                     "spaces.defined",

@@ -393,3 +393,17 @@ def test_pistonball_teams_pass_check_env() -> None:
         lambda: _pistonball(max_cycles=8).with_agent_groups({"left": pistons[:10], "right": pistons[10:]}), episodes=1
     )
     assert report.ok, report.findings
+
+
+def test_masked_members_get_legal_random_actions_from_the_checker_and_rollout() -> None:
+    from marl_core import rollout
+    from marl_core.conformance import check_env
+    from tests.fixtures.envs import HeterogeneousSpacesEnv
+
+    def grouped() -> GroupAgentsWrapper:
+        return GroupAgentsWrapper(HeterogeneousSpacesEnv(), {"team": ["masked", "discrete"]})
+
+    for seed in range(10):  # the inner env raises on any masked-out action
+        rollout(grouped(), seed=seed)
+    report = check_env(grouped, seed=0)
+    assert report.ok, str(report)

@@ -138,3 +138,20 @@ def test_sampling_unbounded_and_nested_spaces() -> None:
     rng = np.random.default_rng(0)
     for _ in range(10):
         assert space.contains(sample_action(space, rng))
+
+
+def test_grouped_members_get_legal_actions_from_their_slot_masks() -> None:
+    from marl_core.spaces import sample_action_for
+
+    member = spaces.Dict({"observation": spaces.Box(0, 1, (1,)), "action_mask": spaces.Box(0, 1, (3,), np.int8)})
+    action_space = spaces.Tuple((spaces.Discrete(3), spaces.Discrete(3), spaces.Discrete(2)))
+    observation = (
+        {"observation": np.zeros(1, np.float32), "action_mask": np.array([0, 0, 1], np.int8)},
+        {"observation": np.zeros(1, np.float32), "action_mask": np.array([1, 0, 0], np.int8)},
+        0,
+    )
+    assert member.contains(observation[0])
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        first, second, third = sample_action_for(action_space, observation, rng, "team")
+        assert (first, second) == (2, 0) and third in (0, 1)

@@ -9,7 +9,7 @@ from marl_core.ppo import PPOConfig
 from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
 from tests.ppo.helpers import FlakyRockPaperScissors, SlowRockPaperScissors
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # each starts Ray: 15-45 s on a busy 2-core machine
 
 
 def _config(env, env_config=None, runners=2, batch=400):
@@ -65,7 +65,6 @@ def test_remote_env_errors_are_counted_and_policy_changes_reach_the_runners():
         algo.stop()
 
 
-@pytest.mark.slow
 def test_two_node_cluster_runs_one_iteration():
     import ray
     from ray.cluster_utils import Cluster
