@@ -140,7 +140,7 @@ def shimmy_loop(name: str) -> Loop:
         while done_steps < steps:
             env.reset(seed=seed if episode == 0 else None)
             episode += 1
-            for agent in env.agent_iter():
+            for _agent in env.agent_iter():
                 _, _, terminated, truncated, info = env.last()
                 if terminated or truncated:
                     env.step(None)
@@ -148,7 +148,6 @@ def shimmy_loop(name: str) -> Loop:
                 legal = info["action_mask"].nonzero()[0]
                 env.step(int(legal[int(rng.random() * len(legal))]))
                 done_steps += 1
-                del agent
         return done_steps
 
     return run
@@ -168,7 +167,7 @@ def measure(name: str, rounds: int, steps: int) -> dict[str, tuple[float, float]
     loops = {label: (build(name), share) for label, (build, share) in LOOPS.items()}
     per_step: dict[str, list[float]] = {label: [] for label in loops}
     ratios: dict[str, list[float]] = {label: [] for label in loops}
-    for label, (loop, share) in loops.items():  # warm-up
+    for loop, share in loops.values():  # warm-up
         loop(max(100, int(steps * share) // 10), 0)
     for index in range(rounds):
         this_round = {}

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv  # noqa: E402
+from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv
 
 # name, defining module, kwargs, API, agent actions per timed run
 ENVS: list[tuple[str, str, dict[str, Any], str, int]] = [
@@ -149,7 +149,7 @@ def bench_env(name: str, module: str, kwargs: dict[str, Any], api: str, steps: i
             loop, env, pick = loops[key]
             per_step[key].append(time_loop(loop, env, steps, pick))
     ratios = {
-        key: statistics.median(t / r for t, r in zip(per_step[key], per_step["raw"])) for key in ("ours", "rllib")
+        key: statistics.median(t / r for t, r in zip(per_step[key], per_step["raw"], strict=True)) for key in ("ours", "rllib")
     }
     return {
         "env": f"{name} ({api})",

@@ -18,6 +18,10 @@ _EXPORTS: dict[str, str] = {
     "wrap": "bridges.wrap",
     "OpenSpielEnv": "bridges.openspiel",
     "to_openspiel": "bridges.openspiel_game",
+    "PettingZooEnv": "bridges.pettingzoo",
+    "ParallelPettingZooEnv": "bridges.pettingzoo",
+    "to_aec": "bridges.pettingzoo",
+    "to_parallel": "bridges.pettingzoo",
 }
 
 __all__ = sorted(_EXPORTS)

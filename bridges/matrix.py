@@ -289,12 +289,17 @@ def versions() -> list[tuple[str, str]]:
     return sorted(seen.items(), key=lambda item: item[0].lower())
 
 
+def _status(row: Row) -> str:
+    if row.gap.startswith("left out"):
+        return "left out"
+    return "clean" if row.errors == "0" and not row.round_trip.startswith("fail") else "gap"
+
+
 def render(rows: Sequence[Row], *, subset: str, missing: Sequence[str], seconds: float) -> str:
     """The Markdown text of the matrix."""
     counts = {"clean": 0, "gap": 0, "left out": 0}
     for row in rows:
-        key = "left out" if row.gap.startswith("left out") else "clean" if row.errors == "0" and not row.round_trip.startswith("fail") else "gap"
-        counts[key] += 1
+        counts[_status(row)] += 1
     lines = [
         "# Compatibility matrix",
         "",

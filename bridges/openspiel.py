@@ -235,6 +235,8 @@ class OpenSpielEnv(MultiAgentEnv):
         self._uniforms: list[float] = []
         self._singletons = tuple((player,) for player in range(self._num_players))
         self._zeros = np.zeros(self._num_actions, np.int8)
+        self._all_true = {**dict.fromkeys(self._ids, True), ALL: True}  # templates, copied out
+        self._all_false = {**dict.fromkeys(self._ids, False), ALL: False}
         self._terminal_rewards = game_type.reward_model == pyspiel.GameType.RewardModel.TERMINAL
         self._has_chance = game_type.chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC
         self._returns: list[float] = []
@@ -436,15 +438,11 @@ class OpenSpielEnv(MultiAgentEnv):
 
     def _end(self, rewards: dict[AgentID, float], *, terminated: bool) -> StepResult:
         obs = self._final_obs()
-        ended = dict.fromkeys(self._ids, True)
-        ended[ALL] = True
-        still = dict.fromkeys(self._ids, False)
-        still[ALL] = False
         self.agents = []
         self._acting = ()
         if terminated:
-            return obs, rewards, ended, still, {}
-        return obs, rewards, still, ended, {}
+            return obs, rewards, self._all_true.copy(), self._all_false.copy(), {}
+        return obs, rewards, self._all_false.copy(), self._all_true.copy(), {}
 
     # Actions -----------------------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ from marl_core.errors import (
 from marl_core.spaces import MASK_KEY, OBS_KEY, action_mask_size, check_action, is_masked, masked_space
 
 if TYPE_CHECKING:
-    from bridges.pettingzoo_export import MultiAgentAECEnv, MultiAgentParallelEnv
+    from pettingzoo.utils.env import AECEnv, ParallelEnv
 
 logger = logging.getLogger(__name__)
 
@@ -434,12 +434,16 @@ class ParallelPettingZooEnv(_PettingZooBase):
             live
             and self._plain
             and len(obs) == len(live)
-            and all(map(obs.__contains__, live))
+            and (list(obs) == live or all(map(obs.__contains__, live)))
             and infos.keys() <= obs.keys()
         ):
             # The common step: every live agent observed, nobody ending, nothing to move.
             self._acting_list = list(live)
-            return obs, rewards, {**terms, ALL: False}, {**truncs, ALL: False}, infos
+            terminateds = dict(terms)
+            terminateds[ALL] = False
+            truncateds = dict(truncs)
+            truncateds[ALL] = False
+            return obs, rewards, terminateds, truncateds, infos
         obs, infos = self._adopt(obs, infos, terms, truncs)
         if self._acting_list:
             return obs, rewards, {**terms, ALL: False}, {**truncs, ALL: False}, infos
@@ -525,7 +529,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
         return kept
 
 
-def to_aec(env: MultiAgentEnv) -> MultiAgentAECEnv | Any:
+def to_aec(env: MultiAgentEnv) -> AECEnv:
     """A PettingZoo ``AECEnv`` built from any MultiAgentEnv; see :mod:`bridges.pettingzoo_export`.
 
     ``to_aec(PettingZooEnv(aec_env))`` returns ``aec_env`` itself.
@@ -535,7 +539,7 @@ def to_aec(env: MultiAgentEnv) -> MultiAgentAECEnv | Any:
     return _to_aec(env)
 
 
-def to_parallel(env: MultiAgentEnv) -> MultiAgentParallelEnv | Any:
+def to_parallel(env: MultiAgentEnv) -> ParallelEnv:
     """A PettingZoo ``ParallelEnv`` built from a MultiAgentEnv in which every live agent acts at
     every step; see :mod:`bridges.pettingzoo_export`.
 

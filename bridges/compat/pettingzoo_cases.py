@@ -22,7 +22,7 @@ _SISL = "pettingzoo.sisl"
 _ENVS: list[tuple[str, str, dict, int | None, bool, bool, str]] = [
     ("classic/chess_v6", f"{_CLASSIC}.chess.chess", {}, 400, True, False, "turn-based; mask in observation"),
     ("classic/rps_v2", f"{_CLASSIC}.rps.rps", {"num_actions": 3, "max_cycles": 15}, None, False, True,
-     "simultaneous moves under AEC: rewards arrive after the second move of each round"),
+     "simultaneous moves; under AEC both rewards arrive after the second move of each round"),
     ("classic/connect_four_v3", f"{_CLASSIC}.connect_four.connect_four", {}, None, False, False,
      "turn-based; the winner's and loser's rewards arrive in the winning move's step"),
     ("classic/tictactoe_v3", f"{_CLASSIC}.tictactoe.tictactoe", {}, None, False, False, "turn-based"),

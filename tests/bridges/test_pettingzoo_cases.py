@@ -71,7 +71,7 @@ def test_aec_bridge_reproduces_the_raw_env(case):
         raw, raw_returns = raw_aec_trace(make(), seed, case.max_steps)
         ours, returns = bridged_trace(PettingZooEnv(make()), seed, case.max_steps)
         assert [a for a, _ in ours] == [a for a, _ in raw]
-        for index, ((agent_id, expected), (_, observed)) in enumerate(zip(raw, ours)):
+        for index, ((agent_id, expected), (_, observed)) in enumerate(zip(raw, ours, strict=True)):
             assert data_equivalence(observed, expected), f"observation {index} of {agent_id} differs"
         assert set(returns) == set(raw_returns)
         for agent_id, expected in raw_returns.items():
@@ -85,7 +85,7 @@ def test_parallel_bridge_reproduces_the_raw_env(case):
         raw, raw_returns = raw_parallel_trace(make(), seed, case.max_steps)
         ours, returns = bridged_trace(ParallelPettingZooEnv(make()), seed, case.max_steps)
         assert [a for a, _ in ours] == [a for a, _ in raw]
-        for index, ((agent_id, expected), (_, observed)) in enumerate(zip(raw, ours)):
+        for index, ((agent_id, expected), (_, observed)) in enumerate(zip(raw, ours, strict=True)):
             assert data_equivalence(observed, expected), f"observation {index} of {agent_id} differs"
         assert returns == pytest.approx(raw_returns, rel=1e-12, abs=1e-12)
 
@@ -97,7 +97,7 @@ def test_generic_to_aec_of_the_bridge_behaves_like_the_raw_env(case):
     raw = aec_turns(make(), 3, turns)
     ours = aec_turns(to_aec(MultiAgentWrapper(PettingZooEnv(make()))), 3, turns)
     assert [t[0] for t in ours] == [t[0] for t in raw]
-    for (agent_id, *expected), (_, *observed) in zip(raw, ours):
+    for (agent_id, *expected), (_, *observed) in zip(raw, ours, strict=True):
         obs, reward, terminated, truncated, info = observed
         assert data_equivalence(obs, expected[0]), agent_id
         assert math.isclose(reward, expected[1], rel_tol=1e-9, abs_tol=1e-9), agent_id

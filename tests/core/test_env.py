@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -118,7 +119,7 @@ def test_turn_based_one_agent_at_a_time_and_reward_to_the_waiting_player() -> No
     env = TicTacToe()
     transitions = list(play(env, seed=5))
     movers = [next(iter(t.actions)) for t in transitions[1:]]
-    assert all(a != b for a, b in zip(movers, movers[1:], strict=False))
+    assert all(a != b for a, b in itertools.pairwise(movers))
     assert all(len(t.obs) == 1 for t in transitions[:-1])
     # Whoever wins, the loser did not act in the winning step and still gets -5.
     final = transitions[-1]

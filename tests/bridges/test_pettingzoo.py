@@ -1,0 +1,370 @@
+"""Semantics of the PettingZoo bridges: masks from info, rewards at the right time, bad input.
+
+Two small PettingZoo envs written here exercise what the stock envs do not: action masks in
+``info``, different spaces per agent, rewards to agents that are not acting and during dead steps,
+an agent that ends while the others play on, and infos for keys that are not agents.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.utils.env_checker import data_equivalence
+from pettingzoo.classic.tictactoe import tictactoe
+from pettingzoo.test import api_test, parallel_api_test
+from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, to_aec
+from marl_core.conformance import check_env
+from marl_core.env import ALL, COMMON
+from marl_core.errors import (
+    IllegalActionError,
+    InvalidActionError,
+    MissingActionError,
+    ResetNeededError,
+    UnexpectedActionError,
+)
+from marl_core.rollout import rollout
+from marl_core.spaces import sample_action
+
+api_warnings = pytest.mark.filterwarnings("ignore::UserWarning:pettingzoo.test")
+
+
+class TurnsWithInfoMasks(AECEnv):
+    """Alice and Bob take turns; legal actions come in ``info["action_mask"]``.
+
+    Each move pays the mover ``action / 10`` and the other player 0.5; an illegal move costs 1.
+    Alice ends after her third move and Bob plays on alone; when Alice's dead step comes, Bob
+    gets 1.0 during it. The game ends after Bob's fifth move.
+    """
+
+    metadata = {"name": "turns_with_info_masks_v0", "render_modes": ["ansi"], "is_parallelizable": False}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        super().__init__()
+        self.render_mode = render_mode
+        self.possible_agents = ["alice_0", "bob_0"]
+        self._observation_spaces = {
+            "alice_0": spaces.Box(0.0, 10.0, (2,), np.float32),
+            "bob_0": spaces.Discrete(20),
+        }
+        self._action_spaces = {"alice_0": spaces.Discrete(4), "bob_0": spaces.Discrete(3)}
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._observation_spaces[agent]
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._action_spaces[agent]
+
+    def _mask(self, agent: str) -> np.ndarray:
+        mask = np.zeros(self._action_spaces[agent].n, dtype=np.int8)
+        mask[self.rng.choice(len(mask), size=2, replace=False)] = 1
+        return mask
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.moves = dict.fromkeys(self.agents, 0)
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: {"action_mask": self._mask(a), "turn": 0} for a in self.agents}
+        self.agent_selection = "alice_0"
+
+    def observe(self, agent: str) -> Any:
+        if agent == "alice_0":
+            return np.array([self.moves["alice_0"], self.moves["bob_0"]], dtype=np.float32)
+        return np.int64(sum(self.moves.values()))
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        other = "bob_0" if agent == "alice_0" else "alice_0"
+        self._clear_rewards()
+        if self.terminations[agent] or self.truncations[agent]:
+            if action is not None:
+                raise ValueError("a dead agent's action must be None")
+            for table in (self.rewards, self._cumulative_rewards, self.terminations, self.truncations, self.infos):
+                del table[agent]
+            self.agents.remove(agent)
+            for alive in self.agents:
+                self.rewards[alive] = 1.0
+            self._accumulate_rewards()
+            self.agent_selection = other
+            return
+        self._cumulative_rewards[agent] = 0.0
+        legal = bool(self.infos[agent]["action_mask"][action])
+        self.moves[agent] += 1
+        self.rewards[agent] = float(action) / 10 if legal else -1.0
+        if other in self.agents:
+            self.rewards[other] = 0.5
+        if agent == "alice_0" and self.moves[agent] == 3:
+            self.terminations[agent] = True
+        if self.moves["bob_0"] == 5:
+            self.terminations = dict.fromkeys(self.agents, True)
+        for alive in self.agents:
+            self.infos[alive] = {"action_mask": self._mask(alive), "turn": sum(self.moves.values())}
+        self.agent_selection = other if other in self.agents else agent
+        self._accumulate_rewards()
+
+    def render(self) -> str:
+        return f"moves: {self.moves}"
+
+    def close(self) -> None:
+        pass
+
+
+class SimultaneousWithInfoMasks(ParallelEnv):
+    """Three agents with different spaces move together for four steps; masks come in infos.
+
+    ``scout_0`` terminates after step 2 (with a final observation). Infos also carry ``"stats"``,
+    a key that is not an agent. The dicts returned last are kept, to check nobody changed them.
+    """
+
+    metadata = {"name": "simultaneous_with_info_masks_v0", "render_modes": ["ansi"]}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
+        self.possible_agents = ["scout_0", "walker_0", "walker_1"]
+        self._obs = {
+            "scout_0": spaces.Box(-1.0, 1.0, (3,), np.float32),
+            "walker_0": spaces.Box(-1.0, 1.0, (5,), np.float32),
+            "walker_1": spaces.Box(-1.0, 1.0, (5,), np.float32),
+        }
+        self._act = {"scout_0": spaces.Discrete(2), "walker_0": spaces.Discrete(5), "walker_1": spaces.Discrete(5)}
+        self.returned: tuple[dict, ...] = ()
+        self.snapshot: tuple[dict, ...] = ()
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return self._obs[agent]
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return self._act[agent]
+
+    def _observe(self) -> tuple[dict, dict]:
+        obs = {a: self.rng.uniform(-1, 1, self._obs[a].shape).astype(np.float32) for a in self.agents}
+        infos: dict[str, Any] = {}
+        for agent_id in self.agents:
+            mask = np.ones(self._act[agent_id].n, dtype=np.int8)
+            mask[self.rng.integers(len(mask))] = 0
+            infos[agent_id] = {"action_mask": mask}
+        infos["stats"] = {"t": self.t}
+        return obs, infos
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        self.returned = self._observe()
+        self.snapshot = copy.deepcopy(self.returned)
+        return self.returned
+
+    def step(self, actions: dict) -> tuple[dict, ...]:
+        self.t += 1
+        rewards = {a: float(actions[a]) for a in self.agents}
+        terminations = {a: self.t >= 4 or (a == "scout_0" and self.t == 2) for a in self.agents}
+        truncations = dict.fromkeys(self.agents, False)
+        obs, infos = self._observe()
+        self.agents = [a for a in self.agents if not terminations[a]]
+        self.returned = (obs, rewards, terminations, truncations, infos)
+        self.snapshot = copy.deepcopy(self.returned)
+        return self.returned
+
+    def render(self) -> str:
+        return f"t={self.t}"
+
+
+def _raw_turns_with_info_masks(seed: int) -> tuple[list, dict]:
+    env = TurnsWithInfoMasks()
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    trace, returns = [], {}
+    for agent_id in env.agent_iter():
+        observation, reward, terminated, truncated, info = env.last()
+        trace.append((agent_id, observation, info["action_mask"]))
+        returns[agent_id] = returns.get(agent_id, 0.0) + reward
+        action = None if terminated or truncated else sample_action(env.action_space(agent_id), rng, info["action_mask"])
+        env.step(action)
+    return trace, returns
+
+
+def test_masks_move_from_info_into_the_observation_and_rewards_keep_their_sums():
+    env = PettingZooEnv(TurnsWithInfoMasks())
+    assert env.get_observation_space("alice_0") == spaces.Dict(
+        {"observation": spaces.Box(0.0, 10.0, (2,), np.float32), "action_mask": spaces.Box(0, 1, (4,), np.int8)}
+    )
+    assert env.get_observation_space("bob_0")["observation"] == spaces.Discrete(20)
+    for seed in range(5):
+        raw_trace, raw_returns = _raw_turns_with_info_masks(seed)
+        trace, returns = [], {}
+        for transition in _play(env, seed):
+            for agent_id, observation in transition.obs.items():
+                trace.append((agent_id, observation["observation"], observation["action_mask"]))
+                assert "action_mask" not in transition.infos[agent_id]
+                assert transition.infos[agent_id]["turn"] >= 0
+            for agent_id, reward in transition.rewards.items():
+                returns[agent_id] = returns.get(agent_id, 0.0) + reward
+        assert data_equivalence(trace, raw_trace)
+        assert returns == pytest.approx(raw_returns)
+    assert "action_mask" in env.env.infos.get("bob_0", {"action_mask": 1})  # the env's own infos untouched
+
+
+def _play(env: Any, seed: int) -> list:
+    from marl_core.rollout import play
+
+    return list(play(env, seed=seed))
+
+
+def test_rewards_reach_agents_when_they_happen_including_dead_steps():
+    env = PettingZooEnv(TurnsWithInfoMasks())
+    obs, _ = env.reset(seed=0)
+    assert list(obs) == ["alice_0"]
+    steps = []
+    while True:
+        acting = [a for a in obs if not (steps and (steps[-1][2].get(a) or steps[-1][3].get(a)))]
+        actions = {a: int(np.flatnonzero(obs[a]["action_mask"])[0]) for a in acting}
+        result = env.step(actions)
+        steps.append((actions, *result[1:4], list(result[0])))
+        obs = result[0]
+        if result[2][ALL]:
+            break
+    # Alice's third move ends her; her final observation comes when PettingZoo gives her last turn,
+    # which is after Bob's next move; Bob's 1.0 from that dead step arrives in the same step.
+    fourth_actions, rewards, terminateds, _, observed = steps[5]
+    assert list(fourth_actions) == ["bob_0"] and observed == ["alice_0", "bob_0"]
+    assert terminateds["alice_0"] and not terminateds["bob_0"]
+    assert rewards["bob_0"] == pytest.approx(fourth_actions["bob_0"] / 10 + 1.0)
+    assert rewards["alice_0"] == 0.5  # paid while she was not acting
+    assert steps[-1][2] == {"bob_0": True, ALL: True} and steps[-1][3] == {"bob_0": False, ALL: False}
+    with pytest.raises(ResetNeededError):
+        env.step({"bob_0": 0})
+
+
+def test_bad_actions_raise_clear_errors_and_leave_the_env_unchanged():
+    env = PettingZooEnv(tictactoe.env())
+    env.reset(seed=0)
+    with pytest.raises(UnexpectedActionError, match=r"'player_2' which is not expected to act \(acting now: \['player_1'\]\)"):
+        env.step({"player_2": 0})
+    with pytest.raises(MissingActionError, match="player_1"):
+        env.step({})
+    with pytest.raises(InvalidActionError, match=r"invalid action for agent 'player_1'.*9"):
+        env.step({"player_1": 9})
+    with pytest.raises(InvalidActionError, match="player_1"):
+        env.step({"player_1": 1.0})
+    env.step({"player_1": 4})
+    with pytest.raises(IllegalActionError, match=r"agent 'player_2': received 4, legal actions now: \[0, 1, 2, 3, 5, 6, 7, 8\]"):
+        env.step({"player_2": 4})
+    # Nothing changed: the game goes on exactly as a fresh one with the same moves.
+    fresh = PettingZooEnv(tictactoe.env())
+    fresh.reset(seed=0)
+    fresh.step({"player_1": 4})
+    assert data_equivalence(env.step({"player_2": 0}), fresh.step({"player_2": 0}))
+
+
+def test_masked_actions_can_reach_the_env_when_legality_checks_are_off():
+    env = PettingZooEnv(tictactoe.env(), check_legal=False)
+    env.reset(seed=0)
+    env.step({"player_1": 4})
+    _, rewards, terminateds, _, _ = env.step({"player_2": 4})  # PettingZoo ends the game on it
+    assert terminateds[ALL] and rewards["player_2"] == -1
+    unchecked = PettingZooEnv(tictactoe.env(), check_legal=False)
+    unchecked.reset(seed=0)
+    with pytest.raises(InvalidActionError):  # outside the space is still an error
+        unchecked.step({"player_1": 12})
+
+
+def test_step_before_reset_and_options_and_seeds_reach_the_env():
+    env = PettingZooEnv(TurnsWithInfoMasks(), mask_in_info=True)
+    with pytest.raises(ResetNeededError, match="reset"):
+        env.step({"alice_0": 0})
+    assert env.agents == []
+    first = _play(env, 11)
+    second = _play(env, 11)
+    assert data_equivalence([t.obs for t in first], [t.obs for t in second])
+    assert env.agents == []
+    plain = PettingZooEnv(TurnsWithInfoMasks(), mask_in_info=False)
+    obs, infos = plain.reset(seed=3)
+    assert isinstance(obs["alice_0"], np.ndarray) and "action_mask" in infos["alice_0"]
+    assert plain.agents == ["alice_0", "bob_0"]
+
+
+def test_render_and_render_mode_pass_through():
+    env = PettingZooEnv(TurnsWithInfoMasks(render_mode="ansi"))
+    env.reset(seed=0)
+    env.step({"alice_0": int(np.flatnonzero(env.env.infos["alice_0"]["action_mask"])[0])})
+    assert env.render_mode == "ansi"
+    assert env.render() == "moves: {'alice_0': 1, 'bob_0': 0}"
+    parallel = ParallelPettingZooEnv(SimultaneousWithInfoMasks(render_mode="ansi"))
+    parallel.reset(seed=0)
+    assert parallel.render_mode == "ansi" and parallel.render() == "t=0"
+    assert "PettingZooEnv<turns_with_info_masks_v0>" in str(env)
+
+
+def test_parallel_bridge_moves_masks_keeps_infos_and_never_changes_the_envs_dicts():
+    raw = SimultaneousWithInfoMasks()
+    env = ParallelPettingZooEnv(raw)
+    assert env.get_observation_space("walker_0")["action_mask"] == spaces.Box(0, 1, (5,), np.int8)
+    obs, infos = env.reset(seed=4)
+    assert data_equivalence(raw.returned, raw.snapshot)
+    assert infos[COMMON] == {"stats": {"t": 0}} and "stats" not in obs
+    for step in range(1, 5):
+        actions = {a: int(np.flatnonzero(o["action_mask"])[-1]) for a, o in obs.items() if a in env.agents}
+        result = env.step(actions)
+        assert data_equivalence(raw.returned, raw.snapshot)  # what the env returned is as it was
+        obs, rewards, terminateds, truncateds, infos = result
+        assert rewards is raw.returned[1]
+        assert ALL not in raw.returned[2] and ALL not in raw.returned[3]
+        for agent_id, observation in obs.items():
+            assert np.array_equal(observation["action_mask"], raw.returned[4][agent_id]["action_mask"])
+            assert "action_mask" not in infos[agent_id]
+        if step == 2:
+            assert terminateds["scout_0"] and "scout_0" in obs and env.agents == ["walker_0", "walker_1"]
+    assert terminateds[ALL] and not truncateds[ALL]
+    with pytest.raises(ResetNeededError):
+        env.step({})
+
+
+def test_parallel_bad_actions_raise_and_leave_the_env_unchanged():
+    env = ParallelPettingZooEnv(SimultaneousWithInfoMasks())
+    with pytest.raises(ResetNeededError):
+        env.step({"scout_0": 0})
+    obs, _ = env.reset(seed=1)
+    good = {a: int(np.flatnonzero(o["action_mask"])[0]) for a, o in obs.items()}
+    blocked = {a: int(np.flatnonzero(o["action_mask"] == 0)[0]) for a, o in obs.items()}
+    with pytest.raises(UnexpectedActionError, match="'ghost_0'"):
+        env.step({**good, "ghost_0": 1})
+    with pytest.raises(MissingActionError, match=r"\['walker_1'\]"):
+        env.step({a: v for a, v in good.items() if a != "walker_1"})
+    with pytest.raises(InvalidActionError, match="agent 'scout_0'"):
+        env.step({**good, "scout_0": 2})
+    with pytest.raises(IllegalActionError, match="agent 'walker_0'"):
+        env.step({**good, "walker_0": blocked["walker_0"]})
+    assert env.env.t == 0
+    fresh = ParallelPettingZooEnv(SimultaneousWithInfoMasks())
+    fresh.reset(seed=1)
+    assert data_equivalence(env.step(good), fresh.step(good))
+
+
+def test_to_aec_gives_back_the_wrapped_aec_env():
+    raw = TurnsWithInfoMasks()
+    assert to_aec(PettingZooEnv(raw)) is raw
+
+
+@api_warnings
+def test_own_envs_pass_pettingzoo_api_tests_and_the_checker():
+    api_test(TurnsWithInfoMasks(), num_cycles=50)
+    parallel_api_test(SimultaneousWithInfoMasks(), num_cycles=10)
+    assert check_env(lambda: PettingZooEnv(TurnsWithInfoMasks()), episodes=3).ok
+    report = check_env(lambda: ParallelPettingZooEnv(SimultaneousWithInfoMasks()), episodes=3)
+    assert report.ok, report.errors
+
+
+def test_rollout_through_the_bridge_credits_every_reward():
+    result = rollout(PettingZooEnv(TurnsWithInfoMasks()), seed=2)
+    _, raw_returns = _raw_turns_with_info_masks(2)
+    assert result.returns == pytest.approx(raw_returns)
+    assert result.lengths == {"alice_0": 3, "bob_0": 5} and result.terminated

@@ -1,0 +1,201 @@
+"""MultiAgentEnv -> PettingZoo: ``to_aec`` and ``to_parallel`` on the contract fixture envs."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import numpy as np
+import pytest
+from gymnasium.spaces import Box
+from gymnasium.utils.env_checker import data_equivalence
+from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
+
+from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, to_aec, to_parallel
+from bridges.pettingzoo_export import MultiAgentAECEnv, MultiAgentParallelEnv
+from marl_core.conformance import check_env
+from marl_core.errors import (
+    InvalidActionError,
+    MissingActionError,
+    ResetNeededError,
+    UnexpectedActionError,
+    UnsupportedEnvError,
+)
+from marl_core.rollout import play, rollout
+from marl_core.spaces import is_masked
+from tests.fixtures.envs import CORRECT_ENVS, IrregularOrderEnv, JoinLeaveEnv, RockPaperScissors, TicTacToe
+
+api_warnings = pytest.mark.filterwarnings("ignore::UserWarning:pettingzoo.test")
+SIMULTANEOUS = ["simultaneous", "join_leave", "heterogeneous", "many_agents"]
+
+
+def _spaces(name):
+    env = CORRECT_ENVS[name]()
+    return [env.get_observation_space(a) for a in env.possible_agents]
+
+
+def _all_agents_at_reset(name):
+    env = CORRECT_ENVS[name]()
+    env.reset(seed=0)
+    return set(env.agents) == set(env.possible_agents)
+
+
+# PettingZoo's api_test reads ``observation.dtype``, so it needs numpy observations: fixtures that
+# observe Python ints (Discrete observations) are covered by the round trips and the checker.
+NUMPY_OBSERVATIONS = [n for n in sorted(CORRECT_ENVS) if all(isinstance(s, Box) for s in _spaces(n))]
+# seed_test seeds the action spaces of the agents present at reset, and parallel_seed_test samples
+# actions without masks: late joiners and masked envs are beyond them.
+AEC_SEEDABLE = [n for n in NUMPY_OBSERVATIONS if _all_agents_at_reset(n)]
+PARALLEL_SEEDABLE = [n for n in SIMULTANEOUS if _all_agents_at_reset(n) and not any(map(is_masked, _spaces(n)))]
+
+
+def _observations_by_agent(env, seed):
+    seen: dict[str, list] = {}
+    for transition in play(env, seed=seed):
+        for agent_id, observation in transition.obs.items():
+            seen.setdefault(agent_id, []).append(observation)
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT_ENVS))
+def test_round_trip_through_aec_keeps_turns_observations_and_returns(name):
+    make = CORRECT_ENVS[name]
+    for seed in (0, 1):
+        direct = rollout(make(), seed=seed)
+        through = rollout(PettingZooEnv(to_aec(make())), seed=seed)
+        assert through.returns == pytest.approx(direct.returns)
+        assert through.lengths == direct.lengths
+        ours, theirs = _observations_by_agent(PettingZooEnv(to_aec(make())), seed), _observations_by_agent(make(), seed)
+        assert list(ours) == list(theirs)
+        for agent_id, observations in theirs.items():
+            # An AEC env gives every agent a last turn: an agent that the env did not observe at
+            # the end sees its latest observation once more.
+            extra = ours[agent_id][len(observations) :]
+            assert data_equivalence(ours[agent_id][: len(observations)], observations)
+            assert len(extra) <= 1 and data_equivalence(extra, observations[-1:] if extra else [])
+
+
+@pytest.mark.parametrize("name", SIMULTANEOUS)
+def test_round_trip_through_parallel_keeps_everything(name):
+    make = CORRECT_ENVS[name]
+    for seed in (0, 1):
+        direct, through = list(play(make(), seed=seed)), list(play(ParallelPettingZooEnv(to_parallel(make())), seed=seed))
+        assert len(through) == len(direct)
+        assert rollout(ParallelPettingZooEnv(to_parallel(make())), seed=seed).returns == pytest.approx(
+            rollout(make(), seed=seed).returns
+        )
+        for ours, theirs in zip(through, direct, strict=True):
+            assert data_equivalence(ours.actions, theirs.actions)
+            assert list(ours.obs) == list(theirs.obs)
+            assert data_equivalence(ours.obs, theirs.obs)
+
+
+@api_warnings
+@pytest.mark.parametrize("name", NUMPY_OBSERVATIONS)
+def test_pettingzoo_api_test_passes_on_to_aec(name):
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        api_test(to_aec(CORRECT_ENVS[name]()), num_cycles=50)
+    assert "Passed API test" in printed.getvalue()
+
+
+@pytest.mark.parametrize("name", AEC_SEEDABLE)
+def test_pettingzoo_seed_test_passes_on_to_aec(name):
+    seed_test(lambda: to_aec(CORRECT_ENVS[name]()), num_cycles=20)
+
+
+@api_warnings
+@pytest.mark.parametrize("name", SIMULTANEOUS)
+def test_pettingzoo_parallel_api_test_passes_on_to_parallel(name):
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        parallel_api_test(to_parallel(CORRECT_ENVS[name]()), num_cycles=50)
+    assert "Passed Parallel API test" in printed.getvalue()
+
+
+@pytest.mark.parametrize("name", PARALLEL_SEEDABLE)
+def test_pettingzoo_parallel_seed_test_passes_on_to_parallel(name):
+    parallel_seed_test(lambda: to_parallel(CORRECT_ENVS[name]()), num_cycles=20)
+
+
+def test_the_fixture_lists_for_pettingzoo_tests_are_not_empty():
+    assert NUMPY_OBSERVATIONS == ["irregular_order", "join_leave", "turn_based"]
+    assert AEC_SEEDABLE == ["irregular_order", "turn_based"]
+    assert PARALLEL_SEEDABLE == ["simultaneous", "many_agents"]
+
+
+@pytest.mark.parametrize("name", sorted(CORRECT_ENVS))
+def test_checker_finds_no_error_after_a_round_trip(name):
+    make = CORRECT_ENVS[name]
+    assert check_env(lambda: PettingZooEnv(to_aec(make())), episodes=2).ok
+    if name in SIMULTANEOUS:
+        report = check_env(lambda: ParallelPettingZooEnv(to_parallel(make())), episodes=2)
+        assert report.ok, report.errors
+
+
+def test_to_parallel_names_the_agents_not_asked_to_act():
+    env = to_parallel(TicTacToe())
+    with pytest.raises(UnsupportedEnvError, match=r"\['player2'\] were not asked to act \(acting now: \['player1'\]\).*to_aec"):
+        env.reset(seed=1)  # seed 1: player1 starts
+    irregular = to_parallel(IrregularOrderEnv())
+    with pytest.raises(UnsupportedEnvError, match=r"\['agent_2'\] were not asked"):
+        irregular.reset(seed=0)
+    assert irregular.agents == []
+
+
+def test_to_parallel_gives_back_the_wrapped_parallel_env_and_wraps_anything_else():
+    from mpe2 import simple_spread_v3
+
+    raw = simple_spread_v3.parallel_env()
+    assert to_parallel(ParallelPettingZooEnv(raw)) is raw
+    assert isinstance(to_parallel(RockPaperScissors()), MultiAgentParallelEnv)
+    assert isinstance(to_aec(ParallelPettingZooEnv(raw)), MultiAgentAECEnv)
+
+
+def test_to_aec_buffers_simultaneous_actions_and_checks_them_first():
+    env = to_aec(RockPaperScissors())
+    with pytest.raises(ResetNeededError):
+        env.step(0)
+    env.reset(seed=0)
+    with pytest.raises(InvalidActionError, match="player1"):
+        env.step(3)
+    assert env.agent_selection == "player1"
+    env.step(0)
+    assert env.agent_selection == "player2" and env.rewards == {"player1": 0, "player2": 0}
+    env.step(2)  # scissors lose to rock
+    assert env.rewards == {"player1": 1, "player2": -1}
+    assert env.last()[1] == 1 and env.agent_selection == "player1"
+
+
+def test_to_aec_dead_steps_take_none_and_late_agents_join():
+    env = to_aec(JoinLeaveEnv())
+    env.reset(seed=0)
+    assert env.agents == ["scout"]
+    joined, finals = [], []
+    for agent_id in env.agent_iter():
+        _, _, terminated, truncated, _ = env.last()
+        if agent_id not in joined:
+            joined.append(agent_id)
+        if terminated or truncated:
+            finals.append((agent_id, terminated, truncated))
+            with pytest.raises(InvalidActionError, match=f"'{agent_id}'"):
+                env.step(1)
+            env.step(None)
+        else:
+            env.step(1)
+    assert joined == ["scout", "runner", "keeper"]
+    assert finals == [("scout", True, False), ("runner", False, True), ("keeper", True, False)]
+    with pytest.raises(ResetNeededError):
+        env.step(None)
+
+
+def test_to_parallel_checks_actions_before_stepping():
+    env = to_parallel(RockPaperScissors())
+    env.reset(seed=0)
+    with pytest.raises(UnexpectedActionError, match="'player3'"):
+        env.step({"player1": 0, "player2": 1, "player3": 0})
+    with pytest.raises(MissingActionError, match="player2"):
+        env.step({"player1": 0})
+    with pytest.raises(InvalidActionError, match="player2"):
+        env.step({"player1": 0, "player2": np.float32(1.5)})
+    obs, rewards, terminations, _, infos = env.step({"player1": 0, "player2": 1})
+    assert rewards == {"player1": -1, "player2": 1}
+    assert "__all__" not in terminations and set(obs) == set(infos) == {"player1", "player2"}
