@@ -187,7 +187,7 @@ def run_case(case: Case) -> Row:
         raw_us="-" if raw_us is None else f"{raw_us:.1f}",
         bridged_us=f"{bridged_us:.1f}",
         overhead="-" if raw_us is None else f"{bridged_us / raw_us:.2f}x",
-        gap=_short(gap, 240) or ("-" if not case.notes else f"- ({case.notes})"),
+        gap=(_short(gap, 240) or "-") + (f" (note: {case.notes})" if case.notes else ""),
     )
 
 
@@ -325,7 +325,7 @@ def render(rows: Sequence[Row], *, subset: str, missing: Sequence[str], seconds:
         "alternated in one process and the median of 5 rounds taken. Timing columns vary from run to run and the "
         "machine was shared with other work while they were taken: read the ratio, not the absolute figures.",
         "- **gap**: why a row is not clean: the first error's rule and message, a round-trip failure, a crash, a "
-        "timeout, or why the case is left out (then only the notes follow `-`).",
+        "timeout, or why the case is left out; `-` when clean; then the case's notes.",
         "",
         f"Summary: {counts['clean']} clean, {counts['gap']} with gaps, {counts['left out']} left out.",
         "",

@@ -101,10 +101,12 @@ def _openspiel(case: Case, build: Build) -> str:
     env = build(case)
     rng = np.random.default_rng(0)
     obs, _ = env.reset(seed=0)
-    # A fresh game with the parameters of the one being played (which, for games that sample chance
-    # inside pyspiel, include the rng_seed the bridge set), so replaying the history reproduces it.
     played = env.state.get_game()
-    game = pyspiel.load_game(played.get_type().short_name, played.get_parameters())
+    game = played
+    if played.get_type().chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC:
+        # Chance is drawn inside pyspiel from the game's RNG: a fresh game with the parameters of
+        # the one being played (the bridge set its rng_seed) replays the same outcomes.
+        game = pyspiel.load_game(played.get_type().short_name, played.get_parameters())
     raw = game.new_initial_state()
     applied = 0
     sums: dict[str, float] = {}

@@ -76,7 +76,7 @@ class _ActionChecker:
         self.discrete: dict[AgentID, tuple[int, int]] = {}
         self._box: dict[AgentID, tuple[tuple[int, ...], np.dtype, np.ndarray, np.ndarray]] = {}
 
-    def _learn(self, agent_id: AgentID) -> gym.Space:
+    def learn(self, agent_id: AgentID) -> gym.Space:
         space = self._space_of(agent_id)
         self.spaces[agent_id] = space
         if type(space) is gym.spaces.Discrete:
@@ -89,7 +89,7 @@ class _ActionChecker:
         """Raise unless ``action`` is in the agent's space and (if checked) legal under ``mask``."""
         space = self.spaces.get(agent_id)
         if space is None:
-            space = self._learn(agent_id)
+            space = self.learn(agent_id)
         bounds = self.discrete.get(agent_id)
         if bounds is not None:
             if (
@@ -382,6 +382,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
 
     def __init__(self, env: Any, *, check_legal: bool = True, mask_in_info: bool | None = None) -> None:
         self._acting_list: list[AgentID] = []
+        self._plan: tuple[tuple[AgentID, int, int], ...] | None = None
         self._masks: dict[AgentID, np.ndarray] = {}
         super().__init__(env, check_legal=check_legal, mask_in_info=mask_in_info)
         self._track_masks = bool(self._info_masks) or any(is_masked(s) for s in self.observation_spaces.values())
@@ -392,6 +393,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
     ) -> tuple[Mapping[AgentID, Any] | None, Mapping[AgentID, Any]]:
         self._running = False
         self._acting_list = []
+        self._plan = None
         return self.env.reset(seed=seed, options=options)
 
     def reset(
@@ -413,21 +415,16 @@ class ParallelPettingZooEnv(_PettingZooBase):
             raise ResetNeededError(
                 "step() called before reset() or after the episode ended; call reset() first"
             )
-        if len(action_dict) != len(acting):
-            self._raise_keys(action_dict, acting)
-        check = self._check
-        discrete, masks, legal = check.discrete, self._masks, check.check_legal
-        for agent_id in acting:
-            action = action_dict.get(agent_id, _MISSING)
-            if action is _MISSING:
-                self._raise_keys(action_dict, acting)
-            # Inline fast path for Discrete actions; anything else goes through the checker.
-            bounds = discrete.get(agent_id)
-            if bounds is not None and type(action) in _INT_TYPES and bounds[0] <= action < bounds[1]:
-                mask = masks.get(agent_id) if masks else None
-                if mask is None or not legal or mask[action - bounds[0]]:
-                    continue
-            check(agent_id, action, masks.get(agent_id))
+        plan = self._plan if self._plan is not None else self._make_plan()
+        if plan and len(action_dict) == len(plan):
+            get = action_dict.get
+            for agent_id, low, high in plan:
+                action = get(agent_id, _MISSING)
+                if type(action) not in _INT_TYPES or not low <= action < high:
+                    self._validate(action_dict, acting)
+                    break
+        else:
+            self._validate(action_dict, acting)
         obs, rewards, terms, truncs, infos = self.env.step(dict(action_dict))
         live = self.env.agents
         if (
@@ -438,7 +435,9 @@ class ParallelPettingZooEnv(_PettingZooBase):
             and infos.keys() <= obs.keys()
         ):
             # The common step: every live agent observed, nobody ending, nothing to move.
-            self._acting_list = list(live)
+            if live != acting:
+                self._acting_list = list(live)
+                self._plan = None
             terminateds = dict(terms)
             terminateds[ALL] = False
             truncateds = dict(truncs)
@@ -449,6 +448,36 @@ class ParallelPettingZooEnv(_PettingZooBase):
             return obs, rewards, {**terms, ALL: False}, {**truncs, ALL: False}, infos
         all_terminated, all_truncated = _end_flags(True, terms, truncs)
         return obs, rewards, {**terms, ALL: all_terminated}, {**truncs, ALL: all_truncated}, infos
+
+    def _make_plan(self) -> tuple[tuple[AgentID, int, int], ...]:
+        """The acting agents with their Discrete bounds, when nothing else needs checking.
+
+        Empty when some agent has another space or a mask: those steps take :meth:`_validate`.
+        """
+        plan = []
+        if self._plain:
+            check = self._check
+            for agent_id in self._acting_list:
+                if agent_id not in check.spaces:
+                    check.learn(agent_id)
+                bounds = check.discrete.get(agent_id)
+                if bounds is None:
+                    plan = []
+                    break
+                plan.append((agent_id, *bounds))
+        self._plan = tuple(plan)
+        return self._plan
+
+    def _validate(self, action_dict: Mapping[AgentID, Any], acting: list[AgentID]) -> None:
+        """Raise unless ``action_dict`` holds exactly one valid, legal action per acting agent."""
+        if len(action_dict) != len(acting):
+            self._raise_keys(action_dict, acting)
+        check, masks = self._check, self._masks
+        for agent_id in acting:
+            action = action_dict.get(agent_id, _MISSING)
+            if action is _MISSING:
+                self._raise_keys(action_dict, acting)
+            check(agent_id, action, masks.get(agent_id))
 
     def _adopt(
         self,
@@ -468,6 +497,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
                     f"for: {list(obs)}); every agent in env.agents must be observed"
                 )
         self._acting_list = list(live)
+        self._plan = None
         self._running = bool(live)
         if len(obs) != len(live):
             obs = self._drop_stale(obs, live, terms, truncs)

@@ -9,6 +9,10 @@ Both undo the bridges of :mod:`bridges.pettingzoo`: ``to_aec(PettingZooEnv(env))
 ``to_parallel(ParallelPettingZooEnv(env))`` return ``env`` itself, as PettingZoo's own
 ``aec_to_parallel(parallel_to_aec(x))`` gives back ``x``.
 
+Observations pass through unchanged. PettingZoo's ``api_test`` reads ``observation.dtype``, so it
+fails on envs that observe plain Python ints (a Discrete observation ``3`` rather than
+``np.int64(3)``); such envs work with the converters, but need numpy observations for that test.
+
 Example:
     >>> from examples.rock_paper_scissors import RockPaperScissors
     >>> from bridges.pettingzoo import to_aec
