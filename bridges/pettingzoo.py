@@ -77,6 +77,7 @@ class _ActionChecker:
         self._box: dict[AgentID, tuple[tuple[int, ...], np.dtype, np.ndarray, np.ndarray]] = {}
 
     def learn(self, agent_id: AgentID) -> gym.Space:
+        """Look up and remember the action space of ``agent_id`` (and its fast-path bounds)."""
         space = self._space_of(agent_id)
         self.spaces[agent_id] = space
         if type(space) is gym.spaces.Discrete:
