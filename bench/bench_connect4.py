@@ -16,10 +16,12 @@ Run::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -36,9 +38,22 @@ def parse_games(text: str) -> list[tuple[str, int]]:
     return pairs
 
 
-def train(minutes: float, at: list[float], out: Path, seed: int) -> list[tuple[float, int, int, Path]]:
+def parse_options(items: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs (values read as JSON when they parse, else as strings)."""
+    options = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
+def train(minutes: float, at: list[float], out: Path, seed: int,
+          options: dict[str, Any] | None = None) -> list[tuple[float, int, int, Path]]:
     """Train with the preset; return ``(minutes, iteration, env_steps, checkpoint)`` per mark."""
-    preset = connect4_preset()
+    preset = connect4_preset(**(options or {}))
     config = preset.build_config()
     config.seed = seed
     start = time.perf_counter()
@@ -72,13 +87,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="opponent=games evaluated per checkpoint")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-connect4"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a keyword of connect4_preset / connect4_config, e.g. tactical=true (repeatable)")
     args = parser.parse_args(argv)
     at = [float(x) for x in args.at.split(",")]
     games = parse_games(args.games)
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"Connect-4 self-play, README defaults, {args.minutes} min on {os.cpu_count()} CPUs "
           f"(load average at start: {os.getloadavg()[0]:.1f})")
-    saved = train(args.minutes, at, args.out, args.seed)
+    options = parse_options(args.option)
+    if options:
+        print(f"preset options: {options}")
+    saved = train(args.minutes, at, args.out, args.seed, options)
     print(f"\nevaluating {len(saved)} checkpoints: {', '.join(f'{s}={g}' for s, g in games)} games, half per seat")
     points = []
     for minutes, iteration, steps, path in saved:

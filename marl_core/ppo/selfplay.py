@@ -25,6 +25,7 @@ ordinary learned policies, so nothing in a checkpoint needs pickled code.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -56,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 MAIN = "main"
 RANDOM = "random"
+TACTICAL = "tactical"
 SNAPSHOT_PREFIX = "main_v"
 _SNAPSHOT = re.compile(rf"^{SNAPSHOT_PREFIX}(\d+)$")
 
@@ -78,6 +80,44 @@ def random_legal_action(observation: Mapping[str, Any]) -> int:
     return int(legal[_RANDOM_PLAYER_RNG.integers(len(legal))])
 
 
+_DIRECTIONS = ((0, 1), (1, 0), (1, 1), (1, -1))
+
+
+def _wins_at(pieces: np.ndarray, row: int, col: int) -> bool:
+    """Whether a piece dropped at ``(row, col)`` completes four in a row of ``pieces`` (6x7 bools)."""
+    rows, cols = pieces.shape
+    for dr, dc in _DIRECTIONS:
+        count = 1
+        for sign in (1, -1):
+            r, c = row + sign * dr, col + sign * dc
+            while 0 <= r < rows and 0 <= c < cols and pieces[r, c]:
+                count += 1
+                r, c = r + sign * dr, c + sign * dc
+        if count >= 4:
+            return True
+    return False
+
+
+def tactical_legal_action(observation: Mapping[str, Any]) -> int:
+    """The league's tactical player: win if it can, block if it must, never set up the opponent's win.
+
+    Reads the board from ``"observation"`` (planes x, o, empty; row 0 is the bottom). Otherwise it
+    plays a uniformly random legal move that does not put the opponent's winning cell right above
+    it (any legal move when all do).
+    """
+    board = np.asarray(observation["observation"]) > 0.5
+    legal = [int(c) for c in np.flatnonzero(observation["action_mask"])]
+    mine, theirs = (board[0], board[1]) if board[0].sum() == board[1].sum() else (board[1], board[0])
+    heights = {c: int(board.shape[1] - board[2][:, c].sum()) for c in legal}
+    for pieces in (mine, theirs):
+        for col in legal:
+            if _wins_at(pieces, heights[col], col):
+                return col
+    safe = [c for c in legal if heights[c] + 1 >= board.shape[1] or not _wins_at(theirs, heights[c] + 1, c)]
+    choices = safe or legal
+    return choices[int(_RANDOM_PLAYER_RNG.integers(len(choices)))]
+
+
 def seat_of(agent_id: str) -> int:
     """The OpenSpiel player index of ``"player_<i>"``."""
     return int(agent_id.rsplit("_", 1)[1])
@@ -91,6 +131,11 @@ def main_seat(episode: Any) -> int:
 def main_vs_random(agent_id: str, episode: Any, **kwargs: Any) -> str:
     """The league's first mapping: ``"main"`` in one seat, ``"random"`` in the other."""
     return MAIN if seat_of(agent_id) == main_seat(episode) else RANDOM
+
+
+def main_vs_fixed(agent_id: str, episode: Any, **kwargs: Any) -> str:
+    """The first mapping with the tactical player: main against ``"random"`` or ``"tactical"``."""
+    return LeagueMapping((RANDOM, TACTICAL))(agent_id, episode)
 
 
 @dataclass(frozen=True)
@@ -136,19 +181,21 @@ class SelfPlayLeague:
     min_episodes: int = 100
     max_snapshots: int = 8
     seed: int = 0
+    fixed: tuple[str, ...] = (RANDOM,)
     snapshots: list[str] = field(default_factory=list)
     next_version: int = 1
     episodes_since_snapshot: int = 0
 
     def opponents(self) -> tuple[str, ...]:
         """The league: the random player and the current snapshots."""
-        return (RANDOM, *self.snapshots)
+        return (*self.fixed, *self.snapshots)
 
     def _adopt(self, algo: PPO) -> None:
         """Take over snapshots that ``algo`` already holds (an algorithm restored from a checkpoint)."""
         found = sorted((int(m.group(1)), pid) for pid in algo.policies if (m := _SNAPSHOT.match(pid)))
-        if [pid for _, pid in found] != self.snapshots:
-            self.snapshots = [pid for _, pid in found]
+        fixed = tuple(pid for pid in (RANDOM, TACTICAL) if pid in algo.policies) or self.fixed
+        if [pid for _, pid in found] != self.snapshots or fixed != self.fixed:
+            self.snapshots, self.fixed = [pid for _, pid in found], fixed
             self.next_version = max([v for v, _ in found], default=0) + 1
             algo.set_policy_mapping_fn(LeagueMapping(self.opponents(), self.seed))
 
@@ -285,11 +332,42 @@ class SideToMoveActorCritic(nn.Module):
         return self.inner(canonical_board(obs))
 
 
+class Connect4CNN(nn.Module):
+    """A small convolutional actor-critic on the side-to-move board, with a shared trunk.
+
+    ``model_config["conv_channels"]`` 3x3 same-padding convolutions (ReLU) over the 6x7 board,
+    then one ``hiddens[0]``-unit layer shared by the policy head (7 logits) and the value head.
+    """
+
+    def __init__(self, observation_space: Any, action_space: Any, model_config: dict[str, Any]) -> None:
+        super().__init__()
+        planes, height, width = observation_space.shape
+        layers: list[nn.Module] = []
+        channels = planes
+        for out_channels in model_config.get("conv_channels", (32, 32)):
+            layers += [nn.Conv2d(channels, int(out_channels), 3, padding=1), nn.ReLU()]
+            channels = int(out_channels)
+        hidden = int(model_config["hiddens"][0])
+        self.trunk = nn.Sequential(*layers, nn.Flatten(), nn.Linear(channels * height * width, hidden), nn.ReLU())
+        self.pi_head = nn.Linear(hidden, int(action_space.n))
+        self.vf_head = nn.Linear(hidden, 1)
+        nn.init.orthogonal_(self.pi_head.weight, 0.01)
+        nn.init.zeros_(self.pi_head.bias)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.trunk(canonical_board(obs.float()))
+        return self.pi_head(hidden), self.vf_head(hidden).squeeze(-1)
+
+
 def connect4_module(observation_space: Any, action_space: Any, model_config: dict[str, Any]) -> nn.Module:
     """Module factory for ``PolicySpec(model={"module": connect4_module})``.
 
-    Importable by name, so checkpoints rebuild it.
+    ``model_config["network"]``: ``"mlp"`` (the trainer's default actor-critic on the
+    side-to-move board) or ``"cnn"`` (:class:`Connect4CNN`). Importable by name, so checkpoints
+    rebuild it.
     """
+    if model_config.get("network", "mlp") == "cnn":
+        return Connect4CNN(observation_space, action_space, model_config)
     return SideToMoveActorCritic(observation_space, action_space, model_config)
 
 
@@ -300,7 +378,9 @@ def main_spec() -> PolicySpec:
     return PolicySpec(model={"module": connect4_module})
 
 
-def connect4_config(*, num_envs: int = 16, seed: int = 0) -> PPOConfig:
+def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, network: str = "mlp",
+                    tactical: bool = False, train_batch_size: int = 4000, num_epochs: int = 4,
+                    minibatch_size: int = 512, entropy_coeff: float = 0.01) -> PPOConfig:
     """The trainer config of the preset: main vs the league, tuned for a 2-core laptop.
 
     Sampling happens in the driver (``num_env_runners=0``): an iteration samples and then learns,
@@ -310,21 +390,24 @@ def connect4_config(*, num_envs: int = 16, seed: int = 0) -> PPOConfig:
     """
     from marl_core.ppo.config import PPOConfig
 
+    policies: dict[str, Any] = {MAIN: main_spec(), RANDOM: random_legal_action}
+    if tactical:
+        policies[TACTICAL] = tactical_legal_action
     return (
         PPOConfig()
         .environment(make_env, env_config={"game": "connect_four"})
-        .multi_agent(policies={MAIN: main_spec(), RANDOM: random_legal_action}, policy_mapping_fn=main_vs_random,
+        .multi_agent(policies=policies, policy_mapping_fn=main_vs_fixed if tactical else main_vs_random,
                      policies_to_train=[MAIN])
         .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs)
-        .training(lr=1e-3, gamma=0.99, lambda_=0.95, clip_param=0.2, entropy_coeff=0.01, num_epochs=4,
-                  minibatch_size=512, train_batch_size=4000,
-                  model={"hiddens": [256, 256], "activation": "relu"})
+        .training(lr=lr, gamma=0.99, lambda_=0.95, clip_param=0.2, entropy_coeff=entropy_coeff,
+                  num_epochs=num_epochs, minibatch_size=minibatch_size, train_batch_size=train_batch_size,
+                  model={"hiddens": [256, 256], "activation": "relu", "network": network})
         .resources(num_cpus=2)
         .debugging(seed=seed)
     )
 
 
-def laptop_config() -> PPOConfig:
+def laptop_config(**options: Any) -> PPOConfig:
     """:func:`connect4_config`, with torch limited to one thread in this process.
 
     Sampling and learning alternate in the driver, so a second intra-op thread gains little; on a
@@ -332,20 +415,23 @@ def laptop_config() -> PPOConfig:
     env steps/s under a load average of 8).
     """
     torch.set_num_threads(1)
-    return connect4_config()
+    return connect4_config(**options)
 
 
-def connect4_preset() -> Preset:
-    """The preset of ``marl-train connect4``: self-play with a league, evaluation, a final report."""
+def connect4_preset(**options: Any) -> Preset:
+    """The preset of ``marl-train connect4``: self-play with a league, evaluation, a final report.
+
+    ``options`` are keyword arguments of :func:`connect4_config` (for experiments).
+    """
     from marl_core.ppo.presets import Preset
 
-    league = SelfPlayLeague()
+    league = SelfPlayLeague(fixed=(RANDOM, TACTICAL) if options.get("tactical") else (RANDOM,))
     evaluation = Connect4Evaluation()
     return Preset(
         name="connect4",
         description="Connect-4 (OpenSpiel) by self-play against a league of snapshots and a random player; "
         "evaluated against random moves and MCTS on separate games.",
-        build_config=laptop_config,
+        build_config=functools.partial(laptop_config, **options),
         callbacks=(league, evaluation),
         final=evaluation.final,
         default_minutes=5.0,

@@ -1,0 +1,123 @@
+"""The tactical league player, the Connect-4 CNN and the preset's options."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+
+from marl_core.ppo import PPO
+from marl_core.ppo.evaluation import play_match
+from marl_core.ppo.rollout import Episode
+from marl_core.ppo.selfplay import (
+    MAIN,
+    RANDOM,
+    TACTICAL,
+    Connect4CNN,
+    LeagueMapping,
+    SelfPlayLeague,
+    connect4_config,
+    connect4_preset,
+    main_vs_fixed,
+    make_env,
+    tactical_legal_action,
+)
+
+
+def play(moves: list[int]) -> dict:
+    """The observation of the player to move after ``moves`` (columns, x first)."""
+    env = make_env()
+    obs, _ = env.reset(seed=0)
+    for index, column in enumerate(moves):
+        obs, *_ = env.step({f"player_{index % 2}": column})
+    (observation,) = obs.values()
+    return observation
+
+
+def test_tactical_player_takes_a_win_before_blocking():
+    # x: columns 0, 1, 2 on the bottom row; o: column 6 three high. x to move wins in column 3.
+    assert tactical_legal_action(play([0, 6, 1, 6, 2, 6])) == 3
+    # o to move with x threatening the bottom row and o threatening column 6: o wins first.
+    assert tactical_legal_action(play([0, 6, 1, 6, 2, 6, 5])) == 6
+
+
+def test_tactical_player_blocks_the_opponents_win():
+    # x holds columns 0, 1, 2 on the bottom row; o (to move) has no win and must block column 3.
+    assert {tactical_legal_action(play([0, 6, 1, 5, 2])) for _ in range(20)} == {3}
+    # A vertical threat: x three high in column 4; o blocks on top.
+    assert {tactical_legal_action(play([4, 0, 4, 1, 4])) for _ in range(20)} == {4}
+
+
+def test_tactical_player_does_not_give_a_win_away():
+    # o (plane 1) to move; x (plane 0) holds columns 1-3 of the second row, over o's pieces, and
+    # column 6 of the bottom row. Playing column 0 or 4 would let x win on top of that move.
+    board = np.zeros((3, 6, 7), dtype=np.float32)
+    board[0, 1, 1:4] = 1
+    board[0, 0, 6] = 1
+    board[1, 0, 1:4] = 1
+    board[2] = 1 - board[0] - board[1]
+    observation = {"observation": board, "action_mask": np.ones(7, dtype=np.int8)}
+    assert {tactical_legal_action(observation) for _ in range(300)} == {1, 2, 3, 5, 6}
+
+
+def test_tactical_player_beats_random_play():
+    match = play_match(tactical_legal_action, "random", 40, seed=5)
+    assert match.win_rate >= 0.85 and match.wins_by_seat[0] > 0 and match.wins_by_seat[1] > 0
+
+
+def test_cnn_sees_the_side_to_move_and_outputs_logits_and_values():
+    env = make_env()
+    torch.manual_seed(0)
+    net = Connect4CNN(env.get_observation_space("player_0")["observation"], env.get_action_space("player_0"),
+                      {"hiddens": [16], "conv_channels": [4, 4]})
+    after_x = torch.as_tensor(np.asarray(play([3])["observation"])[None])  # o to move
+    logits, values = net(torch.cat([after_x, after_x]))
+    assert logits.shape == (2, 7) and values.shape == (2,)
+    # The same position for the side to move with the colours swapped (x to move, o's piece in
+    # column 3) looks the same to the network.
+    swapped = after_x[:, [1, 0, 2]]
+    assert torch.allclose(net(swapped)[0], net(after_x)[0]) and torch.allclose(net(swapped)[1], net(after_x)[1])
+    before = torch.as_tensor(np.asarray(play([])["observation"])[None])
+    assert not torch.allclose(net(before)[0], net(after_x)[0])
+
+
+def test_preset_with_tactical_player_trains_and_checkpoints(tmp_path):
+    config = connect4_config(num_envs=4, tactical=True, network="cnn").training(
+        train_batch_size=200, minibatch_size=100, num_epochs=1,
+        model={"hiddens": [16], "activation": "relu", "network": "cnn", "conv_channels": [4]})
+    algo = config.build()
+    try:
+        result = algo.train()
+        assert result["policies"][TACTICAL]["num_episodes"] > 0 and result["policies"][RANDOM]["num_episodes"] > 0
+        league = SelfPlayLeague(fixed=(RANDOM, TACTICAL), threshold=-1.0, min_episodes=0)
+        league(algo, result)
+        assert algo.config.policy_mapping_fn == LeagueMapping((RANDOM, TACTICAL, "main_v1"), 0)
+        path = algo.save(tmp_path / "final")
+    finally:
+        algo.stop()
+    saved = json.loads((path / "config.json").read_text())
+    assert saved["policies"][TACTICAL]["ref"] == "marl_core.ppo.selfplay:tactical_legal_action"
+    restored = PPO.from_checkpoint(path)
+    try:
+        again = SelfPlayLeague()
+        again(restored, {"policies": {MAIN: {"episode_return_mean": 0.0, "num_episodes": 1}}})
+        assert again.opponents() == (RANDOM, TACTICAL, "main_v1")
+        obs, _ = make_env().reset(seed=0)
+        assert 0 <= int(restored.compute_actions(obs, policy_id=MAIN, explore=False)["player_0"]) < 7
+    finally:
+        restored.stop()
+
+
+def test_first_mapping_with_the_tactical_player_draws_both_fixed_opponents():
+    drawn = set()
+    for episode_id in range(40):
+        pair = [main_vs_fixed(agent_id, Episode(episode_id, 0, 0)) for agent_id in ("player_0", "player_1")]
+        assert pair[episode_id % 2] == MAIN
+        drawn.add(pair[1 - episode_id % 2])
+    assert drawn == {RANDOM, TACTICAL}
+
+
+def test_preset_options_reach_the_config():
+    config = connect4_preset(lr=3e-4, tactical=True).build_config()
+    assert config.lr == 3e-4 and TACTICAL in config.policy_entries()
