@@ -4,7 +4,10 @@ Every loop plays uniformly random legal actions, drawn the same way (``random.Ra
 reads what an RL loop needs:
 
 - ``raw``: pyspiel itself: apply the action, then read the acting players' observation tensors
-  and legal actions; chance nodes sampled in the loop.
+  and legal actions; chance nodes sampled in the loop. At the end of an episode it reads
+  ``state.returns()`` and every player's final observation tensor, as OpenSpiel's own
+  ``rl_environment`` does in its last time step (an RL loop needs the outcome, and the env hands
+  every player a final observation).
 - ``ours``: ``bridges.OpenSpielEnv``; legal actions come from the ``"action_mask"``.
 - ``rllib``: ``ray.rllib.env.wrappers.open_spiel.OpenSpielEnv``; it gives no mask, so the loop
   asks ``env.state.legal_actions(player)``.
@@ -15,7 +18,8 @@ alternate in rounds within one process, so machine load hits all of them alike; 
 the median over rounds of microseconds per step and of each loop's ratio to ``raw`` in the same
 round.
 
-Run: ``python bench/bench_openspiel.py [--rounds 7] [--steps 20000] [--games connect_four ...]``
+Run: ``python bench/bench_openspiel.py [--rounds 7] [--steps 20000] [--games connect_four ...]
+[--loops raw ours ...]``
 """
 
 from __future__ import annotations
@@ -74,6 +78,9 @@ def raw_loop(name: str) -> Loop:
                     state.apply_action(legal[int(rng.random() * len(legal))])
                 done_steps += 1
                 _chance(state, rng)
+            state.returns()
+            for player in players:
+                state.observation_tensor(player)
         return done_steps
 
     return run
@@ -162,9 +169,9 @@ LOOPS: dict[str, tuple[Callable[[str], Loop], float]] = {
 }
 
 
-def measure(name: str, rounds: int, steps: int) -> dict[str, tuple[float, float]]:
+def measure(name: str, rounds: int, steps: int, labels: list[str]) -> dict[str, tuple[float, float]]:
     """Median us/step and median ratio to raw, per loop, over alternating rounds."""
-    loops = {label: (build(name), share) for label, (build, share) in LOOPS.items()}
+    loops = {label: (LOOPS[label][0](name), LOOPS[label][1]) for label in labels}  # raw first
     per_step: dict[str, list[float]] = {label: [] for label in loops}
     ratios: dict[str, list[float]] = {label: [] for label in loops}
     for loop, share in loops.values():  # warm-up
@@ -186,13 +193,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=20_000, help="steps per loop per round (shimmy: a tenth)")
     parser.add_argument("--games", nargs="+", default=GAMES)
+    parser.add_argument("--loops", nargs="+", default=list(LOOPS), choices=list(LOOPS), help="raw always runs")
     args = parser.parse_args()
+    labels = ["raw", *(label for label in args.loops if label != "raw")]
     warnings.filterwarnings("ignore")  # ray and shimmy warn about their own deprecations on import
     print(f"us/step (median of {args.rounds} alternating rounds; x = median ratio to raw in the same round)")
-    print(f"| game | {' | '.join(LOOPS)} |")
-    print(f"|---|{'---|' * len(LOOPS)}")
+    print(f"| game | {' | '.join(labels)} |")
+    print(f"|---|{'---|' * len(labels)}")
     for name in args.games:
-        results = measure(name, args.rounds, args.steps)
+        results = measure(name, args.rounds, args.steps, labels)
         cells = [f"{us:.1f} ({ratio:.2f}x)" for us, ratio in results.values()]
         print(f"| {name} | {' | '.join(cells)} |", flush=True)
 

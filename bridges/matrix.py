@@ -321,7 +321,7 @@ def render(rows: Sequence[Row], *, subset: str, missing: Sequence[str], seconds:
         "for OpenSpiel, legal actions, turns and returns compared with raw pyspiel replaying the same moves and "
         "chance outcomes; for RLlib, RLlib's `check_multiagent_environments` on `to_rllib(...)` of the bridged env; "
         "for Gymnasium, Gymnasium's `check_env` on `to_gymnasium(...)` of a one-agent version.",
-        "- **µs/action**: wall time per agent action over seeded random (legal) play, raw API loop vs the bridged env, "
+        "- **µs/action**: wall time per agent action over seeded random (legal) play, raw API loop (for pyspiel: legal actions, the acting players' observation and the final returns) vs the bridged env, "
         "alternated in one process and the median of 5 rounds taken. Timing columns vary from run to run and the "
         "machine was shared with other work while they were taken: read the ratio, not the absolute figures.",
         "- **gap**: why a row is not clean: the first error's rule and message, a round-trip failure, a crash, a "

@@ -288,7 +288,7 @@ def _parallel_raw(case: Case) -> Any:
 
 
 def _openspiel_raw(case: Case) -> Any:
-    """pyspiel with what an RL loop needs: legal actions and the acting players' observation."""
+    """pyspiel with what an RL loop needs: legal actions, the acting players' observation, returns."""
     env = build_openspiel_game(case)
     game_type = env.get_type()
     if game_type.provides_observation_tensor:
@@ -319,6 +319,7 @@ def _openspiel_raw(case: Case) -> Any:
                 getattr(state, observe)(player)
                 state.apply_action(int(legal[rng.integers(len(legal))]))
                 yield 1
+        state.returns()  # what an RL loop reads at the end (bridge scores its deals here)
 
 
 def _chance_outcome(outcomes: list[tuple[int, float]], draw: float) -> int:

@@ -70,6 +70,8 @@ _AUTO_ORDER: tuple[ObservationType, ...] = (
     "information_state_string",
 )
 _MISSING = object()
+_CHANCE = -1  # pyspiel.PlayerId.CHANCE: current_player() tells the kind of node in one call
+_NO_LIMIT = 1 << 62  # the step limit without max_steps
 _MASK_CACHE_SIZE = 4096  # masks kept per env, keyed by the tuple of legal actions
 
 
@@ -211,6 +213,7 @@ class OpenSpielEnv(MultiAgentEnv):
             raise UnsupportedEnvError(f"max_steps must be a positive int or None, received {max_steps!r}")
         self.observation_type: ObservationType = choose_observation_type(self.game, observation_type)
         self._check_legal_actions(name)
+        self._limit = _NO_LIMIT
         self.max_steps = max_steps
         self.render_mode = render_mode
         self._num_players = self.game.num_players()
@@ -228,18 +231,23 @@ class OpenSpielEnv(MultiAgentEnv):
         self.action_spaces = {agent_id: self._action_space for agent_id in self._ids}
         super().__init__()
         self.state: pyspiel.State | None = None
+        # Who acts: at a turn, _turn is the player, with _turn_id and _turn_entry (mask, legal set);
+        # otherwise _turn is -1 and _acting/_masks hold the players at a simultaneous node (or
+        # nobody, between episodes).
+        self._turn = -1
+        self._turn_id: AgentID = ""
+        self._turn_entry: tuple[np.ndarray, frozenset[int]] = (np.zeros(0, np.int8), frozenset())
         self._acting: tuple[int, ...] = ()
-        self._simultaneous = False
         self._masks: dict[int, np.ndarray] = {}
-        self._mask_cache: dict[tuple[int, ...], np.ndarray] = {}
+        self._mask_cache: dict[tuple[int, ...], tuple[np.ndarray, frozenset[int]]] = {}
         self._uniforms: list[float] = []
-        self._singletons = tuple((player,) for player in range(self._num_players))
         self._zeros = np.zeros(self._num_actions, np.int8)
         self._all_true = {**dict.fromkeys(self._ids, True), ALL: True}  # templates, copied out
         self._all_false = {**dict.fromkeys(self._ids, False), ALL: False}
         self._terminal_rewards = game_type.reward_model == pyspiel.GameType.RewardModel.TERMINAL
-        self._has_chance = game_type.chance_mode != pyspiel.GameType.ChanceMode.DETERMINISTIC
-        self._returns: list[float] = []
+        self._zero_rewards = dict.fromkeys(self._ids, 0.0)  # template, copied out
+        self._no_returns = [0.0] * self._num_players  # never mutated: _rewards replaces it
+        self._returns: list[float] = self._no_returns
         self._steps = 0
 
     # Construction helpers ----------------------------------------------------------------------
@@ -269,7 +277,7 @@ class OpenSpielEnv(MultiAgentEnv):
 
     def _setup_observations(self) -> None:
         kind = self.observation_type
-        self._observer = self._view = None
+        self._observer = self._view = self._set_from = None
         if kind.endswith("_string"):
             inner: spaces.Space = spaces.Text(TEXT_MAX_LENGTH, min_length=0, charset=TEXT_CHARSET)
         else:
@@ -287,6 +295,8 @@ class OpenSpielEnv(MultiAgentEnv):
             if observer is not None and observer.tensor is not None and observer.tensor.size == int(np.prod(shape)):
                 self._observer = observer
                 self._view = observer.tensor.reshape(shape)  # shares memory: set_from fills it
+                inner_observation = getattr(observer, "_observation", None)  # the C++ one: a frame less
+                self._set_from = observer.set_from if inner_observation is None else inner_observation.set_from
             else:
                 logger.debug("no observer for %s; reading %s from the state", self.game, kind)
             self._shape = shape
@@ -296,9 +306,9 @@ class OpenSpielEnv(MultiAgentEnv):
     # Observations ------------------------------------------------------------------------------
 
     def _observe(self, player: int) -> Any:
-        observer = self._observer
-        if observer is not None:
-            observer.set_from(self.state, player)
+        set_from = self._set_from
+        if set_from is not None:
+            set_from(self.state, player)
             return self._view.copy()
         if self.observation_type == "observation_tensor":
             return np.asarray(self.state.observation_tensor(player), np.float32).reshape(self._shape)
@@ -306,45 +316,56 @@ class OpenSpielEnv(MultiAgentEnv):
             return np.asarray(self.state.information_state_tensor(player), np.float32).reshape(self._shape)
         return getattr(self.state, self.observation_type)(player)
 
-    def _mask(self, player: int) -> np.ndarray:
-        """The mask of ``player``'s legal actions: a cached array that only the env reads."""
-        legal = tuple(self.state.legal_actions(player))
-        mask = self._mask_cache.get(legal)
-        if mask is None:
+    def _legal_entry(self, legal: tuple[int, ...]) -> tuple[np.ndarray, frozenset[int]]:
+        """The mask of the legal actions ``legal`` (an array only the env reads) and their set."""
+        entry = self._mask_cache.get(legal)
+        if entry is None:
             mask = np.zeros(self._num_actions, np.int8)
             mask[list(legal)] = 1
+            entry = (mask, frozenset(legal))
             if len(self._mask_cache) < _MASK_CACHE_SIZE:
-                self._mask_cache[legal] = mask
-        return mask
+                self._mask_cache[legal] = entry
+        return entry
 
     def _decision_obs(self) -> ObsDict:
         """Observations of the players who decide now (the state is a decision node)."""
         state = self.state
         current = state.current_player()
-        if current >= 0:  # a turn: the hot path of turn-based games, kept flat
-            self._acting = self._singletons[current]
-            self._simultaneous = False
-            mask = self._mask_cache.get(tuple(state.legal_actions(current)))
-            if mask is None:
-                mask = self._mask(current)
-            self._masks[current] = mask
-            observer = self._observer
-            if observer is not None:
-                observer.set_from(state, current)
-                observation = self._view.copy()
-            else:
-                observation = self._observe(current)
-            return {self._ids[current]: {OBS_KEY: observation, MASK_KEY: mask.copy()}}
+        if current >= 0:
+            return self._turn_obs(state, current)
+        self._turn = -1
         acting = self._acting = tuple(p for p in range(self._num_players) if state.legal_actions(p))
-        self._simultaneous = True
+        self._masks = {}
         obs = {}
         for player in acting:
-            mask = self._masks[player] = self._mask(player)
+            mask = self._masks[player] = self._legal_entry(tuple(state.legal_actions(player)))[0]
             obs[self._ids[player]] = {OBS_KEY: self._observe(player), MASK_KEY: mask.copy()}
         return obs
 
+    def _turn_obs(self, state: pyspiel.State, player: int) -> ObsDict:
+        """The observation of ``player``, who acts alone now (``step`` inlines the same lines)."""
+        legal = tuple(state.legal_actions(player))
+        entry = self._mask_cache.get(legal) or self._legal_entry(legal)
+        self._turn_entry = entry
+        self._turn = player
+        agent_id = self._turn_id = self._ids[player]
+        set_from = self._set_from
+        if set_from is not None:
+            set_from(state, player)
+            observation = self._view.copy()
+        else:
+            observation = self._observe(player)
+        return {agent_id: {OBS_KEY: observation, MASK_KEY: entry[0].copy()}}
+
     def _final_obs(self) -> ObsDict:
         zeros = self._zeros
+        set_from = self._set_from
+        if set_from is not None:
+            state, view, obs = self.state, self._view, {}
+            for player, agent_id in enumerate(self._ids):
+                set_from(state, player)
+                obs[agent_id] = {OBS_KEY: view.copy(), MASK_KEY: zeros.copy()}
+            return obs
         return {
             agent_id: {OBS_KEY: self._observe(player), MASK_KEY: zeros.copy()}
             for player, agent_id in enumerate(self._ids)
@@ -355,7 +376,7 @@ class OpenSpielEnv(MultiAgentEnv):
     def _resolve_chance(self) -> None:
         """Sample chance nodes until a decision or terminal node, with draws from ``self.np_random``."""
         state = self.state
-        while state.is_chance_node():
+        while state.current_player() == _CHANCE:
             outcomes = state.chance_outcomes()
             if not self._uniforms:  # drawn in blocks: one numpy call per 256 chance events
                 self._uniforms = self.np_random.random(256).tolist()
@@ -381,58 +402,91 @@ class OpenSpielEnv(MultiAgentEnv):
             params = dict(self.game.get_parameters())
             params["rng_seed"] = int(self.np_random.integers(2**31 - 1))
             self.game = _pyspiel().load_game(self.game.get_type().short_name, params)
-        self.state = self.game.new_initial_state()
+        state = self.state = self.game.new_initial_state()
         self._steps = 0
-        self._returns = [0.0] * self._num_players
-        self._resolve_chance()
-        if self.state.is_terminal():  # a game over before anyone acts still shows its end
-            self.agents, self._acting = [], ()
+        self._returns = self._no_returns
+        node = state.current_player()
+        if node == _CHANCE:
+            self._resolve_chance()
+            node = state.current_player()
+        if node < 0 and state.is_terminal():  # a game over before anyone acts still shows its end
+            self.agents, self._acting, self._turn = [], (), -1
             return self._final_obs(), {}
         self.agents = list(self._ids)
-        return self._decision_obs(), {}
+        return (self._turn_obs(state, node) if node >= 0 else self._decision_obs()), {}
 
     def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
         """Apply the acting players' actions, then resolve chance up to the next decision."""
         state = self.state
-        if state is None or not self.agents:
-            raise ResetNeededError(
-                "OpenSpielEnv.step() called before reset() or after the episode ended; call reset()"
-            )
-        acting = self._acting
-        if not self._simultaneous and len(action_dict) == 1:  # a turn: the hot path, kept flat
-            player = acting[0]
-            action = action_dict.get(self._ids[player], _MISSING)
-            if type(action) is not int or not 0 <= action < self._num_actions or not self._masks[player][action]:
+        player = self._turn
+        if player >= 0 and len(action_dict) == 1:  # a turn: the hot path, kept flat
+            action = action_dict.get(self._turn_id, _MISSING)
+            if type(action) is not int or action not in self._turn_entry[1]:
                 if action is _MISSING:
                     self._check_keys(action_dict)
                 action = self._legal(player, action)
             try:
                 state.apply_action_with_legality_check(action)
             except _pyspiel().SpielError as error:  # only if .state was changed behind the env's back
-                raise IllegalActionError(self._ids[player], action, state.legal_actions(player)) from error
+                raise IllegalActionError(self._turn_id, action, state.legal_actions(player)) from error
         else:
+            if state is None or not self.agents:
+                raise ResetNeededError(
+                    "OpenSpielEnv.step() called before reset() or after the episode ended; call reset()"
+                )
             self._check_keys(action_dict)
-            if not self._simultaneous:  # _check_keys found the wrong agents; this is a safeguard
-                raise MissingActionError([self._ids[p] for p in acting], list(action_dict))
+            if player >= 0:  # _check_keys found the wrong agents; this is a safeguard
+                raise MissingActionError([self._turn_id], list(action_dict))
             joint = [_pyspiel().INVALID_ACTION] * self._num_players
-            for player in acting:
+            for player in self._acting:
                 joint[player] = self._legal(player, action_dict[self._ids[player]])
             self._apply_joint(joint)
-        if self._has_chance and state.is_chance_node():
+        node = state.current_player()  # >= 0 at a turn (never at the terminal state), -1 at chance
+        if node == _CHANCE:
             self._resolve_chance()
-        self._steps += 1
-        if state.is_terminal():
+            node = state.current_player()
+        steps = self._steps = self._steps + 1
+        if node >= 0 and steps < self._limit:  # another turn: _turn_obs, inlined
+            legal = tuple(state.legal_actions(node))
+            entry = self._mask_cache.get(legal) or self._legal_entry(legal)
+            self._turn_entry = entry
+            self._turn = node
+            agent_id = self._turn_id = self._ids[node]
+            set_from = self._set_from
+            if set_from is not None:
+                set_from(state, node)
+                observation = self._view.copy()
+            else:
+                observation = self._observe(node)
+            obs = {agent_id: {OBS_KEY: observation, MASK_KEY: entry[0].copy()}}
+            rewards = self._zero_rewards.copy() if self._terminal_rewards else self._rewards()
+            return obs, rewards, {ALL: False}, {ALL: False}, {}
+        if node < 0 and state.is_terminal():
             return self._end(self._rewards(), terminated=True)
-        if self.max_steps is not None and self._steps >= self.max_steps:
+        if steps >= self._limit:
             return self._end(self._rewards(), terminated=False)
         if self._terminal_rewards:  # rewards only at the end: returns() need not be read now
-            return self._decision_obs(), dict.fromkeys(self._ids, 0.0), {ALL: False}, {ALL: False}, {}
+            return self._decision_obs(), self._zero_rewards.copy(), {ALL: False}, {ALL: False}, {}
         return self._decision_obs(), self._rewards(), {ALL: False}, {ALL: False}, {}
+
+    @property
+    def max_steps(self) -> int | None:
+        """Truncate the episode after this many ``step()`` calls (None: never)."""
+        return None if self._limit == _NO_LIMIT else self._limit
+
+    @max_steps.setter
+    def max_steps(self, value: int | None) -> None:
+        if value is not None and (type(value) is not int or value < 1):
+            raise UnsupportedEnvError(f"max_steps must be a positive int or None, received {value!r}")
+        self._limit = _NO_LIMIT if value is None else value
 
     def _rewards(self) -> dict[AgentID, float]:
         """What ``state.returns()`` gained since the last time it was read."""
         returns = self.state.returns()
-        rewards = dict(zip(self._ids, map(operator.sub, returns, self._returns)))  # noqa: B905 - same length
+        if self._returns is self._no_returns:  # nothing read yet (terminal-reward games: always)
+            rewards = dict(zip(self._ids, returns))  # noqa: B905 - same length
+        else:
+            rewards = dict(zip(self._ids, map(operator.sub, returns, self._returns)))  # noqa: B905
         self._returns = returns
         return rewards
 
@@ -440,6 +494,7 @@ class OpenSpielEnv(MultiAgentEnv):
         obs = self._final_obs()
         self.agents = []
         self._acting = ()
+        self._turn = -1
         if terminated:
             return obs, rewards, self._all_true.copy(), self._all_false.copy(), {}
         return obs, rewards, self._all_false.copy(), self._all_true.copy(), {}
@@ -447,7 +502,7 @@ class OpenSpielEnv(MultiAgentEnv):
     # Actions -----------------------------------------------------------------------------------
 
     def _check_keys(self, action_dict: Mapping[AgentID, Any]) -> None:
-        acting_ids = [self._ids[p] for p in self._acting]
+        acting_ids = [self._ids[p] for p in ((self._turn,) if self._turn >= 0 else self._acting)]
         unexpected = [agent_id for agent_id in action_dict if agent_id not in acting_ids]
         if unexpected:
             raise UnexpectedActionError(unexpected, acting_ids)
@@ -469,7 +524,8 @@ class OpenSpielEnv(MultiAgentEnv):
                     f"an array of shape {action.shape} and dtype {action.dtype}",
                 )
             action = int(action)
-        if not 0 <= action < self._num_actions or not self._masks[player][action]:
+        mask = self._turn_entry[0] if player == self._turn else self._masks[player]
+        if not 0 <= action < self._num_actions or not mask[action]:
             self._raise_illegal(player, action)
         return action
 
@@ -492,7 +548,7 @@ class OpenSpielEnv(MultiAgentEnv):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_observer"] = state["_view"] = None
+        state["_observer"] = state["_view"] = state["_set_from"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

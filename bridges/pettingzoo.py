@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.utils import seeding
 
 from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
 from marl_core.errors import (
@@ -154,6 +155,7 @@ class _PettingZooBase(MultiAgentEnv):
     def __init__(self, env: Any, *, check_legal: bool, mask_in_info: bool | None) -> None:
         self.env = env
         self._running = False
+        self._rng_seed: int | None = None
         super().__init__()
         self.metadata = dict(getattr(env, "metadata", {}) or {})
         possible = getattr(env, "possible_agents", None)
@@ -201,6 +203,32 @@ class _PettingZooBase(MultiAgentEnv):
         if space is None:
             space = self.action_spaces[agent_id] = self.env.action_space(agent_id)
         return space
+
+    def _seed_own_rng(self, seed: int | None) -> None:
+        """Seed ``np_random`` from ``seed``; the generator is built when first used."""
+        if seed is not None:
+            self._rng_seed = seed
+            self._np_random = None
+            self._np_random_seed = None
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        """The bridge's own generator, seeded by the last ``reset(seed=...)`` (the bridge draws nothing)."""
+        if self._np_random is None:
+            self._np_random, self._np_random_seed = seeding.np_random(self._rng_seed)
+        return self._np_random
+
+    @np_random.setter
+    def np_random(self, value: np.random.Generator) -> None:
+        self._np_random = value
+        self._np_random_seed = -1
+
+    @property
+    def np_random_seed(self) -> int:
+        """The seed of :attr:`np_random` (-1 when a generator was assigned directly)."""
+        if self._np_random_seed is None:
+            self._np_random, self._np_random_seed = seeding.np_random(self._rng_seed)
+        return self._np_random_seed
 
     @property  # type: ignore[override]
     def agents(self) -> list[AgentID]:
@@ -283,8 +311,7 @@ class PettingZooEnv(_PettingZooBase):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
         """Reset the wrapped env with ``seed`` and ``options``; the obs dict holds the first agent."""
-        if seed is not None:
-            super().reset(seed=seed)
+        self._seed_own_rng(seed)
         self._reset_env(seed, options)
         obs: ObsDict = {}
         infos: MultiAgentDict = {}
@@ -401,8 +428,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
         """Reset the wrapped env with ``seed`` and ``options``; every live agent acts first."""
-        if seed is not None:
-            super().reset(seed=seed)
+        self._seed_own_rng(seed)
         raw_obs, raw_infos = self._reset_env(seed, options)
         obs, infos = self._adopt(raw_obs or {}, raw_infos or {}, {}, {})
         if not self._acting_list:

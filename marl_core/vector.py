@@ -23,23 +23,17 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import multiprocessing
-import pickle
-import signal
-import time
 import traceback
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from multiprocessing import shared_memory
 from typing import Any, Literal
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 
+from marl_core._vector_workers import Workers, execute, rebuild, remote_error
 from marl_core.env import ALL, AgentID, MultiAgentEnv
 from marl_core.errors import (
     MissingActionError,
@@ -76,6 +70,12 @@ class VectorMultiAgentEnv:
             masked Discrete actions, legal. A bad dict then raises with nothing stepped.
         context: the multiprocessing start method of ``"async"`` mode (default: ``"forkserver"``
             where available, else ``"spawn"``).
+        on_error: what an exception inside a sub-env's ``reset``/``step`` does: ``"raise"`` (the
+            default) raises :class:`~marl_core.errors.VectorEnvError` and the vector needs
+            ``reset()``; ``"rebuild"`` isolates the failure to that env (see Semantics).
+        max_rebuild_attempts: ``on_error="rebuild"`` only: attempts at rebuilding one failed env
+            within one call (a factory or first ``reset`` that raises again uses one) before the
+            call raises ``VectorEnvError``.
 
     Semantics:
         - ``reset(seed=s)`` resets env ``i`` with ``seed=s + i`` (``None`` stays ``None``) and
@@ -97,6 +97,15 @@ class VectorMultiAgentEnv:
           before any env steps. An exception inside a sub-env comes back as a ``VectorEnvError``
           with the env index and, in ``"async"`` mode, the worker's traceback; the vector then
           needs ``reset()``. A worker that dies makes the vector unusable except for ``close()``.
+        - **Fault isolation** (``on_error="rebuild"``): a sub-env whose ``reset``/``step`` raises
+          is closed (best effort), rebuilt from its factory (in its worker process in ``"async"``
+          mode) and reset with a seed drawn from that env's own RNG stream (seeded by
+          ``reset(seed=s)`` from ``s + i``, so seeded runs repeat); the other envs' results are
+          kept. The call returns the rebuilt env's first observations as for an autoreset (rewards
+          ``{}``, ``{"__all__": False}``; :attr:`autoreset` is True for it), and reports the
+          failure in :attr:`last_failures` (``(env_index, traceback_text)`` per failure of the
+          last call) and :attr:`num_env_errors` (a running count). A dead worker process is still
+          an error that makes the vector unusable.
         - ``close()`` (idempotent; also on leaving a ``with`` block, on garbage collection and at
           interpreter exit) stops every worker process. Workers also exit by themselves when
           this process dies.
@@ -110,6 +119,8 @@ class VectorMultiAgentEnv:
         num_workers: int | None = None,
         check_actions: bool = True,
         context: str | None = None,
+        on_error: Literal["raise", "rebuild"] = "raise",
+        max_rebuild_attempts: int = 3,
     ) -> None:
         if mode not in ("sync", "async"):
             raise VectorEnvError(f"mode must be 'sync' or 'async', received {mode!r}")
@@ -117,8 +128,18 @@ class VectorMultiAgentEnv:
             raise VectorEnvError("env_fns is empty: a vector needs at least one env factory")
         if mode == "sync" and (num_workers is not None or context is not None):
             raise VectorEnvError("num_workers and context apply to mode='async' only")
+        if on_error not in ("raise", "rebuild"):
+            raise VectorEnvError(f"on_error must be 'raise' or 'rebuild', received {on_error!r}")
+        if max_rebuild_attempts < 1:
+            raise VectorEnvError(f"max_rebuild_attempts must be at least 1, received {max_rebuild_attempts}")
         self.mode = mode
+        self.on_error = on_error
+        self.max_rebuild_attempts = max_rebuild_attempts
         self.num_envs = len(env_fns)
+        self.last_failures: list[tuple[int, str]] = []
+        self.num_env_errors = 0
+        self._env_fns = list(env_fns)
+        self._rebuild_rngs = [np.random.default_rng() for _ in range(self.num_envs)]
         self.check_actions = check_actions
         self.autoreset: list[bool] = [False] * self.num_envs
         self.acting: list[list[AgentID]] = [[] for _ in range(self.num_envs)]
@@ -130,7 +151,7 @@ class VectorMultiAgentEnv:
         self._broken: str | None = None
         self._closed = False
         self._envs: list[MultiAgentEnv] = []
-        self._workers: _Workers | None = None
+        self._workers: Workers | None = None
         if mode == "sync":
             for index, env_fn in enumerate(env_fns):
                 try:
@@ -142,7 +163,7 @@ class VectorMultiAgentEnv:
             workers = self.num_envs if num_workers is None else num_workers
             if not 1 <= workers <= self.num_envs:
                 raise VectorEnvError(f"num_workers must be between 1 and {self.num_envs} (the number of envs), received {num_workers}")
-            self._workers = _Workers(env_fns, workers, context)
+            self._workers = Workers(env_fns, workers, context)
             self._finalizer = weakref.finalize(self, self._workers.shutdown)
 
     # Introspection ------------------------------------------------------------------------
@@ -174,6 +195,8 @@ class VectorMultiAgentEnv:
     ) -> tuple[list[dict[AgentID, Any]], list[dict[AgentID, Any]]]:
         """Reset every env, env ``i`` with ``seed + i``; return ``(obs_list, infos_list)``."""
         self._check_usable()
+        if seed is not None:
+            self._rebuild_rngs = [np.random.default_rng([(seed + i) % 2**63, 0x5EED]) for i in range(self.num_envs)]
         commands = [("reset", (None if seed is None else seed + i, options)) for i in range(self.num_envs)]
         results = self._run_all(commands)
         obs_list = [obs for obs, _ in results]
@@ -202,8 +225,11 @@ class VectorMultiAgentEnv:
             commands.append(("step", actions))
         results = self._run_all(commands)
         out: _Result = ([], [], [], [], [])
+        failed = {index for index, _ in self.last_failures}
         for index, ((command, _), result) in enumerate(zip(commands, results, strict=True)):
-            if command == "reset":
+            if index in failed:
+                commands[index] = ("reset", None)
+            if command == "reset" or index in failed:
                 obs, infos = result
                 result = (obs, {}, {ALL: False}, {ALL: False}, infos)
                 self._started(index, obs)
@@ -248,7 +274,8 @@ class VectorMultiAgentEnv:
     def _started(self, index: int, obs: Mapping[AgentID, Any]) -> None:
         self._needs_reset[index] = False
         self.acting[index] = list(obs)
-        self._masks[index] = _masks_of(obs)
+        if self.check_actions:  # masks serve the checks only
+            self._masks[index] = _masks_of(obs)
 
     def _stepped(self, index: int, obs: Mapping, rewards: Any, terminateds: Mapping, truncateds: Mapping) -> None:
         if terminateds.get(ALL, False) or truncateds.get(ALL, False):
@@ -257,7 +284,8 @@ class VectorMultiAgentEnv:
             self._masks[index] = {}
             return
         self.acting[index] = [a for a in obs if not (terminateds.get(a, False) or truncateds.get(a, False))]
-        self._masks[index] = _masks_of(obs)
+        if self.check_actions:  # masks serve the checks only
+            self._masks[index] = _masks_of(obs)
 
     def _validate(self, index: int, actions: Mapping[AgentID, Any]) -> None:
         acting = self.acting[index]
@@ -296,6 +324,9 @@ class VectorMultiAgentEnv:
         return self._collect(self._workers.request({index: (command, payload)}))[index]
 
     def _run_all(self, commands: list[tuple[str, Any]]) -> list[Any]:
+        self.last_failures = []
+        if self.on_error == "rebuild":
+            return self._run_all_isolated(commands)
         try:
             if self._workers is None:
                 return [self._sync_execute(i, command, payload) for i, (command, payload) in enumerate(commands)]
@@ -308,7 +339,7 @@ class VectorMultiAgentEnv:
 
     def _sync_execute(self, index: int, command: str, payload: Any) -> Any:
         try:
-            return _execute(self._envs[index], command, payload)
+            return execute(self._envs[index], command, payload)
         except Exception as error:
             raise VectorEnvError(f"env {index} raised {type(error).__name__}: {error}", index) from error
 
@@ -323,7 +354,49 @@ class VectorMultiAgentEnv:
         if isinstance(failure, str):  # the worker process is gone
             self._broken = failure
             raise VectorEnvError(failure + others, index)
-        raise _remote_error(f"env {index} raised", index, failure, others) from failure[3]
+        raise remote_error(f"env {index} raised", index, failure, others) from failure[3]
+
+    def _run_all_isolated(self, commands: list[tuple[str, Any]]) -> list[Any]:
+        """``_run_all`` for ``on_error="rebuild"``: failed envs are rebuilt, the others kept."""
+        replies = self._attempt(dict(enumerate(commands)))
+        for attempt in range(self.max_rebuild_attempts + 1):
+            failed = {i: reply for i, (status, reply) in replies.items() if status != "ok"}
+            if not failed:
+                return [replies[index][1] for index in range(self.num_envs)]
+            for index, text in sorted(failed.items()):
+                self.last_failures.append((index, text))
+                self.num_env_errors += 1
+                logger.warning("env %d raised; rebuilding it:\n%s", index, text)
+                self._action_spaces[index] = {}
+            if attempt < self.max_rebuild_attempts:
+                seeds = {i: int(self._rebuild_rngs[i].integers(2**31)) for i in failed}
+                replies.update(self._attempt({i: ("rebuild", seed) for i, seed in seeds.items()}))
+        index, text = next((i, reply) for i, (status, reply) in sorted(replies.items()) if status != "ok")
+        self._needs_reset = [True] * self.num_envs
+        self._was_reset = False
+        raise VectorEnvError(
+            f"env {index} could not be rebuilt in {self.max_rebuild_attempts} attempts; last error:\n{text}", index)
+
+    def _attempt(self, commands: dict[int, tuple[str, Any]]) -> dict[int, tuple[str, Any]]:
+        """Run ``commands``; per env ``("ok", result)`` or ``("error", traceback_text)``."""
+        if self._workers is None:
+            replies: dict[int, tuple[str, Any]] = {}
+            for index, (command, payload) in commands.items():
+                try:
+                    if command == "rebuild":
+                        result = rebuild(self._envs, index, self._env_fns[index], payload)
+                    else:
+                        result = execute(self._envs[index], command, payload)
+                    replies[index] = ("ok", result)
+                except Exception:
+                    replies[index] = ("error", traceback.format_exc())
+            return replies
+        replies = self._workers.request(commands)
+        dead = {i: reply for i, (status, reply) in replies.items() if status == "dead"}
+        if dead:
+            self._broken = dead[min(dead)]
+            raise VectorEnvError(self._broken, min(dead))
+        return {i: (status, reply if status == "ok" else reply[2]) for i, (status, reply) in replies.items()}
 
 
 _INTEGERS = (int, np.int64, np.int32, np.int16, np.int8, np.uint8, np.uint16, np.uint32, np.uint64)
@@ -350,320 +423,6 @@ def _masks_of(obs: Mapping[AgentID, Any]) -> dict[AgentID, np.ndarray]:
     masks = {agent_id: action_mask_of(observation) for agent_id, observation in obs.items()}
     return {agent_id: mask for agent_id, mask in masks.items() if mask is not None}
 
-
-def _execute(env: MultiAgentEnv, command: str, payload: Any) -> Any:
-    """Run one command on ``env``: the same code in sync mode and in a worker process."""
-    if command == "step":
-        return env.step(payload)
-    if command == "reset":
-        seed, options = payload
-        return env.reset(seed=seed, options=options)
-    if command == "spaces":
-        kind, agent_ids = payload
-        space_of = env.get_action_space if kind == "action" else env.get_observation_space
-        return {agent_id: space_of(agent_id) for agent_id in agent_ids}
-    if command == "call":
-        name, args, kwargs = payload
-        attribute = getattr(env, name)
-        if callable(attribute):
-            return attribute(*args, **kwargs)
-        if args or kwargs:
-            raise TypeError(f"{name!r} is an attribute, not a method; it takes no arguments")
-        return attribute
-    raise ValueError(f"unknown command {command!r}")
-
-
-# Worker processes -------------------------------------------------------------------------
-# Messages are pickled with protocol 5. Large arrays in a worker's replies go through a shared-
-# memory block that this process owns (one per worker, grown on demand): one copy on each side.
-
-_ALIGN = 64
-_IN_BAND = 16 * 1024  # arrays smaller than this are copied into the pickle itself
-_SHM_THRESHOLD = 64 * 1024  # replies with more array bytes than this move to shared memory
-
-
-def _send(conn: Any, obj: Any, shm: shared_memory.SharedMemory | None = None) -> None:
-    """Send ``obj``; its array buffers go into ``shm`` when given and large enough."""
-    raws: list[memoryview] = []
-
-    def out_of_band(buffer: pickle.PickleBuffer) -> bool:
-        raw = buffer.raw()
-        if raw.nbytes < _IN_BAND:
-            return True  # small arrays stay inside the pickle
-        raws.append(raw)
-        return False
-
-    payload = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
-    sizes = [raw.nbytes for raw in raws]
-    offsets: list[int] | None = None
-    if shm is not None and raws:
-        offsets, end = [], 0
-        for size in sizes:
-            offsets.append(end)
-            end = -(-(end + size) // _ALIGN) * _ALIGN
-        if offsets[-1] + sizes[-1] <= shm.size:
-            for raw, offset in zip(raws, offsets, strict=True):
-                shm.buf[offset : offset + raw.nbytes] = raw
-        else:
-            offsets = None
-    conn.send_bytes(pickle.dumps((payload, sizes, offsets), protocol=5))
-    if offsets is None:
-        for raw in raws:
-            conn.send_bytes(raw)
-
-
-def _recv(conn: Any, shm: shared_memory.SharedMemory | None = None) -> tuple[Any, int]:
-    """Receive one message; also return how many array bytes came through the pipe."""
-    payload, sizes, offsets = pickle.loads(conn.recv_bytes())
-    if offsets is not None and shm is not None:
-        buffers = [bytearray(shm.buf[o : o + n]) for o, n in zip(offsets, sizes, strict=True)]
-        return pickle.loads(payload, buffers=buffers), 0
-    buffers = [bytearray(size) for size in sizes]
-    for buffer in buffers:
-        conn.recv_bytes_into(buffer)
-    return pickle.loads(payload, buffers=buffers), sum(sizes)
-
-
-def _attach(name: str) -> shared_memory.SharedMemory:
-    """Open the parent's block without taking over its cleanup.
-
-    Before Python 3.13 an attach registers the block with the resource tracker, which worker
-    processes share with their parent, so the registration is the parent's own and harmless.
-    """
-    try:
-        return shared_memory.SharedMemory(name=name, track=False)  # type: ignore[call-arg]
-    except TypeError:
-        return shared_memory.SharedMemory(name=name)
-
-
-def _worker(first: int, conn: Any, env_fns: list[bytes]) -> None:
-    """The loop of one worker process: build its envs (``first``, ``first + 1``, ...), then run
-    the commands it receives until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes us
-    envs: list[MultiAgentEnv] = []
-    shm: shared_memory.SharedMemory | None = None
-    parent_gone = False
-    try:
-        try:
-            for env_fn in env_fns:
-                envs.append(cloudpickle.loads(env_fn)())
-        except Exception as error:  # a factory raised
-            _send(conn, ("error", (first + len(envs), _failure(error))))
-            return
-        reply: list[tuple[str, Any]] | tuple[str, None] = ("ok", None)
-        while True:
-            try:
-                _send(conn, reply, shm)
-            except (pickle.PicklingError, TypeError, AttributeError):
-                _send(conn, [_picklable(item) for item in reply], shm)
-            try:
-                (commands, shm_name), _ = _recv(conn)
-            except (EOFError, OSError):
-                parent_gone = True
-                return
-            if shm_name is not None:
-                if shm is not None:
-                    shm.close()
-                shm = _attach(shm_name)
-            if commands is None:
-                return
-            reply = []
-            for local, command, payload in commands:
-                try:
-                    reply.append(("ok", _execute(envs[local], command, payload)))
-                except Exception as error:
-                    reply.append(("error", _failure(error)))
-    except (EOFError, OSError):
-        parent_gone = True
-    finally:
-        for local, env in enumerate(envs):
-            try:
-                env.close()
-            except Exception:
-                logger.warning("env %d raised in close()", first + local, exc_info=True)
-        if shm is not None:
-            shm.close()
-            if parent_gone:  # nobody else will remove the block
-                with contextlib.suppress(FileNotFoundError):
-                    shm.unlink()
-        conn.close()
-
-
-def _picklable(item: tuple[str, Any]) -> tuple[str, Any]:
-    """``item`` itself, or an error reply saying why it cannot be pickled."""
-    try:
-        pickle.dumps(item, protocol=5)
-        return item
-    except Exception as error:
-        return ("error", _failure(error))
-
-
-def _remote_error(what: str, index: int, failure: tuple, suffix: str = "") -> VectorEnvError:
-    type_name, message, remote_traceback, _ = failure
-    text = f"{what} {type_name}: {message}{suffix}\n\nTraceback in its worker process:\n{remote_traceback}"
-    return VectorEnvError(text, index, remote_traceback)
-
-
-def _failure(error: BaseException) -> tuple[str, str, str, BaseException | None]:
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    try:
-        pickle.loads(pickle.dumps(error))
-        exception: BaseException | None = error
-    except Exception:
-        exception = None
-    return type(error).__name__, str(error), text, exception
-
-
-class _Workers:
-    """The worker processes of an async vector, their pipes and shared-memory blocks.
-
-    Worker ``w`` runs the contiguous envs ``envs_of[w]``; each request sends every worker one
-    message with its envs' commands and reads back one message with their replies.
-    """
-
-    def __init__(
-        self, env_fns: Sequence[Callable[[], MultiAgentEnv]], num_workers: int, context: str | None
-    ) -> None:
-        if context is None:
-            context = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-        ctx = multiprocessing.get_context(context)
-        if context == "forkserver":  # workers then start with numpy, gymnasium and this module loaded
-            ctx.set_forkserver_preload(["__main__", "marl_core.vector"])
-        bounds = [len(env_fns) * w // num_workers for w in range(num_workers + 1)]
-        self.envs_of = [range(bounds[w], bounds[w + 1]) for w in range(num_workers)]
-        self.worker_of = [w for w, envs in enumerate(self.envs_of) for _ in envs]
-        self.processes: list[Any] = []
-        self.conns: list[Any] = []
-        self.shms: list[shared_memory.SharedMemory | None] = [None] * num_workers
-        self._new_shm: list[str | None] = [None] * num_workers
-        self._stopped = self._no_shm = False
-        pickled = []
-        for index, env_fn in enumerate(env_fns):
-            try:
-                pickled.append(cloudpickle.dumps(env_fn))
-            except Exception as error:
-                raise VectorEnvError(
-                    f"env {index}: its factory {env_fn!r} cannot be pickled for a worker process "
-                    f"({type(error).__name__}: {error}); pass a picklable factory or use mode='sync'",
-                    index,
-                ) from error
-        try:
-            for worker, envs in enumerate(self.envs_of):
-                parent_conn, child_conn = ctx.Pipe(duplex=True)
-                process = ctx.Process(
-                    target=_worker,
-                    args=(envs.start, child_conn, [pickled[i] for i in envs]),
-                    name=f"VectorMultiAgentEnv-worker-{worker}",
-                    daemon=True,
-                )
-                process.start()
-                child_conn.close()
-                self.processes.append(process)
-                self.conns.append(parent_conn)
-            replies = [self._receive(worker) for worker in range(num_workers)]
-        except BaseException:
-            self.shutdown()
-            raise
-        for worker, (status, reply) in enumerate(replies):
-            if status == "ok":
-                continue
-            self.shutdown()
-            if status == "dead":
-                raise VectorEnvError(reply, self.envs_of[worker].start)
-            index, failure = reply
-            raise _remote_error(f"env {index}: its factory raised", index, failure) from failure[3]
-
-    @property
-    def pids(self) -> list[int]:
-        return [process.pid for process in self.processes]
-
-    def request(self, commands: Mapping[int, tuple[str, Any]]) -> dict[int, tuple[str, Any]]:
-        """Send every command, then wait for every reply: per env ``(status, result)``."""
-        batches: dict[int, list[tuple[int, str, Any]]] = {}
-        for index, (command, payload) in commands.items():
-            worker = self.worker_of[index]
-            batches.setdefault(worker, []).append((index - self.envs_of[worker].start, command, payload))
-        try:
-            replies: dict[int, tuple[str, Any]] = {}
-            sent = []
-            for worker, batch in batches.items():
-                try:
-                    _send(self.conns[worker], (batch, self._new_shm[worker]))
-                    self._new_shm[worker] = None
-                    sent.append(worker)
-                except (OSError, EOFError):
-                    replies.update(self._all_dead(worker, batch))
-            for worker in sent:
-                status, reply = self._receive(worker)
-                if status == "dead":
-                    replies.update(self._all_dead(worker, batches[worker], reply))
-                else:
-                    for (local, _, _), item in zip(batches[worker], reply, strict=True):
-                        replies[self.envs_of[worker].start + local] = item
-            return replies
-        except BaseException:  # e.g. KeyboardInterrupt: the pipes are out of step now
-            self.shutdown()
-            raise
-
-    def _all_dead(self, worker: int, batch: list, message: str | None = None) -> dict[int, tuple[str, Any]]:
-        message = message or self._dead(worker)
-        return {self.envs_of[worker].start + local: ("dead", message) for local, _, _ in batch}
-
-    def _receive(self, worker: int) -> tuple[str, Any]:
-        try:
-            reply, piped = _recv(self.conns[worker], self.shms[worker])
-        except (OSError, EOFError):
-            return ("dead", self._dead(worker))
-        if piped > _SHM_THRESHOLD and not self._no_shm:
-            self._grow(worker, 2 * piped)
-        if isinstance(reply, list):
-            return ("ok", reply)
-        return reply
-
-    def _grow(self, worker: int, size: int) -> None:
-        old = self.shms[worker]
-        try:
-            self.shms[worker] = shared_memory.SharedMemory(create=True, size=max(size, 1 << 20))
-        except OSError as error:  # e.g. /dev/shm is full: keep using the pipe
-            logger.warning("no shared memory for worker %d (%s); replies go through its pipe", worker, error)
-            self._no_shm = True
-            return
-        self._new_shm[worker] = self.shms[worker].name
-        if old is not None:
-            old.close()
-            old.unlink()
-
-    def _dead(self, worker: int) -> str:
-        process = self.processes[worker]
-        process.join(timeout=1.0)
-        envs = self.envs_of[worker]
-        which = f"env {envs.start}" if len(envs) == 1 else f"envs {envs.start}-{envs.stop - 1}"
-        return f"the worker process of {which} (pid {process.pid}) exited unexpectedly with code {process.exitcode}"
-
-    def shutdown(self) -> None:
-        """Stop every worker: ask politely, then terminate, then kill. Idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        for conn in self.conns:
-            with contextlib.suppress(OSError, EOFError, ValueError):
-                _send(conn, (None, None))
-        deadline = time.monotonic() + 2.0
-        for process in self.processes:
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-        for process in self.processes:
-            for stop in (process.terminate, process.kill):
-                if process.is_alive():
-                    logger.warning("worker %s did not stop; calling %s()", process.name, stop.__name__)
-                    stop()
-                    process.join(timeout=1.0)
-        for conn in self.conns:
-            conn.close()
-        for shm in self.shms:
-            if shm is not None:
-                shm.close()
-                with contextlib.suppress(FileNotFoundError):
-                    shm.unlink()
 
 
 # Batched helpers ----------------------------------------------------------------------------
@@ -713,6 +472,13 @@ def stack(observations: Sequence[Any]) -> Any:
                 raise SpaceError(f"stack(): row {row} is {_describe(observation)}, row 0 a tuple of {len(first)}")
         return tuple(stack([observation[i] for observation in observations]) for i in range(len(first)))
     try:
+        batch = np.asarray(observations)  # one call: much faster than np.stack for small rows
+    except ValueError as error:
+        shapes = sorted({np.shape(observation) for observation in observations})
+        raise SpaceError(f"stack(): observations of different shapes {shapes} cannot be stacked") from error
+    if batch.dtype != object:
+        return batch
+    try:  # objects, or rows that are lists of different lengths: stack row by row
         return np.stack([np.asarray(observation) for observation in observations])
     except ValueError as error:
         shapes = sorted({np.shape(observation) for observation in observations})

@@ -67,9 +67,18 @@ class PPO:
         - **Seeding**: ``config.seed`` seeds the model initialization (per policy id), the action
           sampling of each runner, every env's first reset (runner r, env i: seed + 1000 r + i) and
           the minibatch order, so a seeded run repeats (on the same machine and torch build).
-        - **Faults**: an env raising in ``reset``/``step`` is rebuilt and its episode dropped
-          (``num_env_errors``); a dead runner actor is replaced and asked again within the same
-          iteration (``num_runner_restarts``).
+        - **Envs**: each runner (the driver with ``num_env_runners=0``) steps one
+          :class:`~marl_core.vector.VectorMultiAgentEnv` of ``num_envs_per_env_runner`` envs
+          (``config.vector_mode``: ``"sync"`` or ``"async"``), one batched forward pass per policy
+          per step, with ``config.sampling_torch_threads`` torch threads (default 1).
+        - **Faults**: an env raising in ``reset``/``step`` is rebuilt by its vector
+          (``on_error="rebuild"``) and its episode dropped (``num_env_errors``), the other envs
+          going on; a dead runner actor is replaced and asked again within the same iteration
+          (``num_runner_restarts``).
+
+    Attributes:
+        out_dir: the run's output folder when ``marl-train`` runs it (set before the first
+            iteration, so callbacks can write next to the logs), None otherwise.
     """
 
     def __init__(self, config: PPOConfig) -> None:
@@ -77,6 +86,11 @@ class PPO:
         if config.env is None:
             raise ConfigError("no env: call config.environment(env_class_or_creator) first")
         self.env_creator = make_env_creator(config.env)
+        if config.vector_mode not in ("sync", "async"):
+            raise ConfigError(f"vector_mode must be 'sync' or 'async', received {config.vector_mode!r}")
+        if int(config.sampling_torch_threads) < 1:
+            raise ConfigError(f"sampling_torch_threads must be at least 1, received {config.sampling_torch_threads!r}")
+        self.out_dir: Path | None = None
         if config.torch_threads is not None:
             torch.set_num_threads(int(config.torch_threads))
         self.device = torch.device(
@@ -95,7 +109,8 @@ class PPO:
                 self.env_creator, config.env_config, config.num_env_runners, config.num_envs_per_env_runner,
                 seed=config.seed, ray_address=config.ray_address, num_cpus=config.num_cpus,
                 max_restarts=config.max_runner_restarts, max_env_errors_in_a_row=config.max_env_errors_in_a_row,
-                log_level=config.log_level)
+                log_level=config.log_level, vector_mode=config.vector_mode,
+                vector_num_workers=config.vector_num_workers, torch_threads=int(config.sampling_torch_threads))
         self.sampler: Sampler | None = None
         try:
             self._build(config)
@@ -125,7 +140,8 @@ class PPO:
         if config.num_env_runners == 0:
             self.sampler = Sampler(self.env_creator, config.env_config, config.num_envs_per_env_runner,
                                    worker_index=0, seed=config.seed,
-                                   max_env_errors_in_a_row=config.max_env_errors_in_a_row)
+                                   max_env_errors_in_a_row=config.max_env_errors_in_a_row,
+                                   vector_mode=config.vector_mode, vector_num_workers=config.vector_num_workers)
         self._sync_state()
 
     # Policies -----------------------------------------------------------------------------------
@@ -283,7 +299,12 @@ class PPO:
         if self.sampler is not None:
             self.sampler.set_weights({p: v.get_weights() for p, v in self.policies.items()
                                       if isinstance(v, TorchPolicy) and v.device.type != "cpu"})
-            samples = [self.sampler.sample(steps)]
+            learner_threads = torch.get_num_threads()
+            torch.set_num_threads(int(self.config.sampling_torch_threads))
+            try:
+                samples = [self.sampler.sample(steps)]
+            finally:
+                torch.set_num_threads(learner_threads)
             restarts = 0
         else:
             import cloudpickle

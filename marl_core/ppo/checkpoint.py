@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+_warned_mapping_fn: list[bool] = []  # the mapping fn warning is a WARNING once per process, then INFO
 
 
 def save_checkpoint(algo: PPO, path: Path) -> Path:
@@ -42,8 +43,10 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
         config = algo.config.to_json_dict()
         if config["policy_mapping_fn"] is None:
             config["policy_mapping_fn"] = reference_of(algo._build_mapping_fn)
-            logger.warning("the current policy_mapping_fn cannot be imported by name; the checkpoint keeps %s",
-                           config["policy_mapping_fn"] or "none (pass policy_mapping_fn=... when restoring)")
+            level = logging.INFO if _warned_mapping_fn else logging.WARNING  # once per process
+            _warned_mapping_fn.append(True)
+            logger.log(level, "the current policy_mapping_fn cannot be imported by name; the checkpoint keeps %s",
+                       config["policy_mapping_fn"] or "none (pass policy_mapping_fn=... when restoring)")
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         policies = {}
         for policy_id, policy in algo.policies.items():

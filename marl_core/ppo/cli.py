@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     deadline = start + 60 * minutes if minutes is not None else math.inf
     algo = config.build()
+    algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs
     run_log = RunLogger(out)
     bar = tqdm(total=args.iterations, disable=args.no_progress, unit="it", dynamic_ncols=True)
     interrupted = False

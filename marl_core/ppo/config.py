@@ -108,7 +108,13 @@ class PPOConfig:
     max_runner_restarts: int = 3
     """Restarts of one runner allowed within one iteration before the iteration fails."""
     max_env_errors_in_a_row: int = 10
-    """Consecutive failed rebuilds of one env before the runner gives up."""
+    """Consecutive failures of one env (without a successful step in between) before the runner gives up."""
+    vector_mode: Literal["sync", "async"] = "sync"
+    """How each runner (and the driver, with 0 runners) steps its envs: "sync" in its own process,
+    "async" in worker processes (a :class:`~marl_core.vector.VectorMultiAgentEnv`); "async" pays
+    off when env steps are expensive next to a round trip between processes."""
+    vector_num_workers: int | None = None
+    """"async" only: worker processes per runner (default: one per env)."""
 
     # training
     lr: float = 3e-4
@@ -146,8 +152,10 @@ class PPOConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Learner device; runners always infer on CPU."""
     torch_threads: int | None = None
-    """torch threads of the driver (the learner) when set; runners always use 1. On a small
-    shared machine 1 is often the fastest."""
+    """torch threads of the learner in the driver when set (None: torch's default)."""
+    sampling_torch_threads: int = 1
+    """torch threads while sampling, in every runner and in the driver (``num_env_runners=0``):
+    batched forward passes of small models run fastest on one thread."""
 
     # debugging
     seed: int | None = 0
@@ -185,7 +193,8 @@ class PPOConfig:
         return self
 
     def env_runners(self, **kwargs: Any) -> PPOConfig:
-        """Set ``num_env_runners``, ``num_envs_per_env_runner``, ``rollout_fragment_length``, ..."""
+        """Set ``num_env_runners``, ``num_envs_per_env_runner``, ``rollout_fragment_length``,
+        ``vector_mode``, ``vector_num_workers``, ..."""
         return self._update("env_runners", kwargs)
 
     def training(self, **kwargs: Any) -> PPOConfig:
@@ -193,7 +202,7 @@ class PPOConfig:
         return self._update("training", kwargs)
 
     def resources(self, **kwargs: Any) -> PPOConfig:
-        """Set ``ray_address``, ``num_cpus``, ``device`` and ``torch_threads``."""
+        """Set ``ray_address``, ``num_cpus``, ``device``, ``torch_threads`` and ``sampling_torch_threads``."""
         return self._update("resources", kwargs)
 
     def debugging(self, **kwargs: Any) -> PPOConfig:

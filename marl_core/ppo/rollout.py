@@ -1,7 +1,10 @@
 """Sampling: the one implementation used in the driver (``num_env_runners=0``) and in Ray actors.
 
-A :class:`Sampler` steps ``num_envs`` envs together. At every step it groups the acting agents of
-all envs by policy and runs one batched forward pass per policy. Each agent keeps a trajectory:
+A :class:`Sampler` steps a :class:`~marl_core.vector.VectorMultiAgentEnv` of ``num_envs`` envs
+(``"sync"`` or ``"async"``). At every step it groups the acting agents of all envs by policy with
+:func:`~marl_core.vector.gather`, runs one batched forward pass per policy and sends the actions
+back with :func:`~marl_core.vector.scatter`. An env whose episode ended is reset by the vector on
+the next step (its autoreset), which starts a new episode for it. Each agent keeps a trajectory:
 its rewards are credited to its most recent action and accumulate until its next action or the
 end of the episode, so in turn-based games the reward that arrives when the opponent wins is
 credited to the loser's last move. GAE runs per agent trajectory when it ends (no bootstrap on
@@ -9,11 +12,13 @@ termination, the value of the final observation on truncation). When the batch i
 open trajectory ships all but its last action, bootstrapped with that action's value, and keeps
 the last action for the next batch, so no reward is lost at batch boundaries.
 
-An env that raises is rebuilt, its episode dropped and counted (``num_env_errors``).
+An env that raises is rebuilt by the vector (``on_error="rebuild"``), its episode dropped and
+counted (``num_env_errors``); the other envs go on.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -27,6 +32,7 @@ from marl_core.env import ALL, AgentID
 from marl_core.errors import ConfigError, EnvContractError
 from marl_core.ppo.gae import compute_gae
 from marl_core.ppo.model import TorchPolicy, index_obs, stack_obs
+from marl_core.vector import VectorMultiAgentEnv, gather, scatter
 
 logger = logging.getLogger(__name__)
 
@@ -74,11 +80,40 @@ class _Trajectory:
         self.rewards: list[float] = []
 
 
+def _make_env(env_creator: Callable[[dict], Any], env_config: Mapping[str, Any]) -> Any:
+    """One env from ``env_creator`` with a fresh copy of ``env_config`` (a picklable factory)."""
+    return env_creator(dict(env_config))
+
+
+def _as_dtype(space: Any, batch: Any) -> Any:
+    """``batch`` (as :func:`~marl_core.vector.stack` builds it) cast leaf-wise to ``space``'s dtypes."""
+    if isinstance(batch, dict):
+        return {key: _as_dtype(space[key], value) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_as_dtype(space[i], value) for i, value in enumerate(batch))
+    dtype = getattr(space, "dtype", None)
+    return batch if dtype is None or batch.dtype == dtype else batch.astype(dtype)
+
+
 class Sampler:
-    """Steps ``num_envs`` envs with the current policies and returns per-policy train batches."""
+    """Steps a vector of ``num_envs`` envs with the current policies and returns per-policy train batches.
+
+    Args:
+        env_creator: ``env_creator(env_config) -> env``; picklable (cloudpickle) for ``"async"``.
+        env_config: passed (copied) to every call of ``env_creator``.
+        num_envs: envs in the vector.
+        worker_index: this runner's index (0: the driver); seeds and episode ids depend on it.
+        seed: env ``i`` is first reset with ``seed + 1000 * worker_index + i``; rebuilt envs are
+            seeded from their own streams (see :class:`~marl_core.vector.VectorMultiAgentEnv`).
+        max_env_errors_in_a_row: failures of one env without a successful step in between after
+            which sampling raises :class:`~marl_core.errors.EnvContractError`.
+        vector_mode: ``"sync"`` steps the envs in this process; ``"async"`` in worker processes.
+        vector_num_workers: ``"async"`` only: worker processes (default: one per env).
+    """
 
     def __init__(self, env_creator: Callable[[dict], Any], env_config: Mapping[str, Any], num_envs: int,
-                 *, worker_index: int = 0, seed: int | None = 0, max_env_errors_in_a_row: int = 10) -> None:
+                 *, worker_index: int = 0, seed: int | None = 0, max_env_errors_in_a_row: int = 10,
+                 vector_mode: str = "sync", vector_num_workers: int | None = None) -> None:
         self.env_creator = env_creator
         self.env_config = dict(env_config)
         self.worker_index = worker_index
@@ -92,15 +127,19 @@ class Sampler:
         self.mapping_fn: Callable[..., PolicyID] | None = None
         self._episode_counter = 0
         self.num_env_errors = 0
-        self.envs = [env_creator(dict(self.env_config)) for _ in range(num_envs)]
+        factory = functools.partial(_make_env, env_creator, self.env_config)
+        # Actions come from the policies (masked) or from fixed callables; the envs check them.
+        self.vector = VectorMultiAgentEnv(
+            [factory] * num_envs, vector_mode,  # type: ignore[arg-type]
+            num_workers=vector_num_workers, check_actions=False, on_error="rebuild",
+            max_rebuild_attempts=max_env_errors_in_a_row)
+        self.num_envs = num_envs
         self.obs: list[dict[AgentID, Any]] = [{} for _ in range(num_envs)]
         self.ending: list[set[AgentID]] = [set() for _ in range(num_envs)]
         self.episodes: list[Episode] = [None] * num_envs  # type: ignore[list-item]
         self.trajectories: list[dict[AgentID, _Trajectory]] = [{} for _ in range(num_envs)]
         self._failures_in_a_row = [0] * num_envs
         self._started = False
-
-    # State from the driver ----------------------------------------------------------------------
 
     def set_policies(self, policies: Mapping[PolicyID, Any], mapping_fn: Callable[..., PolicyID],
                      to_train: set[PolicyID], shared: Mapping[PolicyID, TorchPolicy] | None = None) -> None:
@@ -151,47 +190,35 @@ class Sampler:
         self.trajectories[index] = {}
         self.ending[index] = set()
 
-    def _reset(self, index: int, seed: int | None) -> None:
-        self._new_episode(index)
-        obs, _ = self.envs[index].reset(seed=seed)
-        self.obs[index] = obs
-
     def _start(self) -> None:
-        for index in range(len(self.envs)):
-            seed = None if self.seed is None else self.seed + 1000 * self.worker_index + index
-            self._guarded(index, lambda i=index, s=seed: self._reset(i, s))
+        seed = None if self.seed is None else self.seed + 1000 * self.worker_index
+        obs_list, _ = self.vector.reset(seed=seed)
+        self._count_failures()
+        for index, obs in enumerate(obs_list):
+            self._new_episode(index)
+            self.obs[index] = obs
         self._started = True
 
-    def _guarded(self, index: int, action: Callable[[], Any]) -> bool:
-        """Run ``action``; on an env error rebuild env ``index`` and drop its episode.
+    def _count_failures(self) -> set[int]:
+        """Count the vector's failures of its last call; return the failed env indices.
 
-        Returns False when the env failed (and was rebuilt). Raises after
-        ``max_env_errors_in_a_row`` failures of one env without a successful step in between.
+        Raises:
+            EnvContractError: an env failed ``max_env_errors_in_a_row`` times without a
+                successful step in between.
         """
-        failed = False
-        while True:
-            try:
-                action()
-                if not failed:
-                    self._failures_in_a_row[index] = 0
-                return not failed
-            except Exception as error:
-                self.num_env_errors += 1
-                self._failures_in_a_row[index] += 1
-                failures = self._failures_in_a_row[index]
-                failed = True
-                logger.warning("env %d of runner %d raised %s: %s; rebuilding it and dropping its episode",
-                               index, self.worker_index, type(error).__name__, error, exc_info=True)
-                if failures >= self.max_env_errors_in_a_row:
-                    raise EnvContractError(
-                        f"env {index} of runner {self.worker_index} failed {failures} times in a row; last "
-                        f"error: {type(error).__name__}: {error}") from error
-                try:
-                    self.envs[index].close()
-                except Exception:
-                    logger.debug("closing a failed env raised", exc_info=True)
-                self.envs[index] = self.env_creator(dict(self.env_config))
-                action = lambda i=index: self._reset(i, None)  # noqa: E731
+        failed = set()
+        for index, text in self.vector.last_failures:
+            failed.add(index)
+            self.num_env_errors += 1
+            self._failures_in_a_row[index] += 1
+            failures = self._failures_in_a_row[index]
+            last_line = next((line for line in reversed(text.strip().splitlines()) if line.strip()), "")
+            logger.warning("env %d of runner %d raised (%s); it was rebuilt and its episode dropped",
+                           index, self.worker_index, last_line)
+            if failures >= self.max_env_errors_in_a_row:
+                raise EnvContractError(f"env {index} of runner {self.worker_index} failed {failures} times in a row; "
+                                       f"last error: {last_line}\n\n{text}")
+        return failed
 
     def policy_of(self, episode: Episode, agent_id: AgentID) -> PolicyID:
         """The policy of ``agent_id`` in ``episode`` (the mapping fn is asked once per episode)."""
@@ -207,7 +234,11 @@ class Sampler:
     # Sampling -----------------------------------------------------------------------------------
 
     def sample(self, num_env_steps: int) -> dict[str, Any]:
-        """Step the envs until ``num_env_steps`` env steps were taken; return batches and metrics."""
+        """Step the envs until ``num_env_steps`` env steps were taken; return batches and metrics.
+
+        Env steps count the envs that stepped; an env that is reset (its episode ended on the
+        previous step, or it failed and was rebuilt) takes no env step in that vector step.
+        """
         start = time.perf_counter()
         if not self._started:
             self._start()
@@ -218,13 +249,21 @@ class Sampler:
         while env_steps < num_env_steps:
             actions, count = self._act()
             agent_steps += count
+            obs_list, rewards_list, terminateds_list, truncateds_list, _ = self.vector.step(actions)
+            failed = self._count_failures()
+            autoreset = self.vector.autoreset
             truncated: list[tuple[PolicyID, Any, _Trajectory]] = []
-            for index, env_actions in enumerate(actions):
-                if self._guarded(index, lambda i=index, a=env_actions, t=truncated: self._step(
-                        i, a, out, t, finished_episodes)):
-                    env_steps += 1
+            for index in range(self.num_envs):
+                if index in failed or autoreset[index]:  # a new episode (a failed one is dropped)
+                    self._new_episode(index)
+                    self.obs[index] = obs_list[index]
+                    continue
+                self._failures_in_a_row[index] = 0
+                env_steps += 1
+                self._step(index, obs_list[index], rewards_list[index], terminateds_list[index],
+                           truncateds_list[index], out, truncated, finished_episodes)
             self._bootstrap_truncated(truncated, out)
-        for index in range(len(self.envs)):
+        for index in range(self.num_envs):
             for agent_id, trajectory in self.trajectories[index].items():
                 policy_id = self.episodes[index].agent_to_policy.get(agent_id)
                 if policy_id is not None and len(trajectory.rewards) > 1:
@@ -241,50 +280,40 @@ class Sampler:
         }
 
     def _act(self) -> tuple[list[dict[AgentID, Any]], int]:
-        groups: dict[PolicyID, tuple[list[tuple[int, AgentID]], list[Any]]] = {}
-        for index, obs in enumerate(self.obs):
-            episode, ending = self.episodes[index], self.ending[index]
-            for agent_id, observation in obs.items():
-                if agent_id in ending:
-                    continue
-                keys, values = groups.setdefault(self.policy_of(episode, agent_id), ([], []))
-                keys.append((index, agent_id))
-                values.append(observation)
-        actions: list[dict[AgentID, Any]] = [{} for _ in self.envs]
+        episodes, ending, obs_list = self.episodes, self.ending, self.obs
+        batches = gather(obs_list, lambda index, agent_id: self.policy_of(episodes[index], agent_id),
+                         where=lambda index, agent_id: agent_id not in ending[index])
+        actions_by_policy: dict[PolicyID, list[Any]] = {}
         count = 0
-        for policy_id, (keys, observations) in groups.items():
-            policy = self.policies[policy_id]
+        for policy_id, policy_batch in batches.items():
+            policy, keys = self.policies[policy_id], policy_batch.keys
             count += len(keys)
+            for index, agent_id in keys:
+                lengths = episodes[index].lengths
+                lengths[agent_id] = lengths.get(agent_id, 0) + 1
             if not isinstance(policy, TorchPolicy):
-                for (index, agent_id), observation in zip(keys, observations, strict=True):
-                    actions[index][agent_id] = policy(observation)
-                    self.episodes[index].lengths[agent_id] = self.episodes[index].lengths.get(agent_id, 0) + 1
+                actions_by_policy[policy_id] = [policy(obs_list[index][agent_id]) for index, agent_id in keys]
                 continue
-            batch = stack_obs(policy.observation_space, observations)
+            batch = _as_dtype(policy.observation_space, policy_batch.obs)
             rows, logps, values = policy.act(batch, explore=True, generator=self.generator)
-            env_actions = policy.dist.to_env(rows)
-            record = policy_id in self.to_train
+            actions_by_policy[policy_id] = policy.dist.to_env(rows)
+            if policy_id not in self.to_train:
+                continue
             for row, (index, agent_id) in enumerate(keys):
-                actions[index][agent_id] = env_actions[row]
-                episode = self.episodes[index]
-                episode.lengths[agent_id] = episode.lengths.get(agent_id, 0) + 1
-                if record:
-                    trajectory = self.trajectories[index].get(agent_id)
-                    if trajectory is None:
-                        trajectory = self.trajectories[index][agent_id] = _Trajectory()
-                    trajectory.obs.append(index_obs(batch, row))
-                    trajectory.actions.append(rows[row])
-                    trajectory.logp.append(float(logps[row]))
-                    trajectory.values.append(float(values[row]))
-                    trajectory.rewards.append(0.0)
-        return actions, count
+                trajectory = self.trajectories[index].get(agent_id)
+                if trajectory is None:
+                    trajectory = self.trajectories[index][agent_id] = _Trajectory()
+                trajectory.obs.append(index_obs(batch, row))
+                trajectory.actions.append(rows[row])
+                trajectory.logp.append(float(logps[row]))
+                trajectory.values.append(float(values[row]))
+                trajectory.rewards.append(0.0)
+        return scatter(actions_by_policy, batches, self.num_envs), count
 
-    def _step(self, index: int, env_actions: dict[AgentID, Any], out: dict, truncated: list,
+    def _step(self, index: int, obs: dict[AgentID, Any], rewards: Mapping[AgentID, Any],
+              terminateds: Mapping[AgentID, bool], truncateds: Mapping[AgentID, bool], out: dict, truncated: list,
               finished: list) -> None:
-        if not env_actions:
-            raise EnvContractError(f"{type(self.envs[index]).__name__} asked no agent to act (observations for "
-                                   f"{sorted(self.obs[index])}) without setting '__all__'")
-        obs, rewards, terminateds, truncateds, _ = self.envs[index].step(env_actions)
+        """Credit the rewards of env ``index``'s step and end the trajectories that ended."""
         episode, trajectories = self.episodes[index], self.trajectories[index]
         episode.env_steps += 1
         for agent_id, reward in rewards.items():
@@ -311,7 +340,7 @@ class Sampler:
                 finished.append({"episode_id": episode.id_, "policy_id": policy_id, "agent_id": agent_id,
                                  "return": episode.returns.get(agent_id, 0.0),
                                  "length": episode.lengths.get(agent_id, 0), "env_steps": episode.env_steps})
-            self._reset(index, None)
+            self.obs[index], self.ending[index] = {}, set()  # nobody acts: the vector resets it next
         else:
             self.obs[index] = obs
             self.ending[index] = {a for a in obs if terminateds.get(a) or truncateds.get(a)}
@@ -358,25 +387,23 @@ class Sampler:
         }
 
     def close(self) -> None:
-        """Close every env."""
-        for env in self.envs:
-            try:
-                env.close()
-            except Exception:
-                logger.debug("closing an env raised", exc_info=True)
+        """Close the vector (every env, and its worker processes in ``"async"`` mode)."""
+        self.vector.close()
 
 
 class EnvRunner:
     """A Ray actor around a :class:`Sampler`; state from the driver arrives cloudpickled."""
 
     def __init__(self, env_creator_blob: bytes, env_config: dict, num_envs: int, worker_index: int,
-                 seed: int | None, max_env_errors_in_a_row: int, log_level: str) -> None:
+                 seed: int | None, max_env_errors_in_a_row: int, log_level: str, vector_mode: str = "sync",
+                 vector_num_workers: int | None = None, torch_threads: int = 1) -> None:
         import cloudpickle
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(torch_threads)
         logging.basicConfig(level=log_level)
         self.sampler = Sampler(cloudpickle.loads(env_creator_blob), env_config, num_envs, worker_index=worker_index,
-                               seed=seed, max_env_errors_in_a_row=max_env_errors_in_a_row)
+                               seed=seed, max_env_errors_in_a_row=max_env_errors_in_a_row,
+                               vector_mode=vector_mode, vector_num_workers=vector_num_workers)
         self.state_version = -1
 
     def set_state(self, version: int, blob: bytes) -> int:

@@ -19,7 +19,8 @@ class RunnerGroup:
 
     def __init__(self, env_creator: Callable[[dict], Any], env_config: dict, num_runners: int, num_envs: int,
                  *, seed: int | None, ray_address: str | None, num_cpus: int | None, max_restarts: int,
-                 max_env_errors_in_a_row: int, log_level: str) -> None:
+                 max_env_errors_in_a_row: int, log_level: str, vector_mode: str = "sync",
+                 vector_num_workers: int | None = None, torch_threads: int = 1) -> None:
         import cloudpickle
         import ray
 
@@ -39,6 +40,7 @@ class RunnerGroup:
         self._creator_blob = cloudpickle.dumps(env_creator)
         self._args = (env_config, num_envs)
         self._seed, self._max_env_errors, self._log_level = seed, max_env_errors_in_a_row, log_level
+        self._vector = (vector_mode, vector_num_workers, torch_threads)
         self.max_restarts = max_restarts
         self._next_worker_index = 1
         self.runners = [self._make() for _ in range(num_runners)]
@@ -49,7 +51,7 @@ class RunnerGroup:
         index = self._next_worker_index
         self._next_worker_index += 1
         return self._actor_class.remote(self._creator_blob, *self._args, index, self._seed,
-                                        self._max_env_errors, self._log_level)
+                                        self._max_env_errors, self._log_level, *self._vector)
 
     def sample(self, version: int, state_blob: bytes, weights: dict, steps_per_runner: int) -> list[dict]:
         """One sample call on every runner; a runner that dies is replaced and asked again."""

@@ -58,6 +58,7 @@ logger = logging.getLogger(__name__)
 MAIN = "main"
 RANDOM = "random"
 TACTICAL = "tactical"
+MCTS = "mcts"
 SNAPSHOT_PREFIX = "main_v"
 _SNAPSHOT = re.compile(rf"^{SNAPSHOT_PREFIX}(\d+)$")
 
@@ -118,6 +119,54 @@ def tactical_legal_action(observation: Mapping[str, Any]) -> int:
     return choices[int(_RANDOM_PLAYER_RNG.integers(len(choices)))]
 
 
+MCTS_SIMULATIONS = 25
+"""Simulations per move of the league's MCTS player (:func:`mcts_legal_action`)."""
+
+_MCTS_BOT: list[Any] = []  # (game, bot), built on first use in each process
+
+
+def _state_from_board(game: Any, board: np.ndarray) -> Any:
+    """An OpenSpiel Connect-4 state with ``board``'s pieces (None if no move order is found).
+
+    Moves are replayed x first, alternating, each player taking the leftmost column whose next
+    cell holds one of its pieces; the history differs from the real one, the position does not.
+    """
+    state = game.new_initial_state()
+    heights = [0] * board.shape[2]
+    pieces = (board[0], board[1])
+    for move in range(int(board[0].sum() + board[1].sum())):
+        mine = pieces[move % 2]
+        column = next((c for c, h in enumerate(heights) if h < board.shape[1] and mine[h, c]), None)
+        if column is None:
+            return None
+        state.apply_action(column)
+        heights[column] += 1
+    return state
+
+
+def mcts_legal_action(observation: Mapping[str, Any]) -> int:
+    """The league's MCTS player: OpenSpiel's ``MCTSBot`` (``MCTS_SIMULATIONS``, random rollouts).
+
+    It searches from a state rebuilt from the board (:func:`_state_from_board`); when no move
+    order rebuilds it, it plays as :func:`tactical_legal_action`.
+    """
+    if not _MCTS_BOT:
+        import pyspiel
+        from open_spiel.python.algorithms import mcts
+
+        game = pyspiel.load_game("connect_four")
+        random_state = np.random.RandomState(int(_RANDOM_PLAYER_RNG.integers(2**31)))
+        _MCTS_BOT.append((game, mcts.MCTSBot(
+            game, uct_c=2.0, max_simulations=MCTS_SIMULATIONS,
+            evaluator=mcts.RandomRolloutEvaluator(n_rollouts=1, random_state=random_state),
+            random_state=random_state)))
+    game, bot = _MCTS_BOT[0]
+    state = _state_from_board(game, np.asarray(observation["observation"]) > 0.5)
+    if state is None or state.is_terminal():
+        return tactical_legal_action(observation)
+    return int(bot.step(state))
+
+
 def seat_of(agent_id: str) -> int:
     """The OpenSpiel player index of ``"player_<i>"``."""
     return int(agent_id.rsplit("_", 1)[1])
@@ -134,8 +183,13 @@ def main_vs_random(agent_id: str, episode: Any, **kwargs: Any) -> str:
 
 
 def main_vs_fixed(agent_id: str, episode: Any, **kwargs: Any) -> str:
-    """The first mapping with the tactical player: main against ``"random"`` or ``"tactical"``."""
-    return LeagueMapping((RANDOM, TACTICAL))(agent_id, episode)
+    """The first mapping of league ``"tactical"``: main against ``"random"`` or ``"tactical"``."""
+    return LeagueMapping(FIXED_PLAYERS["tactical"])(agent_id, episode)
+
+
+def main_vs_fixed_mcts(agent_id: str, episode: Any, **kwargs: Any) -> str:
+    """The first mapping of league ``"mcts"``: main against ``"random"``, ``"tactical"`` or ``"mcts"``."""
+    return LeagueMapping(FIXED_PLAYERS["mcts"])(agent_id, episode)
 
 
 @dataclass(frozen=True)
@@ -193,7 +247,7 @@ class SelfPlayLeague:
     def _adopt(self, algo: PPO) -> None:
         """Take over snapshots that ``algo`` already holds (an algorithm restored from a checkpoint)."""
         found = sorted((int(m.group(1)), pid) for pid in algo.policies if (m := _SNAPSHOT.match(pid)))
-        fixed = tuple(pid for pid in (RANDOM, TACTICAL) if pid in algo.policies) or self.fixed
+        fixed = tuple(pid for pid in (RANDOM, TACTICAL, MCTS) if pid in algo.policies) or self.fixed
         if [pid for _, pid in found] != self.snapshots or fixed != self.fixed:
             self.snapshots, self.fixed = [pid for _, pid in found], fixed
             self.next_version = max([v for v, _ in found], default=0) + 1
@@ -378,8 +432,18 @@ def main_spec() -> PolicySpec:
     return PolicySpec(model={"module": connect4_module})
 
 
+FIXED_PLAYERS: dict[str, tuple[str, ...]] = {
+    "random": (RANDOM,),
+    "tactical": (RANDOM, TACTICAL),
+    "mcts": (RANDOM, TACTICAL, MCTS),
+}
+"""The players that stay in the league (snapshots come and go), by the preset's ``league`` option."""
+
+FIRST_MAPPINGS = {"random": main_vs_random, "tactical": main_vs_fixed, "mcts": main_vs_fixed_mcts}
+
+
 def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, network: str = "mlp",
-                    tactical: bool = False, train_batch_size: int = 4000, num_epochs: int = 4,
+                    league: str = "random", train_batch_size: int = 4000, num_epochs: int = 4,
                     minibatch_size: int = 512, entropy_coeff: float = 0.01) -> PPOConfig:
     """The trainer config of the preset: main vs the league, tuned for a 2-core laptop.
 
@@ -390,13 +454,12 @@ def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, netw
     """
     from marl_core.ppo.config import PPOConfig
 
-    policies: dict[str, Any] = {MAIN: main_spec(), RANDOM: random_legal_action}
-    if tactical:
-        policies[TACTICAL] = tactical_legal_action
+    players = {RANDOM: random_legal_action, TACTICAL: tactical_legal_action, MCTS: mcts_legal_action}
+    policies: dict[str, Any] = {MAIN: main_spec(), **{pid: players[pid] for pid in FIXED_PLAYERS[league]}}
     return (
         PPOConfig()
         .environment(make_env, env_config={"game": "connect_four"})
-        .multi_agent(policies=policies, policy_mapping_fn=main_vs_fixed if tactical else main_vs_random,
+        .multi_agent(policies=policies, policy_mapping_fn=FIRST_MAPPINGS[league],
                      policies_to_train=[MAIN])
         .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs)
         .training(lr=lr, gamma=0.99, lambda_=0.95, clip_param=0.2, entropy_coeff=entropy_coeff,
@@ -425,7 +488,7 @@ def connect4_preset(**options: Any) -> Preset:
     """
     from marl_core.ppo.presets import Preset
 
-    league = SelfPlayLeague(fixed=(RANDOM, TACTICAL) if options.get("tactical") else (RANDOM,))
+    league = SelfPlayLeague(fixed=FIXED_PLAYERS[options.get("league", "random")])
     evaluation = Connect4Evaluation()
     return Preset(
         name="connect4",

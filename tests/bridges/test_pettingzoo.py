@@ -368,3 +368,16 @@ def test_rollout_through_the_bridge_credits_every_reward():
     _, raw_returns = _raw_turns_with_info_masks(2)
     assert result.returns == pytest.approx(raw_returns)
     assert result.lengths == {"alice_0": 3, "bob_0": 5} and result.terminated
+
+
+def test_reset_seed_also_seeds_the_bridges_own_generator():
+    from gymnasium.utils import seeding
+
+    for bridge, make in ((PettingZooEnv, TurnsWithInfoMasks), (ParallelPettingZooEnv, SimultaneousWithInfoMasks)):
+        env = bridge(make())
+        env.reset(seed=8)
+        drawn = env.np_random.integers(1 << 30, size=4)
+        assert env.np_random_seed == 8
+        assert np.array_equal(drawn, seeding.np_random(8)[0].integers(1 << 30, size=4))
+        env.reset()  # no seed: the generator goes on
+        assert not np.array_equal(env.np_random.integers(1 << 30, size=4), drawn)

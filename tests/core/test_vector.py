@@ -186,7 +186,7 @@ def test_without_shared_memory_replies_go_through_the_pipe(
 
     with VectorMultiAgentEnv([BigObsEnv] * 2) as sync_env:
         sync_out, _ = play(sync_env, BigObsEnv, seed=1, steps=6)
-    monkeypatch.setattr("marl_core.vector.shared_memory.SharedMemory", no_space)
+    monkeypatch.setattr("marl_core._vector_workers.shared_memory.SharedMemory", no_space)
     with (
         caplog.at_level(logging.WARNING, logger="marl_core.vector"),
         VectorMultiAgentEnv([BigObsEnv] * 2, "async", num_workers=1) as async_env,
@@ -379,6 +379,117 @@ def test_sub_env_exception_names_the_env_and_needs_reset(mode: str, num_workers:
             venv.step([{"player1": 0, "player2": 0}] * 3)
         obs_list, _ = venv.reset(seed=0)
         assert obs_list == [{"player1": 0, "player2": 0}] * 3
+
+
+class SeedEchoEnv(ExplodingEnv):
+    """An :class:`ExplodingEnv` whose reset reports its seed in player1's infos."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"player1": {"seed": seed}}
+
+
+class BadResetEnv(RockPaperScissors):
+    """Rock-paper-scissors whose reset raises on the first ``failures`` instances built (per process)."""
+
+    built = [0]
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        BadResetEnv.built[0] += 1
+        self.fails = BadResetEnv.built[0] <= failures
+
+    def reset(self, *, seed=None, options=None):
+        if self.fails:
+            raise RuntimeError("reset refused")
+        return super().reset(seed=seed, options=options)
+
+
+MODES = [("sync", None), ("async", None), ("async", 1)]
+
+
+def _rebuild_run(mode: str, num_workers: int | None) -> tuple[list, VectorMultiAgentEnv]:
+    factories = [RockPaperScissors, lambda: SeedEchoEnv(fail_at=2), RockPaperScissors]
+    moves = [{"player1": 1, "player2": 0}] * 3
+    with VectorMultiAgentEnv(factories, mode, num_workers=num_workers, on_error="rebuild") as venv:
+        venv.reset(seed=7)
+        first = venv.step(moves)
+        assert venv.last_failures == [] and venv.num_env_errors == 0
+        failed = venv.step(moves)
+        failures, autoreset = list(venv.last_failures), list(venv.autoreset)
+        after = venv.step(moves)
+        return [first, failed, failures, autoreset, after, venv.num_env_errors, venv.last_failures], venv
+
+
+@pytest.mark.parametrize(("mode", "num_workers"), MODES)
+def test_rebuild_isolates_a_failing_env_and_reports_it(mode: str, num_workers: int | None) -> None:
+    (first, failed, failures, autoreset, after, errors, last), _ = _rebuild_run(mode, num_workers)
+    assert first[1] == [{"player1": 1, "player2": -1}] * 3
+    obs_list, rewards_list, terminateds_list, truncateds_list, infos_list = failed
+    # The other envs stepped as usual; env 1 was rebuilt and answers with its new first observations.
+    assert rewards_list[0] == rewards_list[2] == {"player1": 1, "player2": -1}
+    assert obs_list[1] == {"player1": 0, "player2": 0}
+    assert rewards_list[1] == {} and terminateds_list[1] == truncateds_list[1] == {ALL: False}
+    assert isinstance(infos_list[1]["player1"]["seed"], int)  # seeded from the env's own stream
+    assert autoreset == [False, True, False]
+    assert [index for index, _ in failures] == [1]
+    assert "RuntimeError: boom at move 2" in failures[0][1] and "in step" in failures[0][1]
+    # The rebuilt env plays on (until it fails again at its own second move), the others too.
+    assert after[1][0] == after[1][2] == {"player1": 1, "player2": -1}
+    assert after[1][1] == {"player1": 1, "player2": -1}
+    assert errors == 1 and last == []
+
+
+def test_rebuild_seeds_repeat_with_the_reset_seed_and_agree_across_modes() -> None:
+    seeds = []
+    for mode, num_workers in MODES:
+        (_, failed, *_), _ = _rebuild_run(mode, num_workers)
+        seeds.append(failed[4][1]["player1"]["seed"])
+    assert len(set(seeds)) == 1
+    (_, again, *_), _ = _rebuild_run("sync", None)
+    assert again[4][1]["player1"]["seed"] == seeds[0]
+
+
+@pytest.mark.parametrize(("mode", "num_workers"), MODES)
+def test_rebuild_covers_reset_and_gives_up_after_max_attempts(mode: str, num_workers: int | None) -> None:
+    BadResetEnv.built[0] = 0  # sync mode: this process's count
+
+    def flaky_once():
+        return BadResetEnv(failures=1)
+
+    with VectorMultiAgentEnv([RockPaperScissors, flaky_once], mode, num_workers=num_workers,
+                             on_error="rebuild") as venv:
+        obs_list, _ = venv.reset(seed=0)
+        assert obs_list == [{"player1": 0, "player2": 0}] * 2
+        assert [index for index, _ in venv.last_failures] == [1] and "reset refused" in venv.last_failures[0][1]
+        assert venv.step([{"player1": 0, "player2": 2}] * 2)[1][1] == {"player1": 1, "player2": -1}
+
+    def always_broken():
+        return BadResetEnv(failures=10**9)
+
+    with VectorMultiAgentEnv([RockPaperScissors, always_broken], mode, num_workers=num_workers,
+                             on_error="rebuild", max_rebuild_attempts=2) as venv:
+        with pytest.raises(VectorEnvError, match=r"env 1 could not be rebuilt in 2 attempts; last error:"):
+            venv.reset(seed=0)
+        assert venv.num_env_errors == 3  # the reset, then two failed rebuilds
+        with pytest.raises(ResetNeededError):
+            venv.step([{"player1": 0, "player2": 0}] * 2)
+
+
+def test_rebuild_arguments_are_validated() -> None:
+    with pytest.raises(VectorEnvError, match="on_error must be 'raise' or 'rebuild', received 'ignore'"):
+        VectorMultiAgentEnv([RockPaperScissors], on_error="ignore")  # type: ignore[arg-type]
+    with pytest.raises(VectorEnvError, match="max_rebuild_attempts must be at least 1, received 0"):
+        VectorMultiAgentEnv([RockPaperScissors], on_error="rebuild", max_rebuild_attempts=0)
+
+
+def test_a_dead_worker_is_still_an_error_with_rebuild() -> None:
+    with VectorMultiAgentEnv([RockPaperScissors, DyingEnv], "async", on_error="rebuild") as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match=r"worker process of env 1 \(pid \d+\) exited unexpectedly"):
+            venv.step([{"player1": 0, "player2": 0}] * 2)
+        with pytest.raises(VectorEnvError, match="unusable"):
+            venv.reset(seed=0)
 
 
 class LockedEnv(RockPaperScissors):

@@ -223,3 +223,36 @@ def test_config_json_round_trip_keeps_specs_and_references():
 
 def _tiny_module(observation_space, action_space, model_config):
     return torch.nn.Linear(2, 3)
+
+
+def test_sampling_uses_its_own_torch_threads_and_the_learner_keeps_its_own():
+    seen = []
+
+    def recording_beat_last(observation):
+        seen.append(torch.get_num_threads())
+        return beat_last_move(observation)
+
+    before = torch.get_num_threads()
+    config = _rps_config().multi_agent(policies={"learned": None, "beat_last": recording_beat_last})
+    try:
+        with config.resources(torch_threads=2).build() as algo:
+            assert algo.config.sampling_torch_threads == 1 and algo.out_dir is None
+            algo.train()
+            assert set(seen) == {1}
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ConfigError, match="vector_mode must be 'sync' or 'async', received 'threads'"):
+        _rps_config().env_runners(vector_mode="threads").build()
+
+
+def test_the_mapping_fn_warning_is_logged_once_per_process(tmp_path, caplog):
+    from marl_core.ppo import checkpoint
+
+    checkpoint._warned_mapping_fn.clear()
+    config = _rps_config().multi_agent(policy_mapping_fn=lambda agent_id, episode: rps_policy_mapping_fn(agent_id, episode))
+    with caplog.at_level("INFO", logger="marl_core.ppo.checkpoint"), config.build() as algo:
+        algo.save(tmp_path / "a")
+        algo.save(tmp_path / "b")
+    levels = [r.levelname for r in caplog.records if "cannot be imported by name" in r.getMessage()]
+    assert levels == ["WARNING", "INFO"]

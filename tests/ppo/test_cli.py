@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from marl_core.errors import ConfigError
-from marl_core.ppo import PPO
+from marl_core.ppo import PPO, PPOConfig
 from marl_core.ppo.cli import main
 from marl_core.ppo.presets import PRESETS, load_preset
 
@@ -77,3 +77,25 @@ def test_ctrl_c_saves_a_final_checkpoint(tmp_path):
     restored = PPO.from_checkpoint(tmp_path / "final")
     assert restored.iteration >= 1
     restored.stop()
+
+
+def out_dir_preset():
+    """The rps preset plus a callback that writes a file into ``algo.out_dir``."""
+    from marl_core.ppo.presets import Preset
+
+    def callback(algo, result):
+        (algo.out_dir / f"seen-{algo.iteration}.txt").write_text(algo.config.vector_mode)
+
+    rps = load_preset("rps")
+    return Preset(name="out-dir", description="rps with a callback writing into algo.out_dir",
+                  build_config=rps.build_config, callbacks=(callback,))
+
+
+def test_callbacks_know_the_out_dir_and_the_vector_mode_can_be_overridden(tmp_path, monkeypatch):
+    monkeypatch.setitem(PRESETS, "out-dir", "tests.ppo.test_cli:out_dir_preset")
+    code = main(["out-dir", "--iterations", "1", "--out", str(tmp_path), "--no-progress",
+                 "--set", "num_env_runners=0", "--set", "train_batch_size=40", "--set", "num_envs_per_env_runner=2",
+                 "--set", "env_runners.vector_mode=async"])
+    assert code == 0
+    assert (tmp_path / "seen-1.txt").read_text() == "async"
+    assert PPOConfig().vector_mode == "sync"  # the default

@@ -10,12 +10,13 @@ from tests.fixtures.envs import IrregularOrderEnv, JoinLeaveEnv
 from tests.ppo.helpers import FlakyRockPaperScissors, TwoMoveGame
 
 
-def _sampler(env_cls, num_envs=2, mapping=lambda agent_id, episode: "p", gamma=1.0, lambda_=1.0, **kwargs):
+def _sampler(env_cls, num_envs=2, mapping=lambda agent_id, episode: "p", gamma=1.0, lambda_=1.0, env_config=None,
+             **kwargs):
     probe = env_cls()
     agent = probe.possible_agents[0]
     spec = LearnedSpec(probe.get_observation_space(agent), probe.get_action_space(agent), dict(DEFAULT_MODEL),
                        gamma, lambda_)
-    sampler = Sampler(env_cls, {}, num_envs, seed=0, **kwargs)
+    sampler = Sampler(env_cls, env_config or {}, num_envs, seed=0, **kwargs)
     sampler.set_policies({"p": spec} if not isinstance(mapping, dict) else mapping, mapping, {"p"})
     return sampler
 
@@ -69,9 +70,7 @@ def test_late_joiners_and_early_leavers():
 
 
 def test_env_errors_rebuild_the_env_and_drop_its_episode():
-    sampler = _sampler(FlakyRockPaperScissors, num_envs=2)
-    sampler.env_config = {"fail_every": 23}
-    sampler.envs = [FlakyRockPaperScissors({"fail_every": 23}) for _ in range(2)]
+    sampler = _sampler(FlakyRockPaperScissors, num_envs=2, env_config={"fail_every": 23})
     out = sampler.sample(100)
     assert out["num_env_errors"] >= 2
     assert out["env_steps"] >= 100
@@ -80,9 +79,48 @@ def test_env_errors_rebuild_the_env_and_drop_its_episode():
 
 
 def test_an_env_that_always_fails_stops_the_sampler_with_a_clear_error():
-    sampler = _sampler(FlakyRockPaperScissors, num_envs=1, max_env_errors_in_a_row=3)
-    sampler.env_config = {"fail_every": 1}
-    sampler.envs = [FlakyRockPaperScissors({"fail_every": 1})]
+    sampler = _sampler(FlakyRockPaperScissors, num_envs=1, max_env_errors_in_a_row=3, env_config={"fail_every": 1})
     with pytest.raises(EnvContractError, match="failed 3 times in a row; last error: RuntimeError"):
         sampler.sample(10)
     assert sampler.num_env_errors == 3
+
+
+def test_async_vector_samples_exactly_what_sync_samples_rebuilds_included():
+    outs = []
+    for mode in ("sync", "async"):
+        sampler = _sampler(FlakyRockPaperScissors, num_envs=3, env_config={"fail_every": 7}, vector_mode=mode,
+                           vector_num_workers=None if mode == "sync" else 2)
+        try:
+            assert sampler.vector.mode == mode
+            outs.append([sampler.sample(40) for _ in range(2)])
+        finally:
+            sampler.close()
+    for sync_out, async_out in zip(*outs, strict=True):
+        assert sync_out["num_env_errors"] == async_out["num_env_errors"] > 0
+        assert sync_out["env_steps"] == async_out["env_steps"] >= 40
+        assert sync_out["episodes"] == async_out["episodes"]
+        for key in ("obs", "actions", "rewards"):  # each sampler initializes its own model: logp/values differ
+            np.testing.assert_array_equal(sync_out["batches"]["p"][key], async_out["batches"]["p"][key])
+
+
+def test_a_failing_env_leaves_the_other_envs_episodes_alone():
+    built = []
+
+    def creator(config):  # the second env built is flaky; everything else (its rebuild too) is not
+        built.append(1)
+        return FlakyRockPaperScissors({"fail_every": 5 if len(built) == 2 else 10**9})
+
+    probe = FlakyRockPaperScissors()
+    spec = LearnedSpec(probe.get_observation_space("player1"), probe.get_action_space("player1"),
+                       dict(DEFAULT_MODEL), 1.0, 1.0)
+    sampler = Sampler(creator, {}, 2, seed=0)
+    sampler.set_policies({"p": spec}, lambda agent_id, episode: "p", {"p"})
+    out = sampler.sample(42)
+    assert out["num_env_errors"] == 1 and len(built) == 3
+    # 23 vector steps: env 0 plays two whole episodes (10 steps, then its reset step) and is on
+    # its third; env 1 fails at vector step 5, losing 4 steps, then finishes one rebuilt episode.
+    # Had the failure reset every env, env 0's first episode would be lost too.
+    assert out["env_steps"] == 42
+    assert len({e["episode_id"] for e in out["episodes"]}) == 3 and len(out["episodes"]) == 6
+    assert {e["length"] for e in out["episodes"]} == {10}
+    sampler.close()

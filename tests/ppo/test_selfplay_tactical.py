@@ -50,12 +50,12 @@ def test_tactical_player_blocks_the_opponents_win():
 
 
 def test_tactical_player_does_not_give_a_win_away():
-    # o (plane 1) to move; x (plane 0) holds columns 1-3 of the second row, over o's pieces, and
-    # column 6 of the bottom row. Playing column 0 or 4 would let x win on top of that move.
+    # o (plane 1) to move; x (plane 0) holds columns 1-3 of the second row; the bottom row reads
+    # o x o in columns 1-3 and o in column 6. Playing column 0 or 4 would let x win on top of it.
     board = np.zeros((3, 6, 7), dtype=np.float32)
     board[0, 1, 1:4] = 1
-    board[0, 0, 6] = 1
-    board[1, 0, 1:4] = 1
+    board[0, 0, 2] = 1
+    board[1, 0, [1, 3, 6]] = 1
     board[2] = 1 - board[0] - board[1]
     observation = {"observation": board, "action_mask": np.ones(7, dtype=np.int8)}
     assert {tactical_legal_action(observation) for _ in range(300)} == {1, 2, 3, 5, 6}
@@ -83,7 +83,7 @@ def test_cnn_sees_the_side_to_move_and_outputs_logits_and_values():
 
 
 def test_preset_with_tactical_player_trains_and_checkpoints(tmp_path):
-    config = connect4_config(num_envs=4, tactical=True, network="cnn").training(
+    config = connect4_config(num_envs=4, league="tactical", network="cnn").training(
         train_batch_size=200, minibatch_size=100, num_epochs=1,
         model={"hiddens": [16], "activation": "relu", "network": "cnn", "conv_channels": [4]})
     algo = config.build()
@@ -119,5 +119,27 @@ def test_first_mapping_with_the_tactical_player_draws_both_fixed_opponents():
 
 
 def test_preset_options_reach_the_config():
-    config = connect4_preset(lr=3e-4, tactical=True).build_config()
+    config = connect4_preset(lr=3e-4, league="tactical").build_config()
     assert config.lr == 3e-4 and TACTICAL in config.policy_entries()
+
+
+def test_mcts_player_rebuilds_the_position_and_takes_a_win():
+    import pyspiel
+
+    from marl_core.ppo.selfplay import _state_from_board, mcts_legal_action
+
+    env = make_env()
+    obs, _ = env.reset(seed=3)
+    rng = np.random.default_rng(3)
+    game = pyspiel.load_game("connect_four")
+    for _ in range(15):
+        ((agent_id, observation),) = obs.items()
+        board = np.asarray(observation["observation"]) > 0.5
+        rebuilt = _state_from_board(game, board)
+        assert rebuilt is not None
+        assert np.array_equal(np.asarray(rebuilt.observation_tensor(0)).reshape(board.shape) > 0.5, board)
+        assert rebuilt.current_player() == int(agent_id[-1])
+        obs, _, terminateds, *_ = env.step({agent_id: int(rng.choice(np.flatnonzero(observation["action_mask"])))})
+        if terminateds["__all__"]:
+            break
+    assert mcts_legal_action(play([0, 6, 1, 6, 2, 6])) == 3
