@@ -16,10 +16,11 @@ reads what an RL loop needs:
 A step is one decision: one ``step()`` call (a joint action at a simultaneous node). The loops
 alternate in rounds within one process, so machine load hits all of them alike; the table shows
 the median over rounds of microseconds per step and of each loop's ratio to ``raw`` in the same
-round.
+round. The clock is the process's CPU time by default (``--clock cpu``): on a shared machine, wall
+time (``--clock wall``) also counts the time the process waits for a core.
 
 Run: ``python bench/bench_openspiel.py [--rounds 7] [--steps 20000] [--games connect_four ...]
-[--loops raw ours ...]``
+[--loops raw ours ...] [--clock cpu|wall]``
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def ours_loop(name: str) -> Loop:
                 actions = {}
                 for agent_id, observation in obs.items():
                     legal = observation["action_mask"].nonzero()[0]
-                    actions[agent_id] = int(legal[int(rng.random() * len(legal))])
+                    actions[agent_id] = legal.item(int(rng.random() * len(legal)))
                 obs, _, terminateds, truncateds, _ = env.step(actions)
                 done_steps += 1
                 done = terminateds["__all__"] or truncateds["__all__"]
@@ -153,7 +154,7 @@ def shimmy_loop(name: str) -> Loop:
                     env.step(None)
                     continue
                 legal = info["action_mask"].nonzero()[0]
-                env.step(int(legal[int(rng.random() * len(legal))]))
+                env.step(legal.item(int(rng.random() * len(legal))))
                 done_steps += 1
         return done_steps
 
@@ -169,7 +170,12 @@ LOOPS: dict[str, tuple[Callable[[str], Loop], float]] = {
 }
 
 
-def measure(name: str, rounds: int, steps: int, labels: list[str]) -> dict[str, tuple[float, float]]:
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+def measure(
+    name: str, rounds: int, steps: int, labels: list[str], clock: Callable[[], float] = time.process_time
+) -> dict[str, tuple[float, float]]:
     """Median us/step and median ratio to raw, per loop, over alternating rounds."""
     loops = {label: (LOOPS[label][0](name), LOOPS[label][1]) for label in labels}  # raw first
     per_step: dict[str, list[float]] = {label: [] for label in loops}
@@ -179,9 +185,9 @@ def measure(name: str, rounds: int, steps: int, labels: list[str]) -> dict[str, 
     for index in range(rounds):
         this_round = {}
         for label, (loop, share) in loops.items():
-            start = time.perf_counter()
+            start = clock()
             done = loop(max(100, int(steps * share)), index + 1)
-            this_round[label] = (time.perf_counter() - start) / done * 1e6
+            this_round[label] = (clock() - start) / done * 1e6
         for label, value in this_round.items():
             per_step[label].append(value)
             ratios[label].append(value / this_round["raw"])
@@ -194,14 +200,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000, help="steps per loop per round (shimmy: a tenth)")
     parser.add_argument("--games", nargs="+", default=GAMES)
     parser.add_argument("--loops", nargs="+", default=list(LOOPS), choices=list(LOOPS), help="raw always runs")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="cpu", help="process CPU time or wall time")
     args = parser.parse_args()
     labels = ["raw", *(label for label in args.loops if label != "raw")]
     warnings.filterwarnings("ignore")  # ray and shimmy warn about their own deprecations on import
-    print(f"us/step (median of {args.rounds} alternating rounds; x = median ratio to raw in the same round)")
+    print(
+        f"us/step, {args.clock} clock (median of {args.rounds} alternating rounds; x = median ratio to raw in "
+        "the same round)"
+    )
     print(f"| game | {' | '.join(labels)} |")
     print(f"|---|{'---|' * len(labels)}")
     for name in args.games:
-        results = measure(name, args.rounds, args.steps, labels)
+        results = measure(name, args.rounds, args.steps, labels, CLOCKS[args.clock])
         cells = [f"{us:.1f} ({ratio:.2f}x)" for us, ratio in results.values()]
         print(f"| {name} | {' | '.join(cells)} |", flush=True)
 

@@ -21,6 +21,7 @@ from marl_core.spaces import action_mask_of, sample_action
 Build = Callable[[Case], Any]
 ROUNDS = 5
 TARGET_SECONDS = 0.1  # per loop and round
+MIN_ACTIONS = 50
 ROUND_TRIP_STEPS = 300
 
 
@@ -201,8 +202,10 @@ class _Timed:
 
 
 def _calibrate(bridged: _Timed, raw: _Timed | None) -> int:
-    per_action = max(bridged.run(5), raw.run(5) if raw is not None else 0.0)
-    return int(min(20_000, max(5, TARGET_SECONDS * 1e6 / per_action)))
+    per_action = max(bridged.run(20), raw.run(20) if raw is not None else 0.0)
+    # At least MIN_ACTIONS per window, so that windows span episode ends (where some games pay
+    # for scoring) instead of sampling only the cheap middle of one episode.
+    return int(min(20_000, max(MIN_ACTIONS, TARGET_SECONDS * 1e6 / per_action)))
 
 
 def _ours_loop(env: Any) -> Any:

@@ -70,7 +70,11 @@ _AUTO_ORDER: tuple[ObservationType, ...] = (
     "information_state_string",
 )
 _MISSING = object()
-_CHANCE = -1  # pyspiel.PlayerId.CHANCE: current_player() tells the kind of node in one call
+# current_player() tells the kind of node in one call: a player (>= 0) at a turn, else one of
+# pyspiel.PlayerId.CHANCE, SIMULTANEOUS or TERMINAL (OpenSpiel's API asks every game to return
+# TERMINAL exactly at terminal states; any other negative id is checked with is_terminal()).
+_CHANCE = -1
+_TERMINAL = -4
 _NO_LIMIT = 1 << 62  # the step limit without max_steps
 _MASK_CACHE_SIZE = 4096  # masks kept per env, keyed by the tuple of legal actions
 
@@ -156,8 +160,12 @@ class OpenSpielEnv(MultiAgentEnv):
     Attributes:
         game: the live ``pyspiel.Game``.
         state: the live ``pyspiel.State`` (None before the first ``reset``). Read it freely; apply
-            actions through ``step()`` only, or the masks the env checks against go stale.
+            actions through ``step()`` only: the env checks each action against the legal actions
+            it read when it handed out the mask, so on a state changed behind its back an action
+            that is no longer legal is caught only where the game itself checks it.
         observation_type: the observation type in use (never ``"auto"``).
+        max_steps: the truncation limit (None: never); settable between steps, checked like the
+            argument.
 
     Semantics:
         - **Agents**: ``"player_0"`` ... ``"player_{n-1}"``; all of them are alive until the end.
@@ -334,11 +342,12 @@ class OpenSpielEnv(MultiAgentEnv):
         if current >= 0:
             return self._turn_obs(state, current)
         self._turn = -1
-        acting = self._acting = tuple(p for p in range(self._num_players) if state.legal_actions(p))
+        legals = [tuple(state.legal_actions(player)) for player in range(self._num_players)]
+        acting = self._acting = tuple(player for player, legal in enumerate(legals) if legal)
         self._masks = {}
         obs = {}
         for player in acting:
-            mask = self._masks[player] = self._legal_entry(tuple(state.legal_actions(player)))[0]
+            mask = self._masks[player] = self._legal_entry(legals[player])[0]
             obs[self._ids[player]] = {OBS_KEY: self._observe(player), MASK_KEY: mask.copy()}
         return obs
 
@@ -373,14 +382,15 @@ class OpenSpielEnv(MultiAgentEnv):
 
     # Chance --------------------------------------------------------------------------------------
 
-    def _resolve_chance(self) -> None:
-        """Sample chance nodes until a decision or terminal node, with draws from ``self.np_random``."""
-        state = self.state
-        while state.current_player() == _CHANCE:
+    def _resolve_chance(self) -> int:
+        """Sample chance nodes until a decision or terminal node, with draws from ``self.np_random``;
+        return the ``current_player()`` reached."""
+        state, uniforms = self.state, self._uniforms
+        while (node := state.current_player()) == _CHANCE:
             outcomes = state.chance_outcomes()
-            if not self._uniforms:  # drawn in blocks: one numpy call per 256 chance events
-                self._uniforms = self.np_random.random(256).tolist()
-            draw = self._uniforms.pop()
+            if not uniforms:  # drawn in blocks: one numpy call per 256 chance events
+                uniforms = self._uniforms = self.np_random.random(256).tolist()
+            draw = uniforms.pop()
             action = outcomes[-1][0]
             for outcome, probability in outcomes:
                 draw -= probability
@@ -388,6 +398,7 @@ class OpenSpielEnv(MultiAgentEnv):
                     action = outcome
                     break
             state.apply_action(action)
+        return node
 
     # Episode API -------------------------------------------------------------------------------
 
@@ -398,18 +409,17 @@ class OpenSpielEnv(MultiAgentEnv):
         if seed is not None:  # unseeded resets keep drawing from the generator as it is
             super().reset(seed=seed)
             self._uniforms = []
-        if seed is not None and self._reseed_game:
-            params = dict(self.game.get_parameters())
-            params["rng_seed"] = int(self.np_random.integers(2**31 - 1))
-            self.game = _pyspiel().load_game(self.game.get_type().short_name, params)
+            if self._reseed_game:
+                params = dict(self.game.get_parameters())
+                params["rng_seed"] = int(self.np_random.integers(2**31 - 1))
+                self.game = _pyspiel().load_game(self.game.get_type().short_name, params)
         state = self.state = self.game.new_initial_state()
         self._steps = 0
         self._returns = self._no_returns
         node = state.current_player()
         if node == _CHANCE:
-            self._resolve_chance()
-            node = state.current_player()
-        if node < 0 and state.is_terminal():  # a game over before anyone acts still shows its end
+            node = self._resolve_chance()
+        if node == _TERMINAL or (node < 0 and state.is_terminal()):  # over before anyone acts: show the end
             self.agents, self._acting, self._turn = [], (), -1
             return self._final_obs(), {}
         self.agents = list(self._ids)
@@ -425,8 +435,10 @@ class OpenSpielEnv(MultiAgentEnv):
                 if action is _MISSING:
                     self._check_keys(action_dict)
                 action = self._legal(player, action)
+            # Checked above against the legal actions read for the mask, as
+            # apply_action_with_legality_check would check it, without reading them a second time.
             try:
-                state.apply_action_with_legality_check(action)
+                state.apply_action(action)
             except _pyspiel().SpielError as error:  # only if .state was changed behind the env's back
                 raise IllegalActionError(self._turn_id, action, state.legal_actions(player)) from error
         else:
@@ -443,8 +455,7 @@ class OpenSpielEnv(MultiAgentEnv):
             self._apply_joint(joint)
         node = state.current_player()  # >= 0 at a turn (never at the terminal state), -1 at chance
         if node == _CHANCE:
-            self._resolve_chance()
-            node = state.current_player()
+            node = self._resolve_chance()
         steps = self._steps = self._steps + 1
         if node >= 0 and steps < self._limit:  # another turn: _turn_obs, inlined
             legal = tuple(state.legal_actions(node))
@@ -461,10 +472,10 @@ class OpenSpielEnv(MultiAgentEnv):
             obs = {agent_id: {OBS_KEY: observation, MASK_KEY: entry[0].copy()}}
             rewards = self._zero_rewards.copy() if self._terminal_rewards else self._rewards()
             return obs, rewards, {ALL: False}, {ALL: False}, {}
-        if node < 0 and state.is_terminal():
-            return self._end(self._rewards(), terminated=True)
+        if node == _TERMINAL or (node < 0 and state.is_terminal()):
+            return self._end(terminated=True)
         if steps >= self._limit:
-            return self._end(self._rewards(), terminated=False)
+            return self._end(terminated=False)
         if self._terminal_rewards:  # rewards only at the end: returns() need not be read now
             return self._decision_obs(), self._zero_rewards.copy(), {ALL: False}, {ALL: False}, {}
         return self._decision_obs(), self._rewards(), {ALL: False}, {ALL: False}, {}
@@ -490,8 +501,17 @@ class OpenSpielEnv(MultiAgentEnv):
         self._returns = returns
         return rewards
 
-    def _end(self, rewards: dict[AgentID, float], *, terminated: bool) -> StepResult:
-        obs = self._final_obs()
+    def _end(self, *, terminated: bool) -> StepResult:
+        """The last step's result: rewards, every player's final observation, the end flags."""
+        rewards = self._rewards()
+        set_from = self._set_from
+        if set_from is not None:  # _final_obs, inlined
+            state, view, zeros, obs = self.state, self._view, self._zeros, {}
+            for player, agent_id in enumerate(self._ids):
+                set_from(state, player)
+                obs[agent_id] = {OBS_KEY: view.copy(), MASK_KEY: zeros.copy()}
+        else:
+            obs = self._final_obs()
         self.agents = []
         self._acting = ()
         self._turn = -1

@@ -20,7 +20,7 @@ from typing import Any
 
 import cloudpickle
 
-from marl_core.env import MultiAgentEnv
+from marl_core.env import ALL, MultiAgentEnv
 from marl_core.errors import VectorEnvError
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,11 @@ def execute(env: MultiAgentEnv, command: str, payload: Any) -> Any:
     """Run one command on ``env``: the same code in sync mode and in a worker process."""
     if command == "step":
         return env.step(payload)
+    if command == "step_reset":  # same-step autoreset: the step, then the next episode's reset if it ended
+        result = env.step(payload)
+        if result[2].get(ALL, False) or result[3].get(ALL, False):
+            return result, env.reset(seed=None, options=None)
+        return result, None
     if command == "reset":
         seed, options = payload
         return env.reset(seed=seed, options=options)

@@ -3,6 +3,7 @@
 ``mode="sync"`` steps the envs one after the other in this process; ``mode="async"`` steps them
 in parallel in worker processes, one per env by default (``forkserver`` where available, else
 ``spawn``; never ``fork``, which Ray and torch do not survive). Both give identical results.
+With ``on_error="rebuild"`` a sub-env that raises is rebuilt alone and the others go on.
 
 :func:`gather` stacks, per policy, the observations of its agents across all envs so that one
 forward pass serves them all; :func:`scatter` sends the batched actions back as action dicts.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import logging
 import traceback
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -73,6 +74,8 @@ class VectorMultiAgentEnv:
         on_error: what an exception inside a sub-env's ``reset``/``step`` does: ``"raise"`` (the
             default) raises :class:`~marl_core.errors.VectorEnvError` and the vector needs
             ``reset()``; ``"rebuild"`` isolates the failure to that env (see Semantics).
+        autoreset_mode: ``"next_step"`` (the default: an ended env is reset by the next
+            ``step()``) or ``"same_step"`` (reset within the ``step()`` that ended it; see Semantics).
         max_rebuild_attempts: ``on_error="rebuild"`` only: attempts at rebuilding one failed env
             within one call (a factory or first ``reset`` that raises again uses one) before the
             call raises ``VectorEnvError``.
@@ -91,6 +94,11 @@ class VectorMultiAgentEnv:
           :attr:`autoreset` tells which envs were reset by the last ``step()``. An autoreset
           passes ``seed=None``, so each env's RNG continues from its seeded state and seeded
           runs repeat exactly.
+        - **Same-step autoreset** (``autoreset_mode="same_step"``): an env whose episode ends in
+          a ``step()`` is reset (``seed=None``) within that same call, in its own process, so no
+          call is spent on resets. The call returns the ended episode's final results as usual;
+          :attr:`reset_results` holds ``(obs, infos)`` of the new episode for that env (None for
+          the others) and :attr:`acting` already lists the new episode's agents.
         - :attr:`acting` lists, per env, the agents that must send an action to the next
           ``step()`` (empty for an env that will be reset).
         - Errors: bad input raises :class:`~marl_core.errors.VectorEnvError` naming the env,
@@ -120,6 +128,7 @@ class VectorMultiAgentEnv:
         check_actions: bool = True,
         context: str | None = None,
         on_error: Literal["raise", "rebuild"] = "raise",
+        autoreset_mode: Literal["next_step", "same_step"] = "next_step",
         max_rebuild_attempts: int = 3,
     ) -> None:
         if mode not in ("sync", "async"):
@@ -130,10 +139,15 @@ class VectorMultiAgentEnv:
             raise VectorEnvError("num_workers and context apply to mode='async' only")
         if on_error not in ("raise", "rebuild"):
             raise VectorEnvError(f"on_error must be 'raise' or 'rebuild', received {on_error!r}")
+        if autoreset_mode not in ("next_step", "same_step"):
+            raise VectorEnvError(f"autoreset_mode must be 'next_step' or 'same_step', received {autoreset_mode!r}")
         if max_rebuild_attempts < 1:
             raise VectorEnvError(f"max_rebuild_attempts must be at least 1, received {max_rebuild_attempts}")
         self.mode = mode
         self.on_error = on_error
+        self.autoreset_mode = autoreset_mode
+        self._step_command = "step_reset" if autoreset_mode == "same_step" else "step"
+        self.reset_results: list[tuple[dict[AgentID, Any], dict[AgentID, Any]] | None] = [None] * len(env_fns)
         self.max_rebuild_attempts = max_rebuild_attempts
         self.num_envs = len(env_fns)
         self.last_failures: list[tuple[int, str]] = []
@@ -222,23 +236,37 @@ class VectorMultiAgentEnv:
                 continue
             if self.check_actions:
                 self._validate(index, actions)
-            commands.append(("step", actions))
+            commands.append((self._step_command, actions))
         results = self._run_all(commands)
-        out: _Result = ([], [], [], [], [])
         failed = {index for index, _ in self.last_failures}
-        for index, ((command, _), result) in enumerate(zip(commands, results, strict=True)):
-            if index in failed:
-                commands[index] = ("reset", None)
-            if command == "reset" or index in failed:
+        obs_out: list[dict[AgentID, Any]] = []
+        rewards_out: list[dict[AgentID, Any]] = []
+        terminateds_out: list[dict[AgentID, Any]] = []
+        truncateds_out: list[dict[AgentID, Any]] = []
+        infos_out: list[dict[AgentID, Any]] = []
+        autoreset = [False] * self.num_envs
+        reset_results: list[Any] = [None] * self.num_envs
+        for index, result in enumerate(results):
+            command = commands[index][0]
+            if command == "reset" or index in failed:  # an autoreset, or a rebuilt env
                 obs, infos = result
-                result = (obs, {}, {ALL: False}, {ALL: False}, infos)
+                rewards, terminateds, truncateds = {}, {ALL: False}, {ALL: False}
+                autoreset[index] = True
                 self._started(index, obs)
             else:
-                self._stepped(index, *result[:4])
-            for column, value in zip(out, result, strict=True):
-                column.append(value)
-        self.autoreset = [command == "reset" for command, _ in commands]
-        return out
+                if command == "step_reset":
+                    result, reset_results[index] = result
+                obs, rewards, terminateds, truncateds, infos = result
+                self._stepped(index, obs, rewards, terminateds, truncateds)
+                if reset_results[index] is not None:
+                    self._started(index, reset_results[index][0])
+            obs_out.append(obs)
+            rewards_out.append(rewards)
+            terminateds_out.append(terminateds)
+            truncateds_out.append(truncateds)
+            infos_out.append(infos)
+        self.autoreset, self.reset_results = autoreset, reset_results
+        return obs_out, rewards_out, terminateds_out, truncateds_out, infos_out
 
     def close(self) -> None:
         """Close every env and stop every worker process; safe to call more than once."""
@@ -366,7 +394,7 @@ class VectorMultiAgentEnv:
             for index, text in sorted(failed.items()):
                 self.last_failures.append((index, text))
                 self.num_env_errors += 1
-                logger.warning("env %d raised; rebuilding it:\n%s", index, text)
+                logger.warning("env %d raised (failure %d of this call):\n%s", index, attempt + 1, text)
                 self._action_spaces[index] = {}
             if attempt < self.max_rebuild_attempts:
                 seeds = {i: int(self._rebuild_rngs[i].integers(2**31)) for i in failed}
@@ -435,7 +463,8 @@ class PolicyBatch:
     Attributes:
         keys: ``(env_index, agent_id)`` of each row, ordered by env index, then by the order of
             the agents in that env's observation dict.
-        obs: the observations stacked leaf-wise (see :func:`stack`), one row per key.
+        obs: the observations stacked leaf-wise (see :func:`stack`), one row per key (a list of
+            the observations themselves for the ``unstacked`` policies of :func:`gather`).
     """
 
     keys: list[tuple[int, AgentID]]
@@ -461,10 +490,10 @@ def stack(observations: Sequence[Any]) -> Any:
         raise SpaceError("stack() needs at least one observation")
     first = observations[0]
     if isinstance(first, Mapping):
-        keys = list(first)
+        keys = first.keys()
         for row, observation in enumerate(observations):
-            if not isinstance(observation, Mapping) or list(observation) != keys:
-                raise SpaceError(f"stack(): row {row} is {_describe(observation)}, row 0 a dict with keys {keys}")
+            if not (type(observation) is dict or isinstance(observation, Mapping)) or observation.keys() != keys:
+                raise SpaceError(f"stack(): row {row} is {_describe(observation)}, row 0 a dict with keys {list(keys)}")
         return {key: stack([observation[key] for observation in observations]) for key in keys}
     if isinstance(first, tuple):
         for row, observation in enumerate(observations):
@@ -497,6 +526,8 @@ def gather(
     obs_list: Sequence[Mapping[AgentID, Any]],
     policy_of: Callable[[int, AgentID], str],
     where: Callable[[int, AgentID], bool] | None = None,
+    *,
+    unstacked: Container[str] = (),
 ) -> dict[str, PolicyBatch]:
     """Group the observations of all envs by policy and stack each group into one batch.
 
@@ -507,6 +538,8 @@ def gather(
             out. Nothing is skipped otherwise: to batch only the agents that must act, pass
             ``where=lambda i, a: a in acting[i]`` with the vector's :attr:`~VectorMultiAgentEnv.acting`
             (agents whose final observation arrives in this step are in ``obs_list`` but do not act).
+        unstacked: policies whose batches keep their observations as a list, one per row, not
+            stacked (for policies that act row by row, e.g. fixed callables: no stacking cost).
 
     Returns:
         One :class:`PolicyBatch` per policy, in order of first appearance.
@@ -519,7 +552,8 @@ def gather(
             keys, observations = rows.setdefault(policy_of(env_index, agent_id), ([], []))
             keys.append((env_index, agent_id))
             observations.append(observation)
-    return {policy: PolicyBatch(keys, stack(observations)) for policy, (keys, observations) in rows.items()}
+    return {policy: PolicyBatch(keys, observations if policy in unstacked else stack(observations))
+            for policy, (keys, observations) in rows.items()}
 
 
 def scatter(
@@ -552,6 +586,10 @@ def scatter(
 
 
 def _unstack(batched: Any, count: int, policy: str) -> list[Any]:
+    if type(batched) is list:  # the common case first
+        if len(batched) != count:
+            raise VectorEnvError(f"scatter(): {len(batched)} actions for policy {policy!r} but its batch has {count} rows")
+        return batched
     if isinstance(batched, Mapping):
         columns = {key: _unstack(value, count, policy) for key, value in batched.items()}
         return [{key: column[row] for key, column in columns.items()} for row in range(count)]

@@ -3,8 +3,8 @@
 A :class:`Sampler` steps a :class:`~marl_core.vector.VectorMultiAgentEnv` of ``num_envs`` envs
 (``"sync"`` or ``"async"``). At every step it groups the acting agents of all envs by policy with
 :func:`~marl_core.vector.gather`, runs one batched forward pass per policy and sends the actions
-back with :func:`~marl_core.vector.scatter`. An env whose episode ended is reset by the vector on
-the next step (its autoreset), which starts a new episode for it. Each agent keeps a trajectory:
+back with :func:`~marl_core.vector.scatter`. An env whose episode ends is reset by the vector in
+the same step (``autoreset_mode="same_step"``), which starts a new episode for it. Each agent keeps a trajectory:
 its rewards are credited to its most recent action and accumulate until its next action or the
 end of the episode, so in turn-based games the reward that arrives when the opponent wins is
 credited to the loser's last move. GAE runs per agent trajectory when it ends (no bootstrap on
@@ -122,6 +122,7 @@ class Sampler:
         self.generator = torch.Generator()
         self.generator.manual_seed((0 if seed is None else seed) * 7919 + worker_index)
         self.policies: dict[PolicyID, TorchPolicy | Callable[[Any], Any]] = {}
+        self._fixed: frozenset[PolicyID] = frozenset()
         self.specs: dict[PolicyID, LearnedSpec] = {}
         self.to_train: set[PolicyID] = set()
         self.mapping_fn: Callable[..., PolicyID] | None = None
@@ -131,7 +132,7 @@ class Sampler:
         # Actions come from the policies (masked) or from fixed callables; the envs check them.
         self.vector = VectorMultiAgentEnv(
             [factory] * num_envs, vector_mode,  # type: ignore[arg-type]
-            num_workers=vector_num_workers, check_actions=False, on_error="rebuild",
+            num_workers=vector_num_workers, check_actions=False, on_error="rebuild", autoreset_mode="same_step",
             max_rebuild_attempts=max_env_errors_in_a_row)
         self.num_envs = num_envs
         self.obs: list[dict[AgentID, Any]] = [{} for _ in range(num_envs)]
@@ -165,6 +166,7 @@ class Sampler:
             else:
                 current[policy_id] = entry
         self.policies = current
+        self._fixed = frozenset(p for p, policy in current.items() if not isinstance(policy, TorchPolicy))
         self.mapping_fn = mapping_fn
         self.to_train = set(to_train)
         for index, episode in enumerate(self.episodes):
@@ -213,7 +215,7 @@ class Sampler:
             self._failures_in_a_row[index] += 1
             failures = self._failures_in_a_row[index]
             last_line = next((line for line in reversed(text.strip().splitlines()) if line.strip()), "")
-            logger.warning("env %d of runner %d raised (%s); it was rebuilt and its episode dropped",
+            logger.info("env %d of runner %d raised (%s); it was rebuilt and its episode dropped",
                            index, self.worker_index, last_line)
             if failures >= self.max_env_errors_in_a_row:
                 raise EnvContractError(f"env {index} of runner {self.worker_index} failed {failures} times in a row; "
@@ -236,8 +238,9 @@ class Sampler:
     def sample(self, num_env_steps: int) -> dict[str, Any]:
         """Step the envs until ``num_env_steps`` env steps were taken; return batches and metrics.
 
-        Env steps count the envs that stepped; an env that is reset (its episode ended on the
-        previous step, or it failed and was rebuilt) takes no env step in that vector step.
+        Env steps count the envs that stepped. An env whose episode ends is reset by the vector
+        within the same vector step (``autoreset_mode="same_step"``); an env that failed and was
+        rebuilt takes no env step in that vector step.
         """
         start = time.perf_counter()
         if not self._started:
@@ -251,7 +254,7 @@ class Sampler:
             agent_steps += count
             obs_list, rewards_list, terminateds_list, truncateds_list, _ = self.vector.step(actions)
             failed = self._count_failures()
-            autoreset = self.vector.autoreset
+            autoreset, reset_results = self.vector.autoreset, self.vector.reset_results
             truncated: list[tuple[PolicyID, Any, _Trajectory]] = []
             for index in range(self.num_envs):
                 if index in failed or autoreset[index]:  # a new episode (a failed one is dropped)
@@ -262,6 +265,9 @@ class Sampler:
                 env_steps += 1
                 self._step(index, obs_list[index], rewards_list[index], terminateds_list[index],
                            truncateds_list[index], out, truncated, finished_episodes)
+                if reset_results[index] is not None:  # the episode ended; the vector reset the env
+                    self._new_episode(index)
+                    self.obs[index] = reset_results[index][0]
             self._bootstrap_truncated(truncated, out)
         for index in range(self.num_envs):
             for agent_id, trajectory in self.trajectories[index].items():
@@ -282,7 +288,7 @@ class Sampler:
     def _act(self) -> tuple[list[dict[AgentID, Any]], int]:
         episodes, ending, obs_list = self.episodes, self.ending, self.obs
         batches = gather(obs_list, lambda index, agent_id: self.policy_of(episodes[index], agent_id),
-                         where=lambda index, agent_id: agent_id not in ending[index])
+                         where=lambda index, agent_id: agent_id not in ending[index], unstacked=self._fixed)
         actions_by_policy: dict[PolicyID, list[Any]] = {}
         count = 0
         for policy_id, policy_batch in batches.items():
@@ -292,7 +298,7 @@ class Sampler:
                 lengths = episodes[index].lengths
                 lengths[agent_id] = lengths.get(agent_id, 0) + 1
             if not isinstance(policy, TorchPolicy):
-                actions_by_policy[policy_id] = [policy(obs_list[index][agent_id]) for index, agent_id in keys]
+                actions_by_policy[policy_id] = [policy(observation) for observation in policy_batch.obs]
                 continue
             batch = _as_dtype(policy.observation_space, policy_batch.obs)
             rows, logps, values = policy.act(batch, explore=True, generator=self.generator)
@@ -340,7 +346,7 @@ class Sampler:
                 finished.append({"episode_id": episode.id_, "policy_id": policy_id, "agent_id": agent_id,
                                  "return": episode.returns.get(agent_id, 0.0),
                                  "length": episode.lengths.get(agent_id, 0), "env_steps": episode.env_steps})
-            self.obs[index], self.ending[index] = {}, set()  # nobody acts: the vector resets it next
+            self.obs[index], self.ending[index] = {}, set()  # the caller installs the new episode
         else:
             self.obs[index] = obs
             self.ending[index] = {a for a in obs if terminateds.get(a) or truncateds.get(a)}

@@ -192,6 +192,11 @@ def main_vs_fixed_mcts(agent_id: str, episode: Any, **kwargs: Any) -> str:
     return LeagueMapping(FIXED_PLAYERS["mcts"])(agent_id, episode)
 
 
+def main_vs_fixed_self(agent_id: str, episode: Any, **kwargs: Any) -> str:
+    """The first mapping of league ``"self"``: main against ``"random"``, ``"tactical"`` or itself."""
+    return LeagueMapping(FIXED_PLAYERS["self"])(agent_id, episode)
+
+
 @dataclass(frozen=True)
 class LeagueMapping:
     """``policy_mapping_fn`` of a league: main in one seat, an opponent drawn per episode.
@@ -248,6 +253,7 @@ class SelfPlayLeague:
         """Take over snapshots that ``algo`` already holds (an algorithm restored from a checkpoint)."""
         found = sorted((int(m.group(1)), pid) for pid in algo.policies if (m := _SNAPSHOT.match(pid)))
         fixed = tuple(pid for pid in (RANDOM, TACTICAL, MCTS) if pid in algo.policies) or self.fixed
+        fixed += (MAIN,) * self.fixed.count(MAIN)
         if [pid for _, pid in found] != self.snapshots or fixed != self.fixed:
             self.snapshots, self.fixed = [pid for _, pid in found], fixed
             self.next_version = max([v for v, _ in found], default=0) + 1
@@ -436,10 +442,12 @@ FIXED_PLAYERS: dict[str, tuple[str, ...]] = {
     "random": (RANDOM,),
     "tactical": (RANDOM, TACTICAL),
     "mcts": (RANDOM, TACTICAL, MCTS),
+    "self": (RANDOM, TACTICAL, MAIN),
 }
 """The players that stay in the league (snapshots come and go), by the preset's ``league`` option."""
 
-FIRST_MAPPINGS = {"random": main_vs_random, "tactical": main_vs_fixed, "mcts": main_vs_fixed_mcts}
+FIRST_MAPPINGS = {"random": main_vs_random, "tactical": main_vs_fixed, "mcts": main_vs_fixed_mcts,
+                  "self": main_vs_fixed_self}
 
 
 def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, network: str = "mlp",
@@ -455,7 +463,8 @@ def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, netw
     from marl_core.ppo.config import PPOConfig
 
     players = {RANDOM: random_legal_action, TACTICAL: tactical_legal_action, MCTS: mcts_legal_action}
-    policies: dict[str, Any] = {MAIN: main_spec(), **{pid: players[pid] for pid in FIXED_PLAYERS[league]}}
+    policies: dict[str, Any] = {MAIN: main_spec(),
+                                **{pid: players[pid] for pid in FIXED_PLAYERS[league] if pid != MAIN}}
     return (
         PPOConfig()
         .environment(make_env, env_config={"game": "connect_four"})

@@ -324,3 +324,66 @@ def test_importing_bridges_does_not_import_pyspiel() -> None:
     code = "import sys, bridges; print('pyspiel' in sys.modules, 'torch' in sys.modules, 'ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False", "False"]
+
+
+# Fast paths against pyspiel ----------------------------------------------------------------------
+
+
+def expected_observation(env: OpenSpielEnv, player: int) -> np.ndarray:
+    return np.asarray(env.state.observation_tensor(player), np.float32).reshape(env.game.observation_tensor_shape())
+
+
+@pytest.mark.parametrize("name", ["tic_tac_toe", "kuhn_poker", "leduc_poker", "2048", "pig", "goofspiel(num_cards=4)"])
+def test_every_step_matches_pyspiel_and_nothing_handed_out_changes_later(name: str) -> None:
+    env = OpenSpielEnv(name, max_steps=200)
+    rng = np.random.default_rng(0)
+    handed_out: list[tuple[np.ndarray, np.ndarray]] = []  # (array, snapshot) of every obs and mask
+    for episode in range(4):
+        obs, _ = env.reset(seed=7 if episode == 0 else None)  # later resets keep drawing from the generator
+        sums = dict.fromkeys(env.possible_agents, 0.0)
+        done = False
+        while not done:
+            state = env.state
+            acting = [state.current_player()] if state.current_player() >= 0 else [
+                p for p in range(env.game.num_players()) if state.legal_actions(p)
+            ]
+            assert sorted(obs) == [f"player_{p}" for p in acting]
+            for player in acting:
+                observation = obs[f"player_{player}"]
+                np.testing.assert_array_equal(observation["observation"], expected_observation(env, player))
+                assert np.flatnonzero(observation["action_mask"]).tolist() == state.legal_actions(player)
+            handed_out += [(o[key], o[key].copy()) for o in obs.values() for key in ("observation", "action_mask")]
+            actions = {a: int(rng.choice(np.flatnonzero(o["action_mask"]))) for a, o in obs.items()}
+            obs, rewards, terminateds, truncateds, _ = env.step(actions)
+            for agent_id, reward in rewards.items():
+                sums[agent_id] += reward
+            done = terminateds["__all__"] or truncateds["__all__"]
+        assert sums == pytest.approx(dict(zip(env.possible_agents, env.state.returns(), strict=True)))
+        for player, agent_id in enumerate(env.possible_agents):  # final observations, all-zero masks
+            np.testing.assert_array_equal(obs[agent_id]["observation"], expected_observation(env, player))
+            assert not obs[agent_id]["action_mask"].any()
+        handed_out += [(o[key], o[key].copy()) for o in obs.values() for key in ("observation", "action_mask")]
+    for array, snapshot in handed_out:
+        np.testing.assert_array_equal(array, snapshot)
+    masks = [array for array, _ in handed_out if array.dtype == np.int8]
+    assert len({id(mask) for mask in masks}) == len(masks)  # a fresh mask every time, never a shared one
+
+
+def test_max_steps_is_checked_and_can_change_between_steps() -> None:
+    env = OpenSpielEnv("connect_four")
+    assert env.max_steps is None
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(UnsupportedEnvError, match="max_steps"):
+            env.max_steps = bad
+    assert env.max_steps is None
+    obs, _ = env.reset(seed=0)
+    for _ in range(3):
+        (agent_id, observation), = obs.items()
+        obs, *_ = env.step({agent_id: first_legal(observation)})
+    env.max_steps = 2  # already past it: the next step ends the episode
+    (agent_id, observation), = obs.items()
+    obs, _, terminateds, truncateds, _ = env.step({agent_id: first_legal(observation)})
+    assert truncateds["__all__"] and not terminateds["__all__"] and sorted(obs) == env.possible_agents
+    env.max_steps = None
+    env.reset(seed=0)
+    assert env.max_steps is None and env.agents == env.possible_agents

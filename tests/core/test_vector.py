@@ -235,6 +235,47 @@ def test_autoreset_ignores_the_action_dict_and_reports_the_new_episode() -> None
         assert venv.autoreset == [False, False]
 
 
+class EndsAfter(RockPaperScissors):
+    """Rock-paper-scissors ending after ``length`` moves; its reset reports the seed it got."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self.length = length
+
+    def reset(self, *, seed=None, options=None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"player1": {"seed": seed}}
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if self.num_moves >= self.length:
+            terminateds = {**terminateds, ALL: True}
+        return obs, rewards, terminateds, truncateds, infos
+
+
+@pytest.mark.parametrize(("mode", "num_workers"), [("sync", None), ("async", None), ("async", 1)])
+def test_same_step_autoreset_resets_ended_envs_within_the_step(mode: str, num_workers: int | None) -> None:
+    with VectorMultiAgentEnv([lambda: EndsAfter(2), lambda: EndsAfter(3)], mode, num_workers=num_workers,
+                             autoreset_mode="same_step") as venv:
+        venv.reset(seed=0)
+        assert venv.reset_results == [None, None]
+        venv.step([{"player1": 0, "player2": 1}] * 2)
+        assert venv.reset_results == [None, None]
+        _, rewards_list, terminateds_list, _, _ = venv.step([{"player1": 0, "player2": 1}] * 2)
+        # env 0 ended: the final results come back, and the new episode is ready in reset_results.
+        assert terminateds_list[0][ALL] is True and rewards_list[0] == {"player1": -1, "player2": 1}
+        assert venv.reset_results[0] == ({"player1": 0, "player2": 0}, {"player1": {"seed": None}})
+        assert venv.reset_results[1] is None
+        assert venv.autoreset == [False, False]
+        assert venv.acting == [["player1", "player2"]] * 2
+        # Both envs step on the next call: no call is spent on a reset.
+        _, rewards_list, terminateds_list, _, _ = venv.step([{"player1": 1, "player2": 0}] * 2)
+        assert rewards_list == [{"player1": 1, "player2": -1}] * 2
+        assert terminateds_list[1][ALL] is True and venv.reset_results[1] is not None
+    with pytest.raises(VectorEnvError, match="autoreset_mode must be 'next_step' or 'same_step'"):
+        VectorMultiAgentEnv([RockPaperScissors], autoreset_mode="never")  # type: ignore[arg-type]
+
+
 def connect_four() -> MultiAgentEnv:
     from pettingzoo.classic.connect_four import connect_four as module
 
@@ -664,6 +705,15 @@ def test_gather_and_scatter_round_trip_over_heterogeneous_agents() -> None:
         assert action_list[0]["box"].tolist() == [0.0, 0.0]
         rewards_list = venv.step(action_list)[1]
         assert [r["discrete"] for r in rewards_list] == [0.0, 1.0, 0.0]
+
+
+def test_gather_leaves_unstacked_policies_as_lists_of_observations() -> None:
+    obs_list = [{"a": np.array([1.0, 2.0]), "b": {"x": 1}}, {"a": np.array([3.0, 4.0]), "b": {"x": 2}}]
+    batches = gather(obs_list, lambda i, agent_id: agent_id, unstacked={"b"})
+    np.testing.assert_array_equal(batches["a"].obs, [[1.0, 2.0], [3.0, 4.0]])
+    assert batches["b"].obs == [{"x": 1}, {"x": 2}] and batches["b"].obs[0] is obs_list[0]["b"]
+    actions = scatter({"a": np.array([0, 1]), "b": [5, 6]}, batches, 2)
+    assert actions == [{"a": 0, "b": 5}, {"a": 1, "b": 6}]
 
 
 def test_gather_filter_keeps_only_acting_agents() -> None:

@@ -117,10 +117,11 @@ def test_a_failing_env_leaves_the_other_envs_episodes_alone():
     sampler.set_policies({"p": spec}, lambda agent_id, episode: "p", {"p"})
     out = sampler.sample(42)
     assert out["num_env_errors"] == 1 and len(built) == 3
-    # 23 vector steps: env 0 plays two whole episodes (10 steps, then its reset step) and is on
-    # its third; env 1 fails at vector step 5, losing 4 steps, then finishes one rebuilt episode.
-    # Had the failure reset every env, env 0's first episode would be lost too.
-    assert out["env_steps"] == 42
+    # 22 vector steps (ended envs are reset within the step that ended them): env 0 plays two
+    # whole episodes of 10 steps; env 1 fails at vector step 5 (its 4 steps are dropped), then
+    # plays one rebuilt episode (vector steps 6-15). Had the failure reset every env, env 0's first
+    # episode would be lost too.
+    assert out["env_steps"] == 2 * 22 - 1
     assert len({e["episode_id"] for e in out["episodes"]}) == 3 and len(out["episodes"]) == 6
     assert {e["length"] for e in out["episodes"]} == {10}
     sampler.close()

@@ -143,3 +143,23 @@ def test_mcts_player_rebuilds_the_position_and_takes_a_win():
         if terminateds["__all__"]:
             break
     assert mcts_legal_action(play([0, 6, 1, 6, 2, 6])) == 3
+
+
+def test_self_league_plays_main_against_itself_and_trains_both_seats():
+    from marl_core.ppo.selfplay import main_vs_fixed_self
+
+    pairs = {tuple(main_vs_fixed_self(a, Episode(i, 0, 0)) for a in ("player_0", "player_1")) for i in range(60)}
+    assert (MAIN, MAIN) in pairs and (MAIN, TACTICAL) in pairs and (RANDOM, MAIN) in pairs
+    algo = connect4_config(num_envs=4, league="self").training(
+        train_batch_size=400, minibatch_size=200, num_epochs=1, model={"hiddens": [16], "activation": "relu"}).build()
+    try:
+        assert sorted(algo.policies) == [MAIN, RANDOM, TACTICAL]
+        result = algo.train()
+        # Main's episodes outnumber its opponents' ones: in games against itself it has both seats.
+        others = sum(result["policies"][pid]["num_episodes"] for pid in (RANDOM, TACTICAL))
+        assert result["policies"][MAIN]["num_episodes"] > others > 0
+        league = SelfPlayLeague(fixed=(RANDOM, TACTICAL, MAIN), threshold=-1.0, min_episodes=0)
+        league(algo, result)
+        assert algo.config.policy_mapping_fn == LeagueMapping((RANDOM, TACTICAL, MAIN, "main_v1"), 0)
+    finally:
+        algo.stop()
