@@ -113,7 +113,8 @@ class Encoder(nn.Module):
     def forward(self, obs: Any) -> torch.Tensor:
         space = self.space
         if self.children_ is not None:
-            members = obs.values() if isinstance(space, spaces.Dict) else obs
+            # By key, in the space's order: an env may build its dicts in another key order.
+            members = [obs[key] for key in space.spaces] if isinstance(space, spaces.Dict) else obs
             return torch.cat([child(o) for child, o in zip(self.children_, members, strict=True)], dim=-1)
         if self.cnn is not None:
             return self.cnn(obs.permute(0, 3, 1, 2).float() / 255.0)

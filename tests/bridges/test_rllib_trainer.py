@@ -14,18 +14,7 @@ from bridges.rllib import from_rllib
 from marl_core.errors import SpaceError
 from tests.fixtures import rllib_seed_envs
 
-# A known trainer bug, kept visible: nested Dict observations reach the model's Dict encoder as
-# one tensor. strict=True turns the fix into a failure here, so this mark cannot outlive the bug.
-TRAINER_BUGS = {
-    "rllib/multi_agent_cartpole_dict_obs": pytest.mark.xfail(
-        strict=True, raises=RuntimeError, reason="marl_core.ppo.model Encoder gets a tensor for a Dict observation"
-    ),
-}
-RUNNABLE = [
-    pytest.param(case, id=case.id, marks=TRAINER_BUGS.get(case.id, ()))
-    for case in CASES
-    if case.left_out is None
-]
+RUNNABLE = [pytest.param(case, id=case.id) for case in CASES if case.left_out is None]
 # What our trainer cannot learn on, and the error that says so.
 UNSUPPORTED_BY_TRAINER = {"rllib/multi_agent_nested_space_repeat_after_me": r"no action distribution for Dict"}
 

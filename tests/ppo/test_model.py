@@ -86,6 +86,15 @@ def test_dict_and_discrete_observations_are_encoded():
     assert policy.act(obs)[0].shape == (3, 1)
 
 
+def test_dict_observations_are_read_by_key_not_by_order():
+    space = gym.spaces.Dict({"a": BOX, "b": gym.spaces.Discrete(3)})  # gymnasium sorts the keys
+    policy = _policy(space, gym.spaces.Discrete(2))
+    rows = [space.sample() for _ in range(4)]
+    in_order = {"a": np.stack([r["a"] for r in rows]), "b": np.array([r["b"] for r in rows])}
+    reversed_keys = {"b": in_order["b"], "a": in_order["a"]}  # an env may build its dicts this way
+    torch.testing.assert_close(policy.value(in_order), policy.value(reversed_keys))
+
+
 def test_custom_module_factory():
     class Linear(torch.nn.Module):
         def __init__(self, obs_space, act_space, config):
