@@ -1,4 +1,4 @@
-"""Connect-4 self-play with the README defaults: win rate against random and MCTS over wall-clock time.
+"""Connect-4 self-play with the preset defaults: win rate against random and MCTS over wall-clock time.
 
 Trains ``marl-train connect4``'s preset (same config, league and periodic evaluation) for
 ``--minutes``, saving a checkpoint at each of ``--at`` minutes of wall-clock time (evaluation
@@ -11,6 +11,10 @@ Run::
 
     python bench/bench_connect4.py --minutes 30 --out runs/bench-connect4
     python bench/bench_connect4.py --minutes 5 --at 1,2,3,4,5 --games random=100,mcts:100=40
+    python bench/bench_connect4.py --minutes 6 --at 2,4,6 --option league=random --option network=cnn
+
+``--option key=value`` passes keyword arguments to ``connect4_preset`` (``league``, ``network``,
+``lr``, ``train_batch_size``, ...) for experiments.
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     at = [float(x) for x in args.at.split(",")]
     games = parse_games(args.games)
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"Connect-4 self-play, README defaults, {args.minutes} min on {os.cpu_count()} CPUs "
+    print(f"Connect-4 self-play, preset defaults, {args.minutes} min on {os.cpu_count()} CPUs "
           f"(load average at start: {os.getloadavg()[0]:.1f})")
     options = parse_options(args.option)
     if options:
@@ -109,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             algo.stop()
         points.append(EvaluationPoint(iteration, minutes, steps, results))
         save_history(points, args.out / "curve.jsonl")
-    plot_history(points, args.out / "curve.png", title="Connect-4 self-play (README defaults): checkpoints vs opponents")
+    plot_history(points, args.out / "curve.png", title="Connect-4 self-play: checkpoints vs opponents")
     header = f"{'minutes':>7} {'env steps':>10} " + " ".join(f"{spec + ' win% [95% CI]':>26}" for spec, _ in games)
     print("\n" + header)
     for point in points:

@@ -15,7 +15,7 @@ _EXPORTS: dict[str, str] = {
     "to_gymnasium": "bridges.gymnasium",
     "from_rllib": "bridges.rllib",
     "to_rllib": "bridges.rllib",
-    "wrap": "bridges.wrap",
+    "wrap": "bridges.wrapping",
     "OpenSpielEnv": "bridges.openspiel",
     "to_openspiel": "bridges.openspiel_game",
     "PettingZooEnv": "bridges.pettingzoo",

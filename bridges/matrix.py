@@ -140,7 +140,7 @@ def build(case: Case) -> Any:
         from bridges.rllib import from_rllib
 
         return from_rllib(raw)
-    from bridges.wrap import wrap
+    from bridges.wrapping import wrap
 
     return wrap(raw)
 

@@ -86,7 +86,7 @@ def _gymnasium(case: Case, build: Build) -> str:
 
     from bridges.gymnasium import SingleAgentEnv
     from bridges.matrix import factory_of
-    from bridges.wrap import wrap
+    from bridges.wrapping import wrap
 
     kwargs = dict(case.kwargs)
     if case.target.endswith(":multi_agent"):

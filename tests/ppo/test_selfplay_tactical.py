@@ -119,8 +119,14 @@ def test_first_mapping_with_the_tactical_player_draws_both_fixed_opponents():
 
 
 def test_preset_options_reach_the_config():
+    from marl_core.ppo.selfplay import main_vs_fixed_self
+
     config = connect4_preset(lr=3e-4, league="tactical").build_config()
-    assert config.lr == 3e-4 and TACTICAL in config.policy_entries()
+    assert config.lr == 3e-4 and sorted(config.policy_entries()) == [MAIN, RANDOM, TACTICAL]
+    assert config.policy_mapping_fn is main_vs_fixed
+    preset = connect4_preset()  # the default league: random, tactical and main itself
+    assert preset.build_config().policy_mapping_fn is main_vs_fixed_self
+    assert preset.callbacks[0].opponents() == (RANDOM, TACTICAL, MAIN)
 
 
 def test_mcts_player_rebuilds_the_position_and_takes_a_win():

@@ -6,13 +6,12 @@ of RLlib, PettingZoo or OpenSpiel can only exist once its package is imported, s
 in ``sys.modules`` before any ``isinstance`` check and never imports ray, pettingzoo or pyspiel
 for an object that is not theirs.
 
-The module itself is callable and does what :func:`wrap` does, so ``bridges.wrap(obj)`` works
-whether ``bridges.wrap`` names this function or (once ``bridges.wrap`` has been imported as a
-submodule) this module.
+``bridges.wrap`` is this function (the module is named ``wrapping`` so that no submodule
+shadows it).
 
 Example:
     >>> import gymnasium as gym
-    >>> from bridges.wrap import wrap
+    >>> from bridges.wrapping import wrap
     >>> env = wrap(gym.make("CartPole-v1"))
     >>> env.possible_agents
     ['agent_0']
@@ -28,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -178,13 +176,3 @@ def wrap(obj: Any) -> MultiAgentEnv:
         f"cannot wrap {type(obj).__qualname__} ({type(obj).__module__}.{type(obj).__qualname__}) as a "
         f"MultiAgentEnv; supported: {supported}{hint}"
     )
-
-
-class _CallableModule(types.ModuleType):
-    """This module's type: calling the module calls :func:`wrap`."""
-
-    def __call__(self, obj: Any) -> MultiAgentEnv:
-        return wrap(obj)
-
-
-sys.modules[__name__].__class__ = _CallableModule
