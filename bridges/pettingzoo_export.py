@@ -42,12 +42,10 @@ from marl_core.env import ALL, COMMON, AgentID, MultiAgentEnv
 from marl_core.errors import (
     EnvContractError,
     InvalidActionError,
-    MissingActionError,
     ResetNeededError,
-    UnexpectedActionError,
     UnsupportedEnvError,
 )
-from marl_core.spaces import check_action
+from marl_core.spaces import check_acting, check_action
 
 logger = logging.getLogger(__name__)
 
@@ -325,13 +323,7 @@ class MultiAgentParallelEnv(ParallelEnv):
         acting = self.agents
         if not acting:
             raise ResetNeededError("step() called before reset() or after the episode ended")
-        acting_set = set(acting)
-        unexpected = [a for a in actions if a not in acting_set]
-        if unexpected:
-            raise UnexpectedActionError(unexpected, acting)
-        missing = [a for a in acting if a not in actions]
-        if missing:
-            raise MissingActionError(missing, list(actions))
+        check_acting(actions, acting)
         for agent_id in acting:
             check_action(agent_id, self.action_space(agent_id), actions[agent_id])
         obs, rewards, terminateds, truncateds, infos = self.env.step(dict(actions))

@@ -208,6 +208,19 @@ def check_action_dict(env: Any, action_dict: Mapping[AgentID, Any], acting: Iter
         acting: the agents asked to act (the keys of the last observation dict).
     """
     acting = list(acting)
+    check_acting(action_dict, acting)
+    for agent_id in acting:
+        check_action(agent_id, env.get_action_space(agent_id), action_dict[agent_id])
+
+
+def check_acting(action_dict: Mapping[AgentID, Any], acting: Iterable[AgentID]) -> None:
+    """Raise unless ``action_dict`` names exactly the agents in ``acting`` (values unchecked).
+
+    Raises:
+        UnexpectedActionError: an action for an agent not asked to act.
+        MissingActionError: an agent asked to act without an action.
+    """
+    acting = list(acting)
     acting_set = set(acting)
     unexpected = [a for a in action_dict if a not in acting_set]
     if unexpected:
@@ -215,8 +228,6 @@ def check_action_dict(env: Any, action_dict: Mapping[AgentID, Any], acting: Iter
     missing = [a for a in acting if a not in action_dict]
     if missing:
         raise MissingActionError(missing, list(action_dict))
-    for agent_id in acting:
-        check_action(agent_id, env.get_action_space(agent_id), action_dict[agent_id])
 
 
 # Seeded sampling ----------------------------------------------------------------------------

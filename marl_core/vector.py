@@ -37,14 +37,12 @@ import numpy as np
 from marl_core._vector_workers import Workers, execute, rebuild, remote_error
 from marl_core.env import ALL, AgentID, MultiAgentEnv
 from marl_core.errors import (
-    MissingActionError,
     MultiAgentEnvError,
     ResetNeededError,
     SpaceError,
-    UnexpectedActionError,
     VectorEnvError,
 )
-from marl_core.spaces import action_mask_of, check_action
+from marl_core.spaces import action_mask_of, check_acting, check_action
 
 logger = logging.getLogger(__name__)
 
@@ -320,13 +318,7 @@ class VectorMultiAgentEnv:
         try:
             if not isinstance(actions, Mapping):
                 raise MultiAgentEnvError(f"a {type(actions).__name__} where a dict of actions was expected")
-            acting_set = set(acting)
-            unexpected = [a for a in actions if a not in acting_set]
-            if unexpected:
-                raise UnexpectedActionError(unexpected, acting)
-            missing = [a for a in acting if a not in actions]
-            if missing:
-                raise MissingActionError(missing, list(actions))
+            check_acting(actions, acting)
             missing_spaces = [a for a in acting if a not in self._action_spaces[index]]
             if missing_spaces:
                 self._action_spaces[index].update(self._call(index, "spaces", ("action", missing_spaces)))

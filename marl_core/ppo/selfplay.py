@@ -7,9 +7,10 @@ fixed players (by the preset's ``league`` option, :data:`FIXED_PLAYERS`) and fro
 (``"random"``), a tactical one that wins when it can and blocks when it must (``"tactical"``),
 OpenSpiel's MCTS at 25 simulations (``"mcts"``, slow: about 4x fewer env steps a minute) and
 ``"main"`` itself, which then plays both seats and learns from both. The preset's league is
-``"self"`` (random, tactical, main itself): on the benchmark it reached 27.5% against MCTS-100
-after 6 minutes where the random-only league stayed at 2-8% up to 30 minutes, because main,
-trained against players that never punish a missed block, learns to win but not to defend.
+``"self"`` (random, tactical, main itself): on the benchmark it reached 17.5-27.5% against
+MCTS-100 after 5-6 minutes (1.4-1.8M env steps, two seeds) where the random-only league stayed
+at 2-8% up to 30 minutes (1.95M), because main, trained against players that never punish a
+missed block, learns to win but not to defend (it blocked 2 of 59 immediate threats).
 After every iteration :class:`SelfPlayLeague` looks at main's recent
 training episodes; when its score against the league (wins plus half the draws, over at least
 ``min_episodes`` episodes played since the last snapshot) reaches ``threshold``, a new snapshot
