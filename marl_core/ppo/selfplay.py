@@ -462,13 +462,14 @@ FIRST_MAPPINGS = {"random": main_vs_random, "tactical": main_vs_fixed, "mcts": m
 
 def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, network: str = "mlp",
                     league: str = "random", train_batch_size: int = 4000, num_epochs: int = 4,
-                    minibatch_size: int = 512, entropy_coeff: float = 0.01) -> PPOConfig:
+                    minibatch_size: int = 512, entropy_coeff: float = 0.01,
+                    num_env_runners: int = 0) -> PPOConfig:
     """The trainer config of the preset: main vs the league, tuned for a 2-core laptop.
 
-    Sampling happens in the driver (``num_env_runners=0``): an iteration samples and then learns,
-    so on two cores a Ray runner would add process hops without running anything in parallel.
-    ``--set num_env_runners=N`` (and ``--ray-address``) move sampling to Ray actors unchanged: the
-    league's mapping fn and the module factory travel to them.
+    By default sampling happens in the driver (``num_env_runners=0``); :func:`connect4_preset`
+    samples on one Ray env runner (the local embedded Ray). ``--set env_runners.num_env_runners=N``
+    (and ``--ray-address``) move sampling to more Ray actors unchanged: the league's mapping fn
+    and the module factory travel to them.
 
     Args:
         num_envs: envs sampled together in the driver.
@@ -481,6 +482,7 @@ def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, netw
         num_epochs: passes over each batch.
         minibatch_size: SGD minibatch.
         entropy_coeff: entropy bonus.
+        num_env_runners: Ray env-runner actors (0: sample in the driver).
     """
     from marl_core.ppo.config import PPOConfig
 
@@ -492,7 +494,7 @@ def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, netw
         .environment(make_env, env_config={"game": "connect_four"})
         .multi_agent(policies=policies, policy_mapping_fn=FIRST_MAPPINGS[league],
                      policies_to_train=[MAIN])
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=num_envs)
+        .env_runners(num_env_runners=num_env_runners, num_envs_per_env_runner=num_envs)
         .training(lr=lr, gamma=0.99, lambda_=0.95, clip_param=0.2, entropy_coeff=entropy_coeff,
                   num_epochs=num_epochs, minibatch_size=minibatch_size, train_batch_size=train_batch_size,
                   model={"hiddens": [256, 256], "activation": "relu", "network": network})
@@ -516,13 +518,13 @@ def connect4_preset(**options: Any) -> Preset:
     """The preset of ``marl-train connect4``: self-play with a league, evaluation, a final report.
 
     ``options`` are keyword arguments of :func:`connect4_config` (for experiments); the league
-    defaults to ``"self"``. With main itself in the league its score against the league stays
+    defaults to ``"self"`` and sampling to one env runner on a local embedded Ray. With main itself in the league its score against the league stays
     near or below the snapshot threshold, so snapshots join rarely: main's opponents are mostly
     its current self, the tactical and the random player.
     """
     from marl_core.ppo.presets import Preset
 
-    options = {"league": "self", **options}
+    options = {"league": "self", "num_env_runners": 1, **options}
     league = SelfPlayLeague(fixed=FIXED_PLAYERS[options["league"]])
     evaluation = Connect4Evaluation()
     return Preset(

@@ -126,6 +126,7 @@ def test_preset_options_reach_the_config():
     assert config.policy_mapping_fn is main_vs_fixed
     preset = connect4_preset()  # the default league: random, tactical and main itself
     assert preset.build_config().policy_mapping_fn is main_vs_fixed_self
+    assert preset.build_config().num_env_runners == 1  # the main job samples on a local Ray
     assert preset.callbacks[0].opponents() == (RANDOM, TACTICAL, MAIN)
 
 
