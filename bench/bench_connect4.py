@@ -7,6 +7,11 @@ OpenSpiel's MCTS at 25, 100 and 400 simulations (half the games in each seat), s
 measured on separate games and the slow MCTS games do not eat the training budget. Prints a
 table with 95% Wilson intervals and writes ``curve.png`` and ``curve.jsonl`` into ``--out``.
 
+The table's last columns say how each checkpoint's greedy policy handles one-move tactics: in
+``--tactics-games`` games where every other move is a uniformly random one (so positions vary),
+the share of positions with a winning move where it wins at once, and of positions with exactly
+one opponent threat (and no win of its own) where it blocks.
+
 Run::
 
     python bench/bench_connect4.py --minutes 30 --out runs/bench-connect4
@@ -27,11 +32,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from marl_core.ppo import PPO
 from marl_core.ppo.evaluation import EvaluationPoint, evaluate, plot_history, save_history
-from marl_core.ppo.selfplay import MAIN, connect4_preset
+from marl_core.ppo.selfplay import MAIN, _wins_at, connect4_preset, make_env
 
 
 def parse_games(text: str) -> list[tuple[str, int]]:
@@ -83,6 +90,34 @@ def train(minutes: float, at: list[float], out: Path, seed: int,
     return saved
 
 
+def one_move_tactics(policy: Any, games: int, seed: int = 0) -> tuple[float, float]:
+    """Share of immediate wins taken and of single threats blocked by ``policy`` (see the docstring)."""
+    env, rng = make_env(), np.random.default_rng(seed)
+    taken = blocked = wins_seen = threats_seen = 0
+    for game in range(games):
+        obs, _ = env.reset(seed=seed + game)
+        done = False
+        while not done:
+            ((agent_id, observation),) = obs.items()
+            board = np.asarray(observation["observation"]) > 0.5
+            legal = [int(c) for c in np.flatnonzero(observation["action_mask"])]
+            crosses_to_move = board[0].sum() == board[1].sum()
+            mine, theirs = (board[0], board[1]) if crosses_to_move else (board[1], board[0])
+            heights = {c: int(board.shape[1] - board[2][:, c].sum()) for c in legal}
+            wins = [c for c in legal if _wins_at(mine, heights[c], c)]
+            threats = [c for c in legal if _wins_at(theirs, heights[c], c)]
+            action = int(policy(observation))
+            if wins:
+                wins_seen, taken = wins_seen + 1, taken + (action in wins)
+            elif len(threats) == 1:
+                threats_seen, blocked = threats_seen + 1, blocked + (action in threats)
+            if rng.random() < 0.5:  # every other move (on average) random, so positions vary
+                action = int(rng.choice(legal))
+            obs, _, terminateds, truncateds, _ = env.step({agent_id: action})
+            done = terminateds["__all__"] or truncateds["__all__"]
+    return taken / max(wins_seen, 1), blocked / max(threats_seen, 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="training budget (wall clock)")
@@ -91,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="opponent=games evaluated per checkpoint")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-connect4"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tactics-games", type=int, default=200,
+                        help="games per checkpoint for the one-move tactics columns (0: skip)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a keyword of connect4_preset / connect4_config, e.g. tactical=true (repeatable)")
     args = parser.parse_args(argv)
@@ -104,24 +141,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"preset options: {options}")
     saved = train(args.minutes, at, args.out, args.seed, options)
     print(f"\nevaluating {len(saved)} checkpoints: {', '.join(f'{s}={g}' for s, g in games)} games, half per seat")
-    points = []
+    points, tactics = [], []
     for minutes, iteration, steps, path in saved:
         algo = PPO.from_checkpoint(path)
         try:
             results = evaluate(algo.get_policy_callable(MAIN), games, seed=777)
+            if args.tactics_games:
+                tactics.append(one_move_tactics(algo.get_policy_callable(MAIN), args.tactics_games))
         finally:
             algo.stop()
         points.append(EvaluationPoint(iteration, minutes, steps, results))
         save_history(points, args.out / "curve.jsonl")
     plot_history(points, args.out / "curve.png", title="Connect-4 self-play: checkpoints vs opponents")
     header = f"{'minutes':>7} {'env steps':>10} " + " ".join(f"{spec + ' win% [95% CI]':>26}" for spec, _ in games)
+    if tactics:
+        header += f" {'wins taken':>10} {'blocks':>7}"
     print("\n" + header)
-    for point in points:
+    for index, point in enumerate(points):
         cells = []
         for spec, _ in games:
             match = point.results[spec]
             low, high = match.interval("win")
             cells.append(f"{100 * match.win_rate:9.1f} [{100 * low:5.1f}, {100 * high:5.1f}] ({match.games:3d})")
+        if tactics:
+            cells.append(f"{100 * tactics[index][0]:9.0f}% {100 * tactics[index][1]:6.0f}%")
         print(f"{point.minutes:7.2f} {point.env_steps:10d} " + " ".join(f"{c:>26}" for c in cells))
     print(f"\nload average at end: {os.getloadavg()[0]:.1f}; chart: {args.out / 'curve.png'}")
     return 0

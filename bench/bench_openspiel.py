@@ -8,7 +8,9 @@ reads what an RL loop needs:
   ``state.returns()`` and every player's final observation tensor, as OpenSpiel's own
   ``rl_environment`` does in its last time step (an RL loop needs the outcome, and the env hands
   every player a final observation).
-- ``ours``: ``bridges.OpenSpielEnv``; legal actions come from the ``"action_mask"``.
+- ``ours``: ``bridges.OpenSpielEnv``; legal actions come from the ``"action_mask"``. Its resets
+  read a game's opening (first chance nodes, first decision) from the env's memo once it has met
+  that opening, so they call pyspiel less than ``raw`` does; steps read what ``raw`` reads.
 - ``rllib``: ``ray.rllib.env.wrappers.open_spiel.OpenSpielEnv``; it gives no mask, so the loop
   asks ``env.state.legal_actions(player)``.
 - ``shimmy``: ``shimmy.OpenSpielCompatibilityV0`` (a PettingZoo AEC env); mask from ``infos``.

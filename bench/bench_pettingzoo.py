@@ -1,16 +1,25 @@
 """Per-step cost of the PettingZoo bridges against the raw envs and RLlib's wrappers.
 
-Run: ``python bench/bench_pettingzoo.py [--rounds 7] [--scale 1.0] [--only NAME ...]``
+Run: ``python bench/bench_pettingzoo.py [--rounds 9] [--scale 1.0] [--only NAME ...] [--control] [--overhead]``
 
 For each env, three loops play the same cheap policy (legal actions drawn from a pre-generated
 pool, so the policy costs the same everywhere): PettingZoo's own loop on the raw env
 (``agent_iter`` + ``last()`` for AEC, ``step(dict)`` for parallel), our bridge, and RLlib's
 ``PettingZooEnv`` / ``ParallelPettingZooEnv``. The bridged loops are the usual MultiAgentEnv loop
-(act for every agent in the obs dict that has not ended). Within each round the loops run one
-after the other in a rotating order, in one process, on the same seeds, so all three play the
+(act for every agent in the obs dict that has not ended). All three loops drive one and the same
+env instance (each loop starts from ``reset(seed=...)``), so differences between instances (memory
+layout, caches, render surfaces) cannot pass for bridge overhead. Within each round the loops run
+one after the other in a rotating order, in one process, on the same seeds, so all three play the
 same episodes with the same actions; time is process CPU time, which leaves out the time spent
-waiting for a core on a loaded machine. The table shows the median over rounds of each loop's
-time per step divided by the raw loop's in the same round. Steps count agent actions.
+waiting for a core on a loaded machine. Objects alive before timing are frozen out of the garbage
+collector, so a full collection of the interpreter's heap lands in no loop.
+
+The table shows, per loop, the median over rounds of its time per step divided by the raw loop's
+in the same round, with the smallest and largest of those per-round ratios; ``--control`` adds a
+second raw loop on the same env, whose ratio to the first shows how far two identical loops drift
+apart (the noise floor). ``--overhead`` adds a second table for the parallel envs: the time each
+bridge spends in its own ``step()`` outside the env's, timed directly (see :func:`bridge_overhead`).
+Steps count agent actions.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import statistics
 import sys
 import time
@@ -126,73 +136,162 @@ def time_loop(loop: Callable[..., None], env: Any, steps: int, pick: Picker, see
     return (time.process_time() - start) / steps
 
 
-def bench_env(name: str, module: str, kwargs: dict[str, Any], api: str, steps: int, rounds: int) -> dict[str, Any]:
+class Stopwatch:
+    """Adds up the wall time spent inside the methods it wraps (instance attributes shadow them)."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+    def wrap(self, obj: Any, name: str) -> None:
+        method = getattr(obj, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.ns += time.perf_counter_ns() - start
+
+        setattr(obj, name, timed)
+
+    def unwrap(self, obj: Any, name: str) -> None:
+        delattr(obj, name)
+
+
+def bridge_overhead(module: str, kwargs: dict[str, Any], steps: int, rounds: int) -> dict[str, float]:
+    """Microseconds per agent action that each parallel bridge's ``step()`` spends outside the env's.
+
+    Time inside the bridge's ``step()`` minus time inside the env's ``step()``, on the same env
+    instance, alternating the two bridges, median over rounds. This measures the bridge's own work
+    directly instead of as the small difference of two totals, and it is wall time, so a loaded
+    machine adds noise. (AEC bridges are left out: their step does the reads that PettingZoo's own
+    loop does in ``last()`` and ``agent_iter()``, so time outside ``env.step()`` is not overhead.)
+    """
+    from ray.rllib.env.wrappers import pettingzoo_env as rllib_pz
+
+    env = build(module, kwargs, "parallel")
+    inner = Stopwatch()
+    inner.wrap(env, "step")
+    bridges = {"ours": ParallelPettingZooEnv(env), "rllib": rllib_pz.ParallelPettingZooEnv(env)}
+    outer = {key: Stopwatch() for key in bridges}
+    for key, bridge in bridges.items():
+        outer[key].wrap(bridge, "step")
+    picks = {key: Picker(env.action_space) for key in bridges}
+    for key, bridge in bridges.items():
+        multi_agent_loop(bridge, max(steps // 10, 20), picks[key], 10_000)
+    result: dict[str, list[float]] = {key: [] for key in bridges}
+    for round_index in range(rounds):
+        for key in list(bridges)[round_index % 2 :] + list(bridges)[: round_index % 2]:
+            inner.ns = outer[key].ns = 0
+            picks[key].i = 0
+            multi_agent_loop(bridges[key], steps, picks[key], round_index * 1000)
+            result[key].append((outer[key].ns - inner.ns) / steps / 1e3)
+    inner.unwrap(env, "step")
+    return {key: statistics.median(values) for key, values in result.items()}
+
+
+def bench_env(
+    name: str, module: str, kwargs: dict[str, Any], api: str, steps: int, rounds: int, control: bool
+) -> dict[str, Any]:
     from ray.rllib.env.wrappers import pettingzoo_env as rllib_pz
 
     raw_env = build(module, kwargs, api)
-    raw_env.reset(seed=0)
     if api == "aec":
-        ours: Any = PettingZooEnv(build(module, kwargs, api))
-        theirs: Any = rllib_pz.PettingZooEnv(build(module, kwargs, api))
+        ours: Any = PettingZooEnv(raw_env)
+        theirs: Any = rllib_pz.PettingZooEnv(raw_env)
         raw_loop = raw_aec_loop
     else:
-        ours = ParallelPettingZooEnv(build(module, kwargs, api))
-        theirs = rllib_pz.ParallelPettingZooEnv(build(module, kwargs, api))
+        ours = ParallelPettingZooEnv(raw_env)
+        theirs = rllib_pz.ParallelPettingZooEnv(raw_env)
         raw_loop = raw_parallel_loop
-    ours.reset(seed=0)
-    theirs.reset(seed=0)
     loops = {
         "raw": (raw_loop, raw_env, Picker(raw_env.action_space)),
         "ours": (multi_agent_loop, ours, Picker(ours.get_action_space)),
         "rllib": (multi_agent_loop, theirs, Picker(raw_env.action_space)),
     }
+    if control:
+        loops["control"] = (raw_loop, raw_env, Picker(raw_env.action_space))
     for loop, env, pick in loops.values():  # warm up: caches, pygame surfaces, lazy imports
         loop(env, max(steps // 10, 20), pick, 10_000)
+    gc.collect()
+    gc.freeze()
     per_step: dict[str, list[float]] = {key: [] for key in loops}
     order = list(loops)
     for round_index in range(rounds):
-        rotated = order[round_index % 3 :] + order[: round_index % 3]
-        for key in rotated:
+        shift = round_index % len(order)
+        for key in order[shift:] + order[:shift]:
             loop, env, pick = loops[key]
             per_step[key].append(time_loop(loop, env, steps, pick, seed=round_index * 1000))
-    ratios = {
-        key: statistics.median(t / r for t, r in zip(per_step[key], per_step["raw"], strict=True)) for key in ("ours", "rllib")
-    }
-    best = {key: min(values) for key, values in per_step.items()}
-    return {
-        "env": f"{name} ({api})",
-        "ours_best": best["ours"] / best["raw"],
-        "rllib_best": best["rllib"] / best["raw"],
-        "raw_us": statistics.median(per_step["raw"]) * 1e6,
-        "ours_us": statistics.median(per_step["ours"]) * 1e6,
-        "rllib_us": statistics.median(per_step["rllib"]) * 1e6,
-        **{f"{key}_ratio": value for key, value in ratios.items()},
-    }
+    gc.unfreeze()
+    row: dict[str, Any] = {"env": f"{name} ({api})"}
+    best_raw = min(per_step["raw"])
+    for key, values in per_step.items():
+        ratios = [t / r for t, r in zip(values, per_step["raw"], strict=True)]
+        row[f"{key}_us"] = statistics.median(values) * 1e6
+        row[f"{key}_ratio"] = statistics.median(ratios)
+        row[f"{key}_min"], row[f"{key}_max"] = min(ratios), max(ratios)
+        row[f"{key}_best"] = min(values) / best_raw
+    return row
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7, help="timed rounds per env (median reported)")
+    parser.add_argument("--rounds", type=int, default=9, help="timed rounds per env (median reported)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the steps per timed run")
     parser.add_argument("--only", nargs="*", default=None, help="env names (substrings) to run")
+    parser.add_argument("--control", action="store_true", help="add a second raw loop: the noise floor")
+    parser.add_argument(
+        "--overhead", action="store_true", help="also time each bridge's own work inside step() directly"
+    )
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
+    load_start = os.getloadavg()
     rows = []
     for name, module, kwargs, api, steps in ENVS:
         if args.only and not any(part in f"{name} {api}" for part in args.only):
             continue
-        rows.append(bench_env(name, module, kwargs, api, max(int(steps * args.scale), 20), args.rounds))
-        row = rows[-1]
-        print(f"  done {row['env']}", file=sys.stderr, flush=True)
-    print(f"{args.rounds} rounds; us/step: median CPU time per agent action; ratios: median of per-round ratios")
-    print("(best: ratio of the fastest round of each loop, the least disturbed by other processes)")
-    print("| env | raw us/step | ours us/step | RLlib us/step | ours / raw | RLlib / raw | ours / raw (best) | RLlib / raw (best) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for row in rows:
-        print(
-            f"| {row['env']} | {row['raw_us']:.1f} | {row['ours_us']:.1f} | {row['rllib_us']:.1f} | "
-            f"{row['ours_ratio']:.3f}x | {row['rllib_ratio']:.3f}x | {row['ours_best']:.3f}x | {row['rllib_best']:.3f}x |"
+        rows.append(
+            bench_env(name, module, kwargs, api, max(int(steps * args.scale), 20), args.rounds, args.control)
         )
+        row = rows[-1]
+        if args.overhead and api == "parallel":
+            row["overhead"] = bridge_overhead(module, kwargs, max(int(steps * args.scale), 20), args.rounds)
+        print(f"  done {row['env']}", file=sys.stderr, flush=True)
+    load_end = os.getloadavg()
+    print(
+        f"{args.rounds} rounds; load average (1, 5, 15 min) at start {load_start[0]:.2f} {load_start[1]:.2f} "
+        f"{load_start[2]:.2f}, at end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}"
+    )
+    print("us/step: median CPU time per agent action; x: median of per-round ratios to raw [smallest, largest]")
+    print("(best: ratio of the fastest round of each loop, the least disturbed by other processes)")
+    keys = ["ours", "rllib"] + (["control"] if args.control else [])
+    names = {"ours": "ours", "rllib": "RLlib", "control": "raw again"}
+    print(
+        "| env | raw us/step | ours us/step | RLlib us/step | "
+        + " | ".join(f"{names[k]} / raw" for k in keys)
+        + " | "
+        + " | ".join(f"{names[k]} / raw (best)" for k in keys)
+        + " |"
+    )
+    print("|---|---:|---:|---:|" + "---:|" * (2 * len(keys)))
+    for row in rows:
+        cells = [f"{row['raw_us']:.1f}", f"{row['ours_us']:.1f}", f"{row['rllib_us']:.1f}"]
+        cells += [f"{row[k + '_ratio']:.3f}x [{row[k + '_min']:.3f}, {row[k + '_max']:.3f}]" for k in keys]
+        cells += [f"{row[k + '_best']:.3f}x" for k in keys]
+        print(f"| {row['env']} | " + " | ".join(cells) + " |")
+    if args.overhead:
+        print()
+        print("Parallel bridges' own work per agent action (wall time in step() outside env.step(), median):")
+        print("| env | ours us | RLlib us | ours % of raw step | RLlib % of raw step |")
+        print("|---|---:|---:|---:|---:|")
+        for row in rows:
+            if "overhead" not in row:
+                continue
+            ours, theirs = row["overhead"]["ours"], row["overhead"]["rllib"]
+            raw = row["raw_us"]
+            print(
+                f"| {row['env']} | {ours:.2f} | {theirs:.2f} | {100 * ours / raw:.2f}% | {100 * theirs / raw:.2f}% |"
+            )
 
 
 if __name__ == "__main__":

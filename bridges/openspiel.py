@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import operator
 import string
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -76,7 +75,31 @@ _MISSING = object()
 _CHANCE = -1
 _TERMINAL = -4
 _NO_LIMIT = 1 << 62  # the step limit without max_steps
-_MASK_CACHE_SIZE = 4096  # masks kept per env, keyed by the tuple of legal actions
+_MASK_CACHE_SIZE = 4096  # masks kept per player, keyed by the tuple of legal actions
+_OPENING_DEPTH = 2  # chance nodes at the start of a game that reset() samples from a memo
+_OPENINGS_SIZE = 1024  # nodes kept in that memo, per env
+
+# A player about to act with given legal actions: (player, agent id, set of the legal actions, mask
+# of them). Kept per (player, legal actions), so a node the env has seen costs one lookup. A plain
+# tuple: unpacking and indexing one is cheaper than a NamedTuple's. The mask is int8, 1 for each
+# legal action; only the env reads it (users get copies).
+_Turn = tuple[int, AgentID, frozenset[int], np.ndarray | None]
+_NO_TURN: _Turn = (-1, "", frozenset(), None)  # nobody acts alone (a simultaneous node, or no episode)
+
+
+def _reseeded(game: pyspiel.Game) -> bool:
+    """Whether ``game`` samples chance inside pyspiel from an ``rng_seed`` parameter."""
+    chance_mode = game.get_type().chance_mode
+    return chance_mode == _pyspiel().GameType.ChanceMode.SAMPLED_STOCHASTIC and "rng_seed" in game.get_parameters()
+
+
+def _sample(outcomes: list[tuple[int, float]], draw: float) -> int:
+    """The outcome that the uniform ``draw`` in [0, 1) selects from ``state.chance_outcomes()``."""
+    for outcome, probability in outcomes:
+        draw -= probability
+        if draw < 0.0:
+            return outcome
+    return outcomes[-1][0]  # the probabilities summed to a little less than the draw
 
 
 def _pyspiel() -> Any:
@@ -179,7 +202,10 @@ class OpenSpielEnv(MultiAgentEnv):
           uniforms drawn from ``self.np_random`` (in blocks of 256); numpy's global RNG is never
           used. Games that sample chance inside pyspiel from an ``rng_seed``
           parameter are reloaded with ``rng_seed`` derived from the seed at every seeded reset.
-          So ``reset(seed=s)`` and the same actions give the same ``state.history()``.
+          So ``reset(seed=s)`` and the same actions give the same ``state.history()``. ``reset``
+          reads the nodes that open a game (its first two chance nodes, its first decision)
+          from pyspiel once per distinct opening and then from a memo: the same draws, the same
+          outcomes, the same observations (copied out, like every array the env hands out).
         - **Rewards**: every step, a reward for every player: what the step added to
           ``state.returns()``. That is ``state.rewards()`` of the player's transition plus those of
           the chance transitions after it, read in the one way that is exact for every game (games
@@ -221,41 +247,40 @@ class OpenSpielEnv(MultiAgentEnv):
             raise UnsupportedEnvError(f"max_steps must be a positive int or None, received {max_steps!r}")
         self.observation_type: ObservationType = choose_observation_type(self.game, observation_type)
         self._check_legal_actions(name)
+        # Instance attributes are kept under 30 on purpose: CPython 3.11 keeps up to 30 in a compact
+        # per-instance layout; past that every attribute and method lookup is slower (~2% of a step).
         self._limit = _NO_LIMIT
         self.max_steps = max_steps
         self.render_mode = render_mode
-        self._num_players = self.game.num_players()
         self._num_actions = self.game.num_distinct_actions()
-        self._ids: tuple[AgentID, ...] = tuple(player_id(p) for p in range(self._num_players))
-        self._reseed_game = (
-            game_type.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC
-            and "rng_seed" in self.game.get_parameters()
-        )
-        self._setup_observations()
-        self._action_space = spaces.Discrete(self._num_actions)
+        self._ids: tuple[AgentID, ...] = tuple(player_id(p) for p in range(self.game.num_players()))
+        self._players = tuple(enumerate(self._ids))  # (player, agent id) pairs, looped over at the end
+        observation_space = self._setup_observations()
+        action_space = spaces.Discrete(self._num_actions)
         self.possible_agents = list(self._ids)
         self.agents = []
-        self.observation_spaces = {agent_id: self._observation_space for agent_id in self._ids}
-        self.action_spaces = {agent_id: self._action_space for agent_id in self._ids}
+        self.observation_spaces = dict.fromkeys(self._ids, observation_space)
+        self.action_spaces = dict.fromkeys(self._ids, action_space)
         super().__init__()
         self.state: pyspiel.State | None = None
-        # Who acts: at a turn, _turn is the player, with _turn_id and _turn_entry (mask, legal set);
-        # otherwise _turn is -1 and _acting/_masks hold the players at a simultaneous node (or
-        # nobody, between episodes).
-        self._turn = -1
-        self._turn_id: AgentID = ""
-        self._turn_entry: tuple[np.ndarray, frozenset[int]] = (np.zeros(0, np.int8), frozenset())
-        self._acting: tuple[int, ...] = ()
+        # Who acts: at a turn, _now is the player's _Turn; otherwise _now is _NO_TURN and _masks
+        # holds the masks of the players acting at a simultaneous node (or nobody, between episodes).
+        self._now = _NO_TURN
         self._masks: dict[int, np.ndarray] = {}
-        self._mask_cache: dict[tuple[int, ...], tuple[np.ndarray, frozenset[int]]] = {}
+        self._turns: tuple[dict[tuple[int, ...], _Turn], ...] = tuple({} for _ in self._ids)
         self._uniforms: list[float] = []
-        self._zeros = np.zeros(self._num_actions, np.int8)
-        self._all_true = {**dict.fromkeys(self._ids, True), ALL: True}  # templates, copied out
-        self._all_false = {**dict.fromkeys(self._ids, False), ALL: False}
-        self._terminal_rewards = game_type.reward_model == pyspiel.GameType.RewardModel.TERMINAL
-        self._zero_rewards = dict.fromkeys(self._ids, 0.0)  # template, copied out
-        self._no_returns = [0.0] * self._num_players  # never mutated: _rewards replaces it
-        self._returns: list[float] = self._no_returns
+        self._ends = (  # end flags, copied out: all True, all False
+            {**dict.fromkeys(self._ids, True), ALL: True},
+            {**dict.fromkeys(self._ids, False), ALL: False},
+        )
+        terminal_rewards = game_type.reward_model == pyspiel.GameType.RewardModel.TERMINAL
+        # The rewards of every step but the last in terminal-reward games (copied out); None otherwise.
+        self._zero_rewards = dict.fromkeys(self._ids, 0.0) if terminal_rewards else None
+        self._returns: list[float] | None = None  # state.returns() when last read (None: not yet)
+        # The opening of the game, memoized by reset() (see _open); None for games that sample
+        # chance inside pyspiel, whose initial state need not be the same every time.
+        sampled = game_type.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC
+        self._openings: dict[tuple[int, ...], tuple[Any, ...]] | None = None if sampled else {}
         self._steps = 0
 
     # Construction helpers ----------------------------------------------------------------------
@@ -283,9 +308,10 @@ class OpenSpielEnv(MultiAgentEnv):
                 f"checked: {error}"
             ) from error
 
-    def _setup_observations(self) -> None:
+    def _setup_observations(self) -> spaces.Dict:
+        """Set up the observer (when pyspiel has one for the type in use); return the observation space."""
         kind = self.observation_type
-        self._observer = self._view = self._set_from = None
+        self._view = self._set_from = None
         if kind.endswith("_string"):
             inner: spaces.Space = spaces.Text(TEXT_MAX_LENGTH, min_length=0, charset=TEXT_CHARSET)
         else:
@@ -301,15 +327,14 @@ class OpenSpielEnv(MultiAgentEnv):
             except _pyspiel().SpielError:
                 observer = None
             if observer is not None and observer.tensor is not None and observer.tensor.size == int(np.prod(shape)):
-                self._observer = observer
-                self._view = observer.tensor.reshape(shape)  # shares memory: set_from fills it
+                self._view = observer.tensor.reshape(shape)  # shares memory: set_from fills it (and keeps it)
                 inner_observation = getattr(observer, "_observation", None)  # the C++ one: a frame less
                 self._set_from = observer.set_from if inner_observation is None else inner_observation.set_from
             else:
                 logger.debug("no observer for %s; reading %s from the state", self.game, kind)
             self._shape = shape
             inner = spaces.Box(-np.inf, np.inf, shape, np.float32)
-        self._observation_space = masked_space(inner, self.game.num_distinct_actions())
+        return masked_space(inner, self.game.num_distinct_actions())
 
     # Observations ------------------------------------------------------------------------------
 
@@ -324,16 +349,17 @@ class OpenSpielEnv(MultiAgentEnv):
             return np.asarray(self.state.information_state_tensor(player), np.float32).reshape(self._shape)
         return getattr(self.state, self.observation_type)(player)
 
-    def _legal_entry(self, legal: tuple[int, ...]) -> tuple[np.ndarray, frozenset[int]]:
-        """The mask of the legal actions ``legal`` (an array only the env reads) and their set."""
-        entry = self._mask_cache.get(legal)
-        if entry is None:
+    def _turn_of(self, player: int, legal: tuple[int, ...]) -> _Turn:
+        """The :class:`_Turn` of ``player`` with the legal actions ``legal``, cached per player."""
+        turns = self._turns[player]
+        turn = turns.get(legal)
+        if turn is None:
             mask = np.zeros(self._num_actions, np.int8)
             mask[list(legal)] = 1
-            entry = (mask, frozenset(legal))
-            if len(self._mask_cache) < _MASK_CACHE_SIZE:
-                self._mask_cache[legal] = entry
-        return entry
+            turn = (player, self._ids[player], frozenset(legal), mask)
+            if len(turns) < _MASK_CACHE_SIZE:
+                turns[legal] = turn
+        return turn
 
     def _decision_obs(self) -> ObsDict:
         """Observations of the players who decide now (the state is a decision node)."""
@@ -341,64 +367,98 @@ class OpenSpielEnv(MultiAgentEnv):
         current = state.current_player()
         if current >= 0:
             return self._turn_obs(state, current)
-        self._turn = -1
-        legals = [tuple(state.legal_actions(player)) for player in range(self._num_players)]
-        acting = self._acting = tuple(player for player, legal in enumerate(legals) if legal)
-        self._masks = {}
+        self._now = _NO_TURN
+        masks = self._masks = {}  # the acting players' masks, in player order
         obs = {}
-        for player in acting:
-            mask = self._masks[player] = self._legal_entry(legals[player])[0]
-            obs[self._ids[player]] = {OBS_KEY: self._observe(player), MASK_KEY: mask.copy()}
+        for player, agent_id in self._players:
+            legal = tuple(state.legal_actions(player))
+            if legal:
+                mask = masks[player] = self._turn_of(player, legal)[3]
+                obs[agent_id] = {OBS_KEY: self._observe(player), MASK_KEY: mask.copy()}
         return obs
 
     def _turn_obs(self, state: pyspiel.State, player: int) -> ObsDict:
-        """The observation of ``player``, who acts alone now (``step`` inlines the same lines)."""
-        legal = tuple(state.legal_actions(player))
-        entry = self._mask_cache.get(legal) or self._legal_entry(legal)
-        self._turn_entry = entry
-        self._turn = player
-        agent_id = self._turn_id = self._ids[player]
+        """The observation of ``player``, the current player, who acts alone now (``step`` inlines
+        the same lines). ``legal_actions()`` is the current player's, a little cheaper to ask."""
+        legal = tuple(state.legal_actions())
+        _, agent_id, _, mask = self._now = self._turns[player].get(legal) or self._turn_of(player, legal)
         set_from = self._set_from
         if set_from is not None:
             set_from(state, player)
             observation = self._view.copy()
         else:
             observation = self._observe(player)
-        return {agent_id: {OBS_KEY: observation, MASK_KEY: entry[0].copy()}}
+        return {agent_id: {OBS_KEY: observation, MASK_KEY: mask.copy()}}
 
     def _final_obs(self) -> ObsDict:
-        zeros = self._zeros
-        set_from = self._set_from
+        """Every player's observation, with an all-zero mask."""
+        size, zeros, set_from = self._num_actions, np.zeros, self._set_from
+        obs = {}
         if set_from is not None:
-            state, view, obs = self.state, self._view, {}
-            for player, agent_id in enumerate(self._ids):
+            state, view = self.state, self._view
+            for player, agent_id in self._players:
                 set_from(state, player)
-                obs[agent_id] = {OBS_KEY: view.copy(), MASK_KEY: zeros.copy()}
-            return obs
-        return {
-            agent_id: {OBS_KEY: self._observe(player), MASK_KEY: zeros.copy()}
-            for player, agent_id in enumerate(self._ids)
-        }
+                obs[agent_id] = {OBS_KEY: view.copy(), MASK_KEY: zeros(size, np.int8)}
+        else:
+            for player, agent_id in self._players:
+                obs[agent_id] = {OBS_KEY: self._observe(player), MASK_KEY: zeros(size, np.int8)}
+        return obs
 
     # Chance --------------------------------------------------------------------------------------
 
     def _resolve_chance(self) -> int:
-        """Sample chance nodes until a decision or terminal node, with draws from ``self.np_random``;
-        return the ``current_player()`` reached."""
+        """Sample chance nodes from the current one (a chance node) until a decision or terminal
+        node, with draws from ``self.np_random``; return the ``current_player()`` reached."""
         state, uniforms = self.state, self._uniforms
-        while (node := state.current_player()) == _CHANCE:
+        node = _CHANCE
+        while node == _CHANCE:
             outcomes = state.chance_outcomes()
             if not uniforms:  # drawn in blocks: one numpy call per 256 chance events
                 uniforms = self._uniforms = self.np_random.random(256).tolist()
-            draw = uniforms.pop()
-            action = outcomes[-1][0]
-            for outcome, probability in outcomes:
-                draw -= probability
-                if draw < 0.0:
-                    action = outcome
-                    break
-            state.apply_action(action)
+            state.apply_action(_sample(outcomes, uniforms.pop()))
+            node = state.current_player()
         return node
+
+    def _open(self, state: pyspiel.State) -> tuple[Any, ...]:
+        """Play the opening of a game from its initial ``state``: sample its first
+        ``_OPENING_DEPTH`` chance nodes as ``_resolve_chance`` does, and return the node reached as
+        :meth:`_opening_node` describes it.
+
+        An OpenSpiel state is a function of its history, so the nodes met here depend only on the
+        chance actions taken: each is read from pyspiel once and memoized in ``_openings``, keyed by
+        those actions (a deal of one card to each of two players, a first roll of the dice, the
+        first two tiles of 2048). Games that sample chance inside pyspiel have no memo.
+        """
+        openings, uniforms = self._openings, self._uniforms
+        path: tuple[int, ...] = ()
+        while True:
+            entry = openings.get(path)
+            if entry is None:
+                entry = self._opening_node(state, sample=len(path) < _OPENING_DEPTH)
+                if len(openings) < _OPENINGS_SIZE:
+                    openings[path] = entry
+            if entry[0] != _CHANCE or entry[1] is None:
+                return entry
+            if not uniforms:
+                uniforms = self._uniforms = self.np_random.random(256).tolist()
+            action = _sample(entry[1], uniforms.pop())
+            state.apply_action(action)
+            path += (action,)
+
+    def _opening_node(self, state: pyspiel.State, *, sample: bool) -> tuple[Any, ...]:
+        """What :meth:`_open` memoizes of ``state``: ``(-1, chance_outcomes())`` at a chance node
+        to sample; ``(player, turn, observation)`` at a turn, with the :data:`_Turn` and the
+        observation tensor (the env's own array: only copies go out); else ``(current_player(),
+        None)``, and ``reset`` carries on from there."""
+        node = state.current_player()
+        if node == _CHANCE:
+            return (node, state.chance_outcomes() if sample else None)
+        set_from = self._set_from
+        if node >= 0 and set_from is not None:
+            turn = self._turn_of(node, tuple(state.legal_actions()))
+            set_from(state, node)
+            return (node, turn, self._view.copy())
+        return (node, None)
 
     # Episode API -------------------------------------------------------------------------------
 
@@ -409,29 +469,41 @@ class OpenSpielEnv(MultiAgentEnv):
         if seed is not None:  # unseeded resets keep drawing from the generator as it is
             super().reset(seed=seed)
             self._uniforms = []
-            if self._reseed_game:
+            if _reseeded(self.game):
                 params = dict(self.game.get_parameters())
                 params["rng_seed"] = int(self.np_random.integers(2**31 - 1))
                 self.game = _pyspiel().load_game(self.game.get_type().short_name, params)
         state = self.state = self.game.new_initial_state()
         self._steps = 0
-        self._returns = self._no_returns
-        node = state.current_player()
+        self._returns = None
+        if self._openings is None:
+            node = state.current_player()
+        else:
+            opening = self._open(state)
+            node = opening[0]
+            if len(opening) == 3:  # a turn: copy out the memoized observation and mask
+                _, turn, observation = opening
+                self.agents = list(self._ids)
+                self._now = turn
+                return {turn[1]: {OBS_KEY: observation.copy(), MASK_KEY: turn[3].copy()}}, {}
         if node == _CHANCE:
             node = self._resolve_chance()
-        if node == _TERMINAL or (node < 0 and state.is_terminal()):  # over before anyone acts: show the end
-            self.agents, self._acting, self._turn = [], (), -1
+        if node >= 0:
+            self.agents = list(self._ids)
+            return self._turn_obs(state, node), {}
+        if node == _TERMINAL or state.is_terminal():  # over before anyone acts: show the end
+            self.agents, self._masks, self._now = [], {}, _NO_TURN
             return self._final_obs(), {}
         self.agents = list(self._ids)
-        return (self._turn_obs(state, node) if node >= 0 else self._decision_obs()), {}
+        return self._decision_obs(), {}
 
     def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
         """Apply the acting players' actions, then resolve chance up to the next decision."""
         state = self.state
-        player = self._turn
+        player, agent_id, legal, _ = self._now
         if player >= 0 and len(action_dict) == 1:  # a turn: the hot path, kept flat
-            action = action_dict.get(self._turn_id, _MISSING)
-            if type(action) is not int or action not in self._turn_entry[1]:
+            action = action_dict.get(agent_id, _MISSING)
+            if type(action) is not int or action not in legal:
                 if action is _MISSING:
                     self._check_keys(action_dict)
                 action = self._legal(player, action)
@@ -440,7 +512,7 @@ class OpenSpielEnv(MultiAgentEnv):
             try:
                 state.apply_action(action)
             except _pyspiel().SpielError as error:  # only if .state was changed behind the env's back
-                raise IllegalActionError(self._turn_id, action, state.legal_actions(player)) from error
+                raise IllegalActionError(agent_id, action, state.legal_actions(player)) from error
         else:
             if state is None or not self.agents:
                 raise ResetNeededError(
@@ -448,37 +520,38 @@ class OpenSpielEnv(MultiAgentEnv):
                 )
             self._check_keys(action_dict)
             if player >= 0:  # _check_keys found the wrong agents; this is a safeguard
-                raise MissingActionError([self._turn_id], list(action_dict))
-            joint = [_pyspiel().INVALID_ACTION] * self._num_players
-            for player in self._acting:
+                raise MissingActionError([agent_id], list(action_dict))
+            joint = [_pyspiel().INVALID_ACTION] * len(self._ids)
+            for player in self._masks:
                 joint[player] = self._legal(player, action_dict[self._ids[player]])
             self._apply_joint(joint)
         node = state.current_player()  # >= 0 at a turn (never at the terminal state), -1 at chance
         if node == _CHANCE:
             node = self._resolve_chance()
         steps = self._steps = self._steps + 1
+        zero_rewards = self._zero_rewards
         if node >= 0 and steps < self._limit:  # another turn: _turn_obs, inlined
-            legal = tuple(state.legal_actions(node))
-            entry = self._mask_cache.get(legal) or self._legal_entry(legal)
-            self._turn_entry = entry
-            self._turn = node
-            agent_id = self._turn_id = self._ids[node]
+            key = tuple(state.legal_actions())  # the current player's
+            _, agent_id, _, mask = self._now = self._turns[node].get(key) or self._turn_of(node, key)
             set_from = self._set_from
             if set_from is not None:
                 set_from(state, node)
                 observation = self._view.copy()
             else:
                 observation = self._observe(node)
-            obs = {agent_id: {OBS_KEY: observation, MASK_KEY: entry[0].copy()}}
-            rewards = self._zero_rewards.copy() if self._terminal_rewards else self._rewards()
-            return obs, rewards, {ALL: False}, {ALL: False}, {}
+            return (
+                {agent_id: {OBS_KEY: observation, MASK_KEY: mask.copy()}},
+                zero_rewards.copy() if zero_rewards is not None else self._rewards(),
+                {ALL: False},
+                {ALL: False},
+                {},
+            )
         if node == _TERMINAL or (node < 0 and state.is_terminal()):
-            return self._end(terminated=True)
+            return self._end(0)
         if steps >= self._limit:
-            return self._end(terminated=False)
-        if self._terminal_rewards:  # rewards only at the end: returns() need not be read now
-            return self._decision_obs(), self._zero_rewards.copy(), {ALL: False}, {ALL: False}, {}
-        return self._decision_obs(), self._rewards(), {ALL: False}, {ALL: False}, {}
+            return self._end(1)
+        rewards = zero_rewards.copy() if zero_rewards is not None else self._rewards()
+        return self._decision_obs(), rewards, {ALL: False}, {ALL: False}, {}
 
     @property
     def max_steps(self) -> int | None:
@@ -494,35 +567,33 @@ class OpenSpielEnv(MultiAgentEnv):
     def _rewards(self) -> dict[AgentID, float]:
         """What ``state.returns()`` gained since the last time it was read."""
         returns = self.state.returns()
-        if self._returns is self._no_returns:  # nothing read yet (terminal-reward games: always)
-            rewards = dict(zip(self._ids, returns))  # noqa: B905 - same length
+        before = self._returns
+        rewards = {}  # filled in a loop: cheaper than dict(zip(...)) for a handful of players
+        if before is None:  # nothing read yet (terminal-reward games: always)
+            for player, agent_id in self._players:
+                rewards[agent_id] = returns[player]
         else:
-            rewards = dict(zip(self._ids, map(operator.sub, returns, self._returns)))  # noqa: B905
+            for player, agent_id in self._players:
+                rewards[agent_id] = returns[player] - before[player]
         self._returns = returns
         return rewards
 
-    def _end(self, *, terminated: bool) -> StepResult:
-        """The last step's result: rewards, every player's final observation, the end flags."""
+    def _end(self, how: int) -> StepResult:
+        """The last step's result: rewards, every player's final observation, the end flags
+        (``how``: 0 when the game is over, 1 when ``max_steps`` ran out; it indexes ``_ends``)."""
         rewards = self._rewards()
-        set_from = self._set_from
-        if set_from is not None:  # _final_obs, inlined
-            state, view, zeros, obs = self.state, self._view, self._zeros, {}
-            for player, agent_id in enumerate(self._ids):
-                set_from(state, player)
-                obs[agent_id] = {OBS_KEY: view.copy(), MASK_KEY: zeros.copy()}
-        else:
-            obs = self._final_obs()
+        obs = self._final_obs()
         self.agents = []
-        self._acting = ()
-        self._turn = -1
-        if terminated:
-            return obs, rewards, self._all_true.copy(), self._all_false.copy(), {}
-        return obs, rewards, self._all_false.copy(), self._all_true.copy(), {}
+        self._masks = {}
+        self._now = _NO_TURN
+        ends = self._ends
+        return obs, rewards, ends[how].copy(), ends[1 - how].copy(), {}
 
     # Actions -----------------------------------------------------------------------------------
 
     def _check_keys(self, action_dict: Mapping[AgentID, Any]) -> None:
-        acting_ids = [self._ids[p] for p in ((self._turn,) if self._turn >= 0 else self._acting)]
+        turn = self._now[0]
+        acting_ids = [self._ids[p] for p in ((turn,) if turn >= 0 else self._masks)]
         unexpected = [agent_id for agent_id in action_dict if agent_id not in acting_ids]
         if unexpected:
             raise UnexpectedActionError(unexpected, acting_ids)
@@ -533,18 +604,16 @@ class OpenSpielEnv(MultiAgentEnv):
     def _legal(self, player: int, action: Any) -> int:
         """``action`` as an int, after checking its type and that it is legal for ``player``."""
         if type(action) is not int:
+            expected = f"an integer action in {spaces.Discrete(self._num_actions)}"
             if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer, np.ndarray)):
-                raise InvalidActionError(
-                    self._ids[player], f"an integer action in {self._action_space}", action,
-                    f"a {type(action).__name__}",
-                )
+                raise InvalidActionError(self._ids[player], expected, action, f"a {type(action).__name__}")
             if isinstance(action, np.ndarray) and (action.shape != () or not np.issubdtype(action.dtype, np.integer)):
                 raise InvalidActionError(
-                    self._ids[player], f"an integer action in {self._action_space}", action,
-                    f"an array of shape {action.shape} and dtype {action.dtype}",
+                    self._ids[player], expected, action, f"an array of shape {action.shape} and dtype {action.dtype}"
                 )
             action = int(action)
-        mask = self._turn_entry[0] if player == self._turn else self._masks[player]
+        turn = self._now
+        mask = turn[3] if player == turn[0] else self._masks[player]
         if not 0 <= action < self._num_actions or not mask[action]:
             self._raise_illegal(player, action)
         return action
@@ -561,18 +630,19 @@ class OpenSpielEnv(MultiAgentEnv):
             self.state.apply_actions_with_legality_checks(joint)
         except _pyspiel().SpielError as error:
             raise IllegalActionError(
-                "every acting player", joint, [self.state.legal_actions(p) for p in self._acting]
+                "every acting player", joint, [self.state.legal_actions(p) for p in self._masks]
             ) from error
 
     # Copying and pickling (pyspiel observers cannot be copied; they are rebuilt) ----------------
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_observer"] = state["_view"] = state["_set_from"] = None
+        state["_view"] = state["_set_from"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        for name, value in state.items():  # setattr, not __dict__.update: keeps the compact layout
+            setattr(self, name, value)
         self._setup_observations()
 
     # Rendering ---------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -53,11 +54,47 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ParallelPettingZooEnv", "PettingZooEnv", "to_aec", "to_parallel"]
 
-# Integer types accepted on the fast path of action checks; anything else takes the full check.
+# Integer types that may take the fast path of action checks (those that cast safely to the
+# Discrete space's dtype, as gymnasium requires); anything else takes the full check.
 _MISSING = object()
-_INT_TYPES = frozenset(
-    {int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8}
-)
+_index = operator.index
+_INT_TYPES = (int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8)
+# Box actions with at most this many entries are bounds-checked element by element in Python,
+# which costs far less than numpy's per-call overhead on small arrays.
+_SMALL_BOX = 64
+
+
+class _BoxBounds:
+    """What the fast path needs to know about a Box action space."""
+
+    __slots__ = ("dtype", "high", "highs", "low", "lows", "shape", "size")
+
+    def __init__(self, space: gym.spaces.Box) -> None:
+        self.shape = space.shape
+        self.dtype = space.dtype
+        self.size = int(space.low.size)
+        small = self.size <= _SMALL_BOX
+        # The bounds as Python numbers, flattened (small boxes only): exact for every numpy dtype.
+        self.lows: list[Any] | None = space.low.ravel().tolist() if small else None
+        self.highs: list[Any] = space.high.ravel().tolist() if small else []
+        self.low = space.low
+        self.high = space.high
+
+    def admits(self, action: Any) -> bool:
+        """True when ``action`` is certainly in the space; False means "take the full check".
+
+        Exact ndarray type, shape and dtype (the very dtype object, as numpy shares one per
+        built-in type), then the bounds; NaN fails every comparison, so it goes to the full check.
+        """
+        if type(action) is not np.ndarray or action.shape != self.shape or action.dtype is not self.dtype:
+            return False
+        lows = self.lows
+        if lows is None:
+            return bool((action >= self.low).all() and (action <= self.high).all())
+        if self.size == 1:
+            return lows[0] <= action.item() <= self.highs[0]
+        values = action.ravel().tolist()
+        return all(map(operator.le, lows, values)) and all(map(operator.le, values, self.highs))
 
 
 class _ActionChecker:
@@ -68,23 +105,24 @@ class _ActionChecker:
     :func:`marl_core.spaces.check_action`, which raises with a precise message.
     """
 
-    __slots__ = ("_box", "_space_of", "check_legal", "discrete", "spaces")
+    __slots__ = ("_space_of", "box", "check_legal", "discrete", "spaces")
 
     def __init__(self, space_of: Any, check_legal: bool) -> None:
         self._space_of = space_of
         self.check_legal = check_legal
         self.spaces: dict[AgentID, gym.Space] = {}
-        self.discrete: dict[AgentID, tuple[int, int]] = {}
-        self._box: dict[AgentID, tuple[tuple[int, ...], np.dtype, np.ndarray, np.ndarray]] = {}
+        self.discrete: dict[AgentID, tuple[frozenset[type], int, int]] = {}
+        self.box: dict[AgentID, _BoxBounds] = {}
 
     def learn(self, agent_id: AgentID) -> gym.Space:
         """Look up and remember the action space of ``agent_id`` (and its fast-path bounds)."""
         space = self._space_of(agent_id)
         self.spaces[agent_id] = space
         if type(space) is gym.spaces.Discrete:
-            self.discrete[agent_id] = (int(space.start), int(space.start + space.n))
+            ints = frozenset(t for t in _INT_TYPES if t is int or np.can_cast(t, space.dtype))
+            self.discrete[agent_id] = (ints, int(space.start), int(space.start + space.n))
         elif type(space) is gym.spaces.Box:
-            self._box[agent_id] = (space.shape, space.dtype, space.low, space.high)
+            self.box[agent_id] = _BoxBounds(space)
         return space
 
     def __call__(self, agent_id: AgentID, action: Any, mask: np.ndarray | None) -> None:
@@ -94,24 +132,21 @@ class _ActionChecker:
             space = self.learn(agent_id)
         bounds = self.discrete.get(agent_id)
         if bounds is not None:
-            if (
-                type(action) in _INT_TYPES
-                and bounds[0] <= action < bounds[1]
-                and (mask is None or not self.check_legal or mask[action - bounds[0]])
-            ):
-                return
+            ints, low, high = bounds
+            if type(action) in ints:
+                value = _index(action)  # numpy integers compare faster as Python ints
+                if low <= value < high and (mask is None or not self.check_legal or mask[value - low]):
+                    return
         else:
-            box = self._box.get(agent_id)
-            if (
-                box is not None
-                and type(action) is np.ndarray
-                and action.shape == box[0]
-                and action.dtype == box[1]
-                and (action >= box[2]).all()
-                and (action <= box[3]).all()
-            ):
+            box = self.box.get(agent_id)
+            if box is not None and box.admits(action):
                 return
         check_action(agent_id, space, action, mask if self.check_legal else None)
+
+
+# One acting agent in the parallel bridge's check plan: (agent, integer types, low, high, None) for
+# a Discrete space, (agent, None, 0, 0, bounds) for a Box space.
+_PlanEntry = tuple[AgentID, "frozenset[type] | None", int, int, "_BoxBounds | None"]
 
 
 def _masked_info_agents(
@@ -405,12 +440,16 @@ class ParallelPettingZooEnv(_PettingZooBase):
         - **Chance and seeding:** ``reset(seed=s)`` resets the wrapped env with ``seed=s``.
         - **Masks:** masks in observations stay; masks in ``info`` move into a ``Dict`` observation.
         - The dicts the env returned are never modified: ``"__all__"`` goes into new dicts, and
-          infos of agents without an observation move under ``"__common__"``.
+          infos of agents without an observation move under ``"__common__"`` in a new dict. When
+          nothing needs to move, the env's own observation, reward and info dicts are returned.
+        - Actions are checked before they reach the env (agents, space, mask); the env receives
+          a copy of the action dict.
     """
 
     def __init__(self, env: Any, *, check_legal: bool = True, mask_in_info: bool | None = None) -> None:
         self._acting_list: list[AgentID] = []
-        self._plan: tuple[tuple[AgentID, int, int], ...] | None = None
+        self._acting_keys: frozenset[AgentID] = frozenset()
+        self._plan: tuple[_PlanEntry, ...] | None = None
         self._masks: dict[AgentID, np.ndarray] = {}
         super().__init__(env, check_legal=check_legal, mask_in_info=mask_in_info)
         self._track_masks = bool(self._info_masks) or any(is_masked(s) for s in self.observation_spaces.values())
@@ -421,6 +460,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
     ) -> tuple[Mapping[AgentID, Any] | None, Mapping[AgentID, Any]]:
         self._running = False
         self._acting_list = []
+        self._acting_keys = frozenset()
         self._plan = None
         return self.env.reset(seed=seed, options=options)
 
@@ -442,29 +482,26 @@ class ParallelPettingZooEnv(_PettingZooBase):
             raise ResetNeededError(
                 "step() called before reset() or after the episode ended; call reset() first"
             )
-        plan = self._plan if self._plan is not None else self._make_plan()
+        plan = self._plan
+        if plan is None:
+            plan = self._make_plan()
         if plan and len(action_dict) == len(plan):
             get = action_dict.get
-            for agent_id, low, high in plan:
+            for agent_id, ints, low, high, box in plan:
                 action = get(agent_id, _MISSING)
-                if type(action) not in _INT_TYPES or not low <= action < high:
-                    self._validate(action_dict, acting)
-                    break
+                if box is None:
+                    if type(action) in ints and low <= _index(action) < high:  # type: ignore[operator]
+                        continue
+                elif box.admits(action):
+                    continue
+                self._validate(action_dict, acting)  # raises with the precise reason
+                break
         else:
             self._validate(action_dict, acting)
         obs, rewards, terms, truncs, infos = self.env.step(dict(action_dict))
-        live = self.env.agents
-        if (
-            live
-            and self._plain
-            and len(obs) == len(live)
-            and (list(obs) == live or all(map(obs.__contains__, live)))
-            and infos.keys() <= obs.keys()
-        ):
-            # The common step: every live agent observed, nobody ending, nothing to move.
-            if live != acting:
-                self._acting_list = list(live)
-                self._plan = None
+        keys = self._acting_keys
+        if self._plain and self.env.agents == acting and obs.keys() == keys and infos.keys() <= keys:
+            # The common step: the same agents act again, nobody ends, nothing moves.
             terminateds = dict(terms)
             terminateds[ALL] = False
             truncateds = dict(truncs)
@@ -476,22 +513,26 @@ class ParallelPettingZooEnv(_PettingZooBase):
         all_terminated, all_truncated = _end_flags(True, terms, truncs)
         return obs, rewards, {**terms, ALL: all_terminated}, {**truncs, ALL: all_truncated}, infos
 
-    def _make_plan(self) -> tuple[tuple[AgentID, int, int], ...]:
-        """The acting agents with their Discrete bounds, when nothing else needs checking.
+    def _make_plan(self) -> tuple[_PlanEntry, ...]:
+        """The acting agents with their Discrete or Box bounds, when nothing else needs checking.
 
         Empty when some agent has another space or a mask: those steps take :meth:`_validate`.
         """
-        plan = []
+        plan: list[_PlanEntry] = []
         if self._plain:
             check = self._check
             for agent_id in self._acting_list:
                 if agent_id not in check.spaces:
                     check.learn(agent_id)
                 bounds = check.discrete.get(agent_id)
-                if bounds is None:
+                box = check.box.get(agent_id)
+                if bounds is not None:
+                    plan.append((agent_id, *bounds, None))
+                elif box is not None:
+                    plan.append((agent_id, None, 0, 0, box))
+                else:
                     plan = []
                     break
-                plan.append((agent_id, *bounds))
         self._plan = tuple(plan)
         return self._plan
 
@@ -518,12 +559,14 @@ class ParallelPettingZooEnv(_PettingZooBase):
         for agent_id in live:
             if agent_id not in obs:
                 self._acting_list = []
+                self._acting_keys = frozenset()
                 self._running = False
                 raise EnvContractError(
                     f"{self.env} returned no observation for live agent {agent_id!r} (observations "
                     f"for: {list(obs)}); every agent in env.agents must be observed"
                 )
         self._acting_list = list(live)
+        self._acting_keys = frozenset(live)
         self._plan = None
         self._running = bool(live)
         if len(obs) != len(live):

@@ -21,11 +21,19 @@ Training batches say how main does against the league, not how good it is. That 
 moves and OpenSpiel's MCTS at fixed budgets, half the games in each seat, with 95% intervals,
 written to the metrics, to ``evaluation.jsonl`` and to a PNG chart.
 
-Main's network is the trainer's default actor-critic (two 256-unit ReLU layers) fed the board
-from the side to move (:func:`canonical_board`): OpenSpiel's observation tensor is the same for
-both players, and one network plays both seats. ``network="cnn"`` selects :class:`Connect4CNN`
-instead (measured in the ``"self"`` league at lr 3e-4: 10% against MCTS-100 after 480k env
-steps, where the MLP at lr 1e-3 had 15% after 404k; and 2-3x slower per step on a laptop core).
+Main's network (:mod:`marl_core.ppo.connect4_model`) is the trainer's default actor-critic (two
+256-unit ReLU layers) fed the board from the side to move (:func:`canonical_board`): OpenSpiel's
+observation tensor is the same for both players, and one network plays both seats. The preset
+adds six threat planes to its input (``features="tactical"``,
+:func:`~marl_core.ppo.connect4_model.tactical_planes`: where each side would complete four, which
+of those cells are playable now, which playable cells hand the opponent a win). They are fixed
+functions of the board; what to do with them is learned. On the benchmark they took main from
+12.5% to 62.5% against MCTS-100 at 10 minutes (40 games each): the board alone leaves the network
+to discover lines of four from self-play, and after 15 minutes it still missed most blocks.
+``network="cnn"`` selects :class:`Connect4CNN` instead (measured in the ``"self"`` league at lr
+3e-4 with the board alone: 10% against MCTS-100 after 480k env steps, where the MLP at lr 1e-3 had
+15% after 404k; and 2-3x slower per step on a laptop core); ``mirror=True`` averages the network
+over each board and its mirror image.
 
 :func:`connect4_preset` is what ``marl-train connect4`` runs. Its checkpoints load with
 ``PPO.from_checkpoint(path)`` and act with ``compute_actions(obs, policy_id="main")``: the
@@ -46,8 +54,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from torch import nn
 
+from marl_core.ppo.connect4_model import (  # noqa: F401 - re-exported: checkpoints name them here
+    Connect4CNN,
+    SideToMoveActorCritic,
+    canonical_board,
+    connect4_module,
+    mirror_averaged,
+)
 from marl_core.ppo.evaluation import (
     EvaluationPoint,
     evaluate,
@@ -56,7 +70,6 @@ from marl_core.ppo.evaluation import (
     plot_history,
     save_history,
 )
-from marl_core.ppo.model import ActorCritic
 
 if TYPE_CHECKING:
     from marl_core.ppo.algorithm import PPO
@@ -305,14 +318,18 @@ class Connect4Evaluation:
 
     Periodic evaluations are spaced in wall-clock time, so their cost stays a steady fraction of
     the run whatever the machine's speed: with the defaults, about 2 s of games (random and
-    MCTS-25) every 30 s. MCTS-100 costs about 0.3-0.5 s a game and MCTS-400 1.5-3 s on a laptop
-    core, so they are played only by :meth:`final` (MCTS-100) and by ``marl-eval`` / the
-    benchmark (MCTS-400).
+    MCTS-25) every 30 s, and every 5 minutes a few games against MCTS-100 and MCTS-400 as well
+    (about 15 s: MCTS-100 costs about 0.3-0.5 s a game and MCTS-400 1.5-3 s on a laptop core).
+    :meth:`final` plays more games against all of them.
 
     Attributes:
         every_minutes: minimum wall-clock minutes between periodic evaluations (0: after every
             iteration).
         opponents: ``(spec, games)`` played at each periodic evaluation.
+        strong_every_minutes: minimum wall-clock minutes between periodic evaluations that also
+            play ``strong_opponents`` (0: every periodic evaluation).
+        strong_opponents: ``(spec, games)`` of the slow opponents, played every
+            ``strong_every_minutes``.
         final_opponents: ``(spec, games)`` played by :meth:`final`.
         seed: base seed of the games (each evaluation uses new games: seed + 10000 * count).
         out_dir: where ``evaluation.jsonl`` and ``win_rate.png`` go once known (set by ``final``
@@ -321,13 +338,17 @@ class Connect4Evaluation:
 
     every_minutes: float = 0.5
     opponents: Sequence[tuple[str, int]] = (("random", 40), ("mcts:25", 20))
-    final_opponents: Sequence[tuple[str, int]] = (("random", 200), ("mcts:25", 100), ("mcts:100", 60))
+    strong_every_minutes: float = 5.0
+    strong_opponents: Sequence[tuple[str, int]] = (("mcts:100", 10), ("mcts:400", 4))
+    final_opponents: Sequence[tuple[str, int]] = (("random", 200), ("mcts:25", 100), ("mcts:100", 60),
+                                                  ("mcts:400", 20))
     seed: int = 1_000_000
     out_dir: Path | None = None
     history: list[EvaluationPoint] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     seconds_evaluating: float = 0.0
     last_evaluation: float = field(default_factory=time.perf_counter)
+    last_strong_evaluation: float = field(default_factory=time.perf_counter)
 
     def _run(self, algo: PPO, opponents: Sequence[tuple[str, int]]) -> EvaluationPoint:
         start = time.perf_counter()
@@ -346,10 +367,16 @@ class Connect4Evaluation:
         return point
 
     def __call__(self, algo: PPO, result: dict[str, Any]) -> None:
-        """After every iteration: play evaluation games when ``every_minutes`` have passed."""
-        if time.perf_counter() - self.last_evaluation < 60.0 * self.every_minutes:
+        """After every iteration: play evaluation games when ``every_minutes`` have passed (and the
+        strong opponents' games too when ``strong_every_minutes`` have)."""
+        now = time.perf_counter()
+        if now - self.last_evaluation < 60.0 * self.every_minutes:
             return
-        point = self._run(algo, self.opponents)
+        opponents = list(self.opponents)
+        if now - self.last_strong_evaluation >= 60.0 * self.strong_every_minutes:
+            opponents += self.strong_opponents
+            self.last_strong_evaluation = now
+        point = self._run(algo, opponents)
         self.last_evaluation = time.perf_counter()
         result["evaluation"] = {**flat_metrics(point.results), "minutes": point.minutes,
                                 "seconds_evaluating": self.seconds_evaluating}
@@ -378,69 +405,6 @@ class Connect4Evaluation:
         return summary
 
 
-def canonical_board(board: torch.Tensor) -> torch.Tensor:
-    """Swap the first two planes (``x``, ``o``) of a batch of boards where ``o`` is to move.
-
-    OpenSpiel's Connect-4 observation is absolute (planes: x, o, empty) and the same for both
-    players; after the swap the planes read "mine, theirs, empty" whoever moves, so one network
-    plays both seats without having to infer the side to move from piece counts.
-    """
-    crosses, noughts = board[:, 0], board[:, 1]
-    o_to_move = crosses.sum(dim=(1, 2)) > noughts.sum(dim=(1, 2))
-    swapped = torch.stack([noughts, crosses, *board[:, 2:].unbind(1)], dim=1)
-    return torch.where(o_to_move[:, None, None, None], swapped, board)
-
-
-class SideToMoveActorCritic(nn.Module):
-    """The trainer's default actor-critic, fed the side-to-move view of the board."""
-
-    def __init__(self, observation_space: Any, action_space: Any, model_config: dict[str, Any]) -> None:
-        super().__init__()
-        self.inner = ActorCritic(observation_space, action_space, model_config)
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.inner(canonical_board(obs))
-
-
-class Connect4CNN(nn.Module):
-    """A small convolutional actor-critic on the side-to-move board, with a shared trunk.
-
-    ``model_config["conv_channels"]`` 3x3 same-padding convolutions (ReLU) over the 6x7 board,
-    then one ``hiddens[0]``-unit layer shared by the policy head (7 logits) and the value head.
-    """
-
-    def __init__(self, observation_space: Any, action_space: Any, model_config: dict[str, Any]) -> None:
-        super().__init__()
-        planes, height, width = observation_space.shape
-        layers: list[nn.Module] = []
-        channels = planes
-        for out_channels in model_config.get("conv_channels", (32, 32)):
-            layers += [nn.Conv2d(channels, int(out_channels), 3, padding=1), nn.ReLU()]
-            channels = int(out_channels)
-        hidden = int(model_config["hiddens"][0])
-        self.trunk = nn.Sequential(*layers, nn.Flatten(), nn.Linear(channels * height * width, hidden), nn.ReLU())
-        self.pi_head = nn.Linear(hidden, int(action_space.n))
-        self.vf_head = nn.Linear(hidden, 1)
-        nn.init.orthogonal_(self.pi_head.weight, 0.01)
-        nn.init.zeros_(self.pi_head.bias)
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden = self.trunk(canonical_board(obs.float()))
-        return self.pi_head(hidden), self.vf_head(hidden).squeeze(-1)
-
-
-def connect4_module(observation_space: Any, action_space: Any, model_config: dict[str, Any]) -> nn.Module:
-    """Module factory for ``PolicySpec(model={"module": connect4_module})``.
-
-    ``model_config["network"]``: ``"mlp"`` (the trainer's default actor-critic on the
-    side-to-move board) or ``"cnn"`` (:class:`Connect4CNN`). Importable by name, so checkpoints
-    rebuild it.
-    """
-    if model_config.get("network", "mlp") == "cnn":
-        return Connect4CNN(observation_space, action_space, model_config)
-    return SideToMoveActorCritic(observation_space, action_space, model_config)
-
-
 def main_spec() -> PolicySpec:
     """The PolicySpec of ``"main"`` and its snapshots."""
     from marl_core.ppo.config import PolicySpec
@@ -463,7 +427,8 @@ FIRST_MAPPINGS = {"random": main_vs_random, "tactical": main_vs_fixed, "mcts": m
 def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, network: str = "mlp",
                     league: str = "random", train_batch_size: int = 4000, num_epochs: int = 4,
                     minibatch_size: int = 512, entropy_coeff: float = 0.01,
-                    num_env_runners: int = 0) -> PPOConfig:
+                    num_env_runners: int = 0, mirror: bool = False, hiddens: Sequence[int] = (256, 256),
+                    features: str = "board") -> PPOConfig:
     """The trainer config of the preset: main vs the league, tuned for a 2-core laptop.
 
     By default sampling happens in the driver (``num_env_runners=0``); :func:`connect4_preset`
@@ -476,6 +441,10 @@ def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, netw
         seed: the trainer's seed.
         lr: learning rate.
         network: ``"mlp"`` or ``"cnn"`` (:func:`connect4_module`).
+        mirror: average the network over each board and its mirror image (:func:`mirror_averaged`).
+        hiddens: hidden layer sizes (the CNN uses the first).
+        features: ``"board"`` or ``"tactical"`` (the board and its threat planes:
+            :func:`~marl_core.ppo.connect4_model.tactical_planes`).
         league: the fixed players, a key of :data:`FIXED_PLAYERS`; ``"random"`` here, ``"self"``
             in :func:`connect4_preset`.
         train_batch_size: env steps per iteration.
@@ -497,7 +466,8 @@ def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, netw
         .env_runners(num_env_runners=num_env_runners, num_envs_per_env_runner=num_envs)
         .training(lr=lr, gamma=0.99, lambda_=0.95, clip_param=0.2, entropy_coeff=entropy_coeff,
                   num_epochs=num_epochs, minibatch_size=minibatch_size, train_batch_size=train_batch_size,
-                  model={"hiddens": [256, 256], "activation": "relu", "network": network})
+                  model={"hiddens": [int(h) for h in hiddens], "activation": "relu", "network": network,
+                         "mirror": bool(mirror), "features": features})
         .resources(num_cpus=2)
         .debugging(seed=seed)
     )
@@ -518,13 +488,14 @@ def connect4_preset(**options: Any) -> Preset:
     """The preset of ``marl-train connect4``: self-play with a league, evaluation, a final report.
 
     ``options`` are keyword arguments of :func:`connect4_config` (for experiments); the league
-    defaults to ``"self"`` and sampling to one env runner on a local embedded Ray. With main itself in the league its score against the league stays
+    defaults to ``"self"``, the network's input to ``features="tactical"`` and sampling to one env
+    runner on a local embedded Ray. With main itself in the league its score against the league stays
     near or below the snapshot threshold, so snapshots join rarely: main's opponents are mostly
     its current self, the tactical and the random player.
     """
     from marl_core.ppo.presets import Preset
 
-    options = {"league": "self", "num_env_runners": 1, **options}
+    options = {"league": "self", "num_env_runners": 1, "features": "tactical", **options}
     league = SelfPlayLeague(fixed=FIXED_PLAYERS[options["league"]])
     evaluation = Connect4Evaluation()
     return Preset(

@@ -202,7 +202,7 @@ def eval_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="marl-eval",
         description="Play evaluation games of a Connect-4 checkpoint (half in each seat) and print "
-        "win/draw/loss with 95%% Wilson intervals.",
+        "win/draw/loss with 95% Wilson intervals.",
     )
     parser.add_argument("checkpoint", help="a checkpoint directory written by marl-train (e.g. runs/connect4/final)")
     parser.add_argument(

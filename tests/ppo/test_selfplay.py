@@ -153,22 +153,26 @@ def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path):
     algo = small_algo()
     try:
         evaluation = Connect4Evaluation(every_minutes=10.0, opponents=(("random", 4), ("mcts:5", 2)),
+                                        strong_every_minutes=10.0, strong_opponents=(("mcts:8", 2),),
                                         final_opponents=(("random", 6), ("mcts:10", 2)))
         results = []
-        for _ in range(2):
+        for _ in range(3):
             result = algo.train()
             evaluation(algo, result)
             results.append(result)
             evaluation.every_minutes = 0.0  # the first call is too soon; from then on, every time
+            if len(results) == 2:
+                evaluation.strong_every_minutes = 0.0  # the third also plays the strong opponents
         assert "evaluation" not in results[0]
         metrics = results[1]["evaluation"]
-        assert metrics["random/games"] == 4 and metrics["mcts5/games"] == 2
+        assert metrics["random/games"] == 4 and metrics["mcts5/games"] == 2 and "mcts8/games" not in metrics
+        assert results[2]["evaluation"]["mcts8/games"] == 2 and results[2]["evaluation"]["random/games"] == 4
         assert 0.0 <= metrics["random/win_low"] <= metrics["random/win_rate"] <= metrics["random/win_high"] <= 1.0
         summary = evaluation.final(algo, tmp_path / "run")
         assert set(summary) >= {"random", "mcts10", "chart", "history", "minutes", "env_steps"}
         assert "(6 games" in summary["random"] and "(2 games" in summary["mcts10"]
         points = load_history(tmp_path / "run" / "evaluation.jsonl")
-        assert [p.iteration for p in points] == [2, 2] and points[1].env_steps == algo.env_steps_lifetime
+        assert [p.iteration for p in points] == [2, 3, 3] and points[2].env_steps == algo.env_steps_lifetime
         assert (tmp_path / "run" / "win_rate.png").read_bytes()[:4] == b"\x89PNG"
     finally:
         algo.stop()
@@ -184,7 +188,7 @@ def test_checkpoint_with_snapshots_loads_by_name_and_acts_as_main(tmp_path):
         assert saved["policy_mapping_fn"] == "marl_core.ppo.selfplay:main_vs_random"
         assert saved["policies"][RANDOM]["ref"] == "marl_core.ppo.selfplay:random_legal_action"
         for policy_id in (MAIN, "main_v1"):
-            assert saved["policies"][policy_id]["model"]["module"] == "marl_core.ppo.selfplay:connect4_module"
+            assert saved["policies"][policy_id]["model"]["module"] == "marl_core.ppo.connect4_model:connect4_module"
         weights = algo.get_weights([MAIN])[MAIN]
     finally:
         algo.stop()

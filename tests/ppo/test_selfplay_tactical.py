@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 
+from marl_core.errors import ConfigError
 from marl_core.ppo import PPO
+from marl_core.ppo.config import DEFAULT_MODEL
+from marl_core.ppo.connect4_model import tactical_planes
 from marl_core.ppo.evaluation import play_match
 from marl_core.ppo.rollout import Episode
 from marl_core.ppo.selfplay import (
@@ -17,7 +21,10 @@ from marl_core.ppo.selfplay import (
     Connect4CNN,
     LeagueMapping,
     SelfPlayLeague,
+    _wins_at,
+    canonical_board,
     connect4_config,
+    connect4_module,
     connect4_preset,
     main_vs_fixed,
     make_env,
@@ -128,6 +135,11 @@ def test_preset_options_reach_the_config():
     assert preset.build_config().policy_mapping_fn is main_vs_fixed_self
     assert preset.build_config().num_env_runners == 1  # the main job samples on a local Ray
     assert preset.callbacks[0].opponents() == (RANDOM, TACTICAL, MAIN)
+    config = preset.build_config()
+    model = config.model_for(config.policy_entries()[MAIN])
+    assert model["features"] == "tactical" and not model["mirror"]  # the network sees the threat planes
+    board_only = connect4_preset(features="board").build_config()
+    assert board_only.model_for(board_only.policy_entries()[MAIN])["features"] == "board"
 
 
 def test_mcts_player_rebuilds_the_position_and_takes_a_win():
@@ -170,3 +182,66 @@ def test_self_league_plays_main_against_itself_and_trains_both_seats():
         assert algo.config.policy_mapping_fn == LeagueMapping((RANDOM, TACTICAL, MAIN, "main_v1"), 0)
     finally:
         algo.stop()
+
+
+@pytest.mark.parametrize("features", ["board", "tactical"])
+@pytest.mark.parametrize("network", ["mlp", "cnn"])
+def test_mirror_averaged_networks_give_a_mirrored_board_the_mirrored_policy(network, features):
+    env = make_env()
+    space, action_space = env.get_observation_space("player_0")["observation"], env.get_action_space("player_0")
+    config = {**DEFAULT_MODEL, "hiddens": [16], "activation": "relu", "conv_channels": [4], "network": network,
+              "features": features}
+    torch.manual_seed(0)
+    mirrored_net = connect4_module(space, action_space, {**config, "mirror": True})
+    torch.manual_seed(0)
+    plain_net = connect4_module(space, action_space, config)
+    board = torch.as_tensor(np.asarray(play([0, 1, 0])["observation"])[None])  # lopsided: not symmetric
+    logits, values = mirrored_net(board)
+    mirror_logits, mirror_values = mirrored_net(board.flip(-1))
+    assert torch.allclose(mirror_logits, logits.flip(-1), atol=1e-6)
+    assert torch.allclose(mirror_values, values, atol=1e-6)
+    # Without the option the same weights are not equivariant, so the test can tell the two apart.
+    plain_logits, _ = plain_net(board)
+    assert not torch.allclose(plain_net(board.flip(-1))[0], plain_logits.flip(-1), atol=1e-4)
+
+
+def test_tactical_planes_mark_every_winning_cell_and_the_playable_cells():
+    env = make_env()
+    rng = np.random.default_rng(11)
+    checked = {"mine": 0, "theirs": 0, "unsafe": 0}
+    for game in range(30):
+        obs, _ = env.reset(seed=game)
+        done = False
+        while not done:
+            ((agent_id, observation),) = obs.items()
+            board = canonical_board(torch.as_tensor(np.asarray(observation["observation"])[None]))
+            planes = tactical_planes(board)[0].numpy()
+            pieces = planes[:3] > 0.5
+            for plane, which in ((3, 0), (4, 1)):
+                expected = np.array([[pieces[2, r, c] and _wins_at(pieces[which], r, c) for c in range(7)]
+                                     for r in range(6)])
+                assert np.array_equal(planes[plane] > 0.5, expected)
+                checked["mine" if which == 0 else "theirs"] += int(expected.sum())
+            heights = (~pieces[2]).sum(axis=0)
+            playable = np.zeros((6, 7), bool)
+            for column, height in enumerate(heights):
+                if height < 6:
+                    playable[height, column] = True
+            assert np.array_equal(planes[5] > 0.5, playable)
+            assert np.array_equal(planes[6] > 0.5, (planes[3] > 0.5) & playable)
+            assert np.array_equal(planes[7] > 0.5, (planes[4] > 0.5) & playable)
+            below_their_win = np.zeros((6, 7), bool)
+            below_their_win[:-1] = planes[4, 1:] > 0.5
+            assert np.array_equal(planes[8] > 0.5, below_their_win & playable)
+            checked["unsafe"] += int(planes[8].sum())
+            legal = np.flatnonzero(observation["action_mask"])
+            obs, _, terminateds, truncateds, _ = env.step({agent_id: int(rng.choice(legal))})
+            done = terminateds["__all__"] or truncateds["__all__"]
+    assert min(checked.values()) > 5, checked  # the games did reach every kind of threat
+
+
+def test_unknown_features_are_refused_by_name():
+    env = make_env()
+    with pytest.raises(ConfigError, match="'threats'"):
+        connect4_module(env.get_observation_space("player_0")["observation"], env.get_action_space("player_0"),
+                        {**DEFAULT_MODEL, "features": "threats"})
