@@ -75,7 +75,8 @@ _MISSING = object()
 _CHANCE = -1
 _TERMINAL = -4
 _NO_LIMIT = 1 << 62  # the step limit without max_steps
-_MASK_CACHE_SIZE = 4096  # masks kept per player, keyed by the tuple of legal actions
+_MASK_CACHE_SIZE = 4096  # masks kept per env (shared out among its players), keyed by the legal actions
+_GAME_OVER, _OUT_OF_STEPS = 0, 1  # how an episode ends: indexes of OpenSpielEnv._ends
 _OPENING_DEPTH = 2  # chance nodes at the start of a game that reset() samples from a memo
 _OPENINGS_SIZE = 1024  # nodes kept in that memo, per env
 
@@ -357,7 +358,7 @@ class OpenSpielEnv(MultiAgentEnv):
             mask = np.zeros(self._num_actions, np.int8)
             mask[list(legal)] = 1
             turn = (player, self._ids[player], frozenset(legal), mask)
-            if len(turns) < _MASK_CACHE_SIZE:
+            if len(turns) * len(self._ids) < _MASK_CACHE_SIZE:
                 turns[legal] = turn
         return turn
 
@@ -547,9 +548,9 @@ class OpenSpielEnv(MultiAgentEnv):
                 {},
             )
         if node == _TERMINAL or (node < 0 and state.is_terminal()):
-            return self._end(0)
+            return self._end(_GAME_OVER)
         if steps >= self._limit:
-            return self._end(1)
+            return self._end(_OUT_OF_STEPS)
         rewards = zero_rewards.copy() if zero_rewards is not None else self._rewards()
         return self._decision_obs(), rewards, {ALL: False}, {ALL: False}, {}
 
@@ -580,7 +581,7 @@ class OpenSpielEnv(MultiAgentEnv):
 
     def _end(self, how: int) -> StepResult:
         """The last step's result: rewards, every player's final observation, the end flags
-        (``how``: 0 when the game is over, 1 when ``max_steps`` ran out; it indexes ``_ends``)."""
+        (``how``: ``_GAME_OVER`` or ``_OUT_OF_STEPS``, when ``max_steps`` ran out)."""
         rewards = self._rewards()
         obs = self._final_obs()
         self.agents = []

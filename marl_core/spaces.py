@@ -127,7 +127,11 @@ def _(space: spaces.Discrete, value: Any, path: str) -> str | None:
         return f"{_where(path)}a {type(value).__name__} ({value!r}) where the space needs an integer in {space}"
     if isinstance(value, np.ndarray) and (value.shape != () or not np.issubdtype(value.dtype, np.integer)):
         return f"{_where(path)}an array of shape {value.shape} and dtype {value.dtype} where {space} needs an integer"
-    if not space.contains(value):
+    try:
+        inside = space.contains(value)
+    except OverflowError:  # a Python int beyond the space's integer type
+        inside = False
+    if not inside:
         return f"{_where(path)}{int(value)} is outside {space} (valid: {space.start}..{space.start + space.n - 1})"
     return None
 

@@ -112,9 +112,9 @@ def connect4_module(observation_space: Any, action_space: Any, model_config: dic
 
 
 @functools.cache
-def _lines(height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _lines(height: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Every line of four cells on the board: ``(L, 4)`` flat cell indices and the ``(L, H * W)``
-    0/1 matrix of which cells each line holds (69 lines on a 6x7 board)."""
+    0/1 matrix of which cells each line holds (69 lines on a 6x7 board), on ``device``."""
     lines = []
     for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):  # horizontal, vertical, both diagonals
         for row in range(height):
@@ -122,8 +122,8 @@ def _lines(height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
                 cells = [(row + k * dr, column + k * dc) for k in range(4)]
                 if all(0 <= r < height and 0 <= c < width for r, c in cells):
                     lines.append([r * width + c for r, c in cells])
-    index = torch.tensor(lines)
-    holds = torch.zeros(len(lines), height * width).scatter_(1, index, 1.0)
+    index = torch.tensor(lines, device=device)
+    holds = torch.zeros(len(lines), height * width, device=device).scatter_(1, index, 1.0)
     return index, holds
 
 
@@ -141,7 +141,7 @@ def winning_cells(pieces: torch.Tensor, empty: torch.Tensor) -> torch.Tensor:
         [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
     """
     height, width = pieces.shape[-2:]
-    index, holds = _lines(height, width)
+    index, holds = _lines(height, width, pieces.device)
     flat_pieces, flat_empty = pieces.flatten(-2), empty.flatten(-2)
     if flat_empty.dim() < flat_pieces.dim():  # several piece planes against one empty plane
         flat_empty = flat_empty.unsqueeze(-2)

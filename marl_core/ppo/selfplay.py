@@ -7,10 +7,10 @@ fixed players (by the preset's ``league`` option, :data:`FIXED_PLAYERS`) and fro
 (``"random"``), a tactical one that wins when it can and blocks when it must (``"tactical"``),
 OpenSpiel's MCTS at 25 simulations (``"mcts"``, slow: about 4x fewer env steps a minute) and
 ``"main"`` itself, which then plays both seats and learns from both. The preset's league is
-``"self"`` (random, tactical, main itself): on the benchmark it reached 17.5-27.5% against
-MCTS-100 after 5-6 minutes (1.4-1.8M env steps, two seeds) where the random-only league stayed
-at 2-8% up to 30 minutes (1.95M), because main, trained against players that never punish a
-missed block, learns to win but not to defend (it blocked 2 of 59 immediate threats).
+``"self"``: random, tactical and main itself listed twice, so half of main's games are against
+itself (random games teach little once main beats it; it stays in the league as a floor).
+Without main in the league (random only) main learned to win but not to defend: it blocked 2 of
+59 immediate threats and stayed at 2-8% against MCTS-100 up to 30 minutes.
 After every iteration :class:`SelfPlayLeague` looks at main's recent
 training episodes; when its score against the league (wins plus half the draws, over at least
 ``min_episodes`` episodes played since the last snapshot) reaches ``threshold``, a new snapshot
@@ -27,13 +27,13 @@ observation tensor is the same for both players, and one network plays both seat
 adds six threat planes to its input (``features="tactical"``,
 :func:`~marl_core.ppo.connect4_model.tactical_planes`: where each side would complete four, which
 of those cells are playable now, which playable cells hand the opponent a win). They are fixed
-functions of the board; what to do with them is learned. On the benchmark they took main from
-12.5% to 62.5% against MCTS-100 at 10 minutes (40 games each): the board alone leaves the network
-to discover lines of four from self-play, and after 15 minutes it still missed most blocks.
-``network="cnn"`` selects :class:`Connect4CNN` instead (measured in the ``"self"`` league at lr
-3e-4 with the board alone: 10% against MCTS-100 after 480k env steps, where the MLP at lr 1e-3 had
-15% after 404k; and 2-3x slower per step on a laptop core); ``mirror=True`` averages the network
-over each board and its mirror image.
+functions of the board; what to do with them is learned. With the board alone the network has to
+discover lines of four from self-play: after 15 minutes it took 31% of immediate wins and blocked
+42% of single threats in the benchmark's test positions, and won 20% against MCTS-100; with the
+planes, 81% and 92%, and 57-62%. The preset also averages the network over each board and its
+mirror image (``mirror=True``: Connect-4 is left-right symmetric, so each position teaches both
+orientations). ``network="cnn"`` selects :class:`Connect4CNN` instead (with the board alone: 10%
+against MCTS-100 after 480k env steps where the MLP had 15% after 404k, and 2-3x slower per step).
 
 :func:`connect4_preset` is what ``marl-train connect4`` runs. Its checkpoints load with
 ``PPO.from_checkpoint(path)`` and act with ``compute_actions(obs, policy_id="main")``: the
@@ -416,7 +416,7 @@ FIXED_PLAYERS: dict[str, tuple[str, ...]] = {
     "random": (RANDOM,),
     "tactical": (RANDOM, TACTICAL),
     "mcts": (RANDOM, TACTICAL, MCTS),
-    "self": (RANDOM, TACTICAL, MAIN),
+    "self": (RANDOM, TACTICAL, MAIN, MAIN),
 }
 """The players that stay in the league (snapshots come and go), by the preset's ``league`` option."""
 
@@ -488,14 +488,14 @@ def connect4_preset(**options: Any) -> Preset:
     """The preset of ``marl-train connect4``: self-play with a league, evaluation, a final report.
 
     ``options`` are keyword arguments of :func:`connect4_config` (for experiments); the league
-    defaults to ``"self"``, the network's input to ``features="tactical"`` and sampling to one env
-    runner on a local embedded Ray. With main itself in the league its score against the league stays
+    defaults to ``"self"``, the network to ``features="tactical"`` with ``mirror=True``, and
+    sampling to one env runner on a local embedded Ray. With main itself in the league its score against the league stays
     near or below the snapshot threshold, so snapshots join rarely: main's opponents are mostly
     its current self, the tactical and the random player.
     """
     from marl_core.ppo.presets import Preset
 
-    options = {"league": "self", "num_env_runners": 1, "features": "tactical", **options}
+    options = {"league": "self", "num_env_runners": 1, "features": "tactical", "mirror": True, **options}
     league = SelfPlayLeague(fixed=FIXED_PLAYERS[options["league"]])
     evaluation = Connect4Evaluation()
     return Preset(

@@ -72,6 +72,12 @@ def test_discrete_rejects_floats_and_bools() -> None:
     assert why_not_contained(spaces.Discrete(3), np.int64(2)) is None
 
 
+def test_discrete_reports_integers_too_big_for_its_dtype_instead_of_overflowing() -> None:
+    assert "outside Discrete(3)" in why_not_contained(spaces.Discrete(3), 2**70)
+    with pytest.raises(InvalidActionError, match="'agent_0'"):
+        check_action("agent_0", spaces.Discrete(3), -(2**70))
+
+
 def test_invalid_action_message_names_agent_expected_received() -> None:
     with pytest.raises(InvalidActionError) as caught:
         check_action("player_1", spaces.Discrete(3), 7)

@@ -131,13 +131,13 @@ def test_preset_options_reach_the_config():
     config = connect4_preset(lr=3e-4, league="tactical").build_config()
     assert config.lr == 3e-4 and sorted(config.policy_entries()) == [MAIN, RANDOM, TACTICAL]
     assert config.policy_mapping_fn is main_vs_fixed
-    preset = connect4_preset()  # the default league: random, tactical and main itself
+    preset = connect4_preset()  # the default league: random, tactical and (twice) main itself
     assert preset.build_config().policy_mapping_fn is main_vs_fixed_self
     assert preset.build_config().num_env_runners == 1  # the main job samples on a local Ray
-    assert preset.callbacks[0].opponents() == (RANDOM, TACTICAL, MAIN)
+    assert preset.callbacks[0].opponents() == (RANDOM, TACTICAL, MAIN, MAIN)  # main meets itself half the time
     config = preset.build_config()
     model = config.model_for(config.policy_entries()[MAIN])
-    assert model["features"] == "tactical" and not model["mirror"]  # the network sees the threat planes
+    assert model["features"] == "tactical" and model["mirror"]  # threat planes, mirror-averaged
     board_only = connect4_preset(features="board").build_config()
     assert board_only.model_for(board_only.policy_entries()[MAIN])["features"] == "board"
 
