@@ -8,6 +8,11 @@ Usage::
 The run directory gets ``progress.csv``, TensorBoard files under ``tb/``, ``learning_curve.png``,
 a checkpoint every ``--checkpoint-every`` iterations (``checkpoint/``), the final checkpoint in
 ``final/`` (also written on Ctrl-C) and the preset's final result in ``final_result.json``.
+
+Ctrl-C lets the current iteration finish, then saves the final checkpoint and exits with 130; a
+second Ctrl-C interrupts at once (the final checkpoint is still saved). Stopping between
+iterations, not wherever the interrupt lands, keeps the logs' writer threads and the checkpoint
+consistent.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -95,21 +102,39 @@ def main(argv: list[str] | None = None) -> int:
     return 130 if interrupted else 0
 
 
+class StopRequest:
+    """While active, the first SIGINT only sets :attr:`requested`; a second raises KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():  # signals can be set only there
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        # os.write, not print: the handler may run while the main thread is inside a print.
+        os.write(2, b"\ninterrupted: finishing this iteration, then saving the final checkpoint "
+                    b"(Ctrl-C again to stop now)\n")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
 def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: Any, out: Path,
            deadline: float, start: float) -> bool:
     interrupted = False
+    stop = StopRequest()
     try:
-        while time.monotonic() < deadline and (args.iterations is None or algo.iteration < args.iterations):
-            result = algo.train()
-            for callback in preset.callbacks:
-                callback(algo, result)
-            run_log.log(result)
-            bar.update(1)
-            bar.set_postfix_str(_summary(result))
-            if args.no_progress:
-                print(_summary(result), flush=True)
-            if args.checkpoint_every and algo.iteration % args.checkpoint_every == 0:
-                algo.save(out / "checkpoint")
+        with stop:
+            _iterate(algo, preset, args, run_log, bar, out, deadline, stop)
+        interrupted = stop.requested
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: saving the final checkpoint", file=sys.stderr)
@@ -121,6 +146,22 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
             run_log.plot(title=f"{preset.name}: episode return")
         print(f"final checkpoint: {final_path} (iteration {algo.iteration}, {time.monotonic() - start:.0f} s)")
     return interrupted
+
+
+def _iterate(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: Any, out: Path,
+             deadline: float, stop: StopRequest) -> None:
+    while (time.monotonic() < deadline and not stop.requested
+           and (args.iterations is None or algo.iteration < args.iterations)):
+        result = algo.train()
+        for callback in preset.callbacks:
+            callback(algo, result)
+        run_log.log(result)
+        bar.update(1)
+        bar.set_postfix_str(_summary(result))
+        if args.no_progress:
+            print(_summary(result), flush=True)
+        if args.checkpoint_every and algo.iteration % args.checkpoint_every == 0:
+            algo.save(out / "checkpoint")
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ def test_ctrl_c_saves_a_final_checkpoint(tmp_path):
     finally:
         if process.poll() is None:
             process.kill()
+            process.communicate()
     assert process.returncode == 130, err.decode()[-2000:]
     assert b"interrupted" in err
     restored = PPO.from_checkpoint(tmp_path / "final")
@@ -99,3 +100,17 @@ def test_callbacks_know_the_out_dir_and_the_vector_mode_can_be_overridden(tmp_pa
     assert code == 0
     assert (tmp_path / "seen-1.txt").read_text() == "async"
     assert PPOConfig().vector_mode == "sync"  # the default
+
+
+def test_first_ctrl_c_asks_to_stop_and_the_second_interrupts():
+    from marl_core.ppo.cli import StopRequest
+
+    before = signal.getsignal(signal.SIGINT)
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs in the main thread at the next bytecode
+        assert stop.requested
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)
+    assert signal.getsignal(signal.SIGINT) is before
