@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from marl_core.ppo import PPO
 from marl_core.ppo.evaluation import EvaluationPoint, evaluate, plot_history, save_history
-from marl_core.ppo.selfplay import MAIN, _wins_at, connect4_preset, make_env
+from marl_core.ppo.selfplay import MAIN, Position, connect4_preset, make_env
 
 
 def parse_games(text: str) -> list[tuple[str, int]]:
@@ -99,20 +99,15 @@ def one_move_tactics(policy: Any, games: int, seed: int = 0) -> tuple[float, flo
         done = False
         while not done:
             ((agent_id, observation),) = obs.items()
-            board = np.asarray(observation["observation"]) > 0.5
-            legal = [int(c) for c in np.flatnonzero(observation["action_mask"])]
-            crosses_to_move = board[0].sum() == board[1].sum()
-            mine, theirs = (board[0], board[1]) if crosses_to_move else (board[1], board[0])
-            heights = {c: int(board.shape[1] - board[2][:, c].sum()) for c in legal}
-            wins = [c for c in legal if _wins_at(mine, heights[c], c)]
-            threats = [c for c in legal if _wins_at(theirs, heights[c], c)]
+            position = Position.of(observation)
+            wins, threats = position.winning_columns(position.mine), position.winning_columns(position.theirs)
             action = int(policy(observation))
             if wins:
                 wins_seen, taken = wins_seen + 1, taken + (action in wins)
             elif len(threats) == 1:
                 threats_seen, blocked = threats_seen + 1, blocked + (action in threats)
             if rng.random() < 0.5:  # every other move (on average) random, so positions vary
-                action = int(rng.choice(legal))
+                action = int(rng.choice(position.legal))
             obs, _, terminateds, truncateds, _ = env.step({agent_id: action})
             done = terminateds["__all__"] or truncateds["__all__"]
     return taken / max(wins_seen, 1), blocked / max(threats_seen, 1)

@@ -122,23 +122,43 @@ def _wins_at(pieces: np.ndarray, row: int, col: int) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Position:
+    """A Connect-4 observation read as the side to move sees it (planes x, o, empty; row 0 is the
+    bottom): its legal columns, the height each would drop a piece at, and both sides' pieces."""
+
+    legal: list[int]
+    heights: dict[int, int]
+    mine: np.ndarray
+    theirs: np.ndarray
+
+    @classmethod
+    def of(cls, observation: Mapping[str, Any]) -> Position:
+        board = np.asarray(observation["observation"]) > 0.5
+        legal = [int(c) for c in np.flatnonzero(observation["action_mask"])]
+        mine, theirs = (board[0], board[1]) if board[0].sum() == board[1].sum() else (board[1], board[0])
+        heights = {c: int(board.shape[1] - board[2][:, c].sum()) for c in legal}
+        return cls(legal, heights, mine, theirs)
+
+    def winning_columns(self, pieces: np.ndarray) -> list[int]:
+        """The legal columns where a piece of ``pieces`` (``mine`` or ``theirs``) wins at once."""
+        return [col for col in self.legal if _wins_at(pieces, self.heights[col], col)]
+
+
 def tactical_legal_action(observation: Mapping[str, Any]) -> int:
     """The league's tactical player: win if it can, block if it must, never set up the opponent's win.
 
-    Reads the board from ``"observation"`` (planes x, o, empty; row 0 is the bottom). Otherwise it
-    plays a uniformly random legal move that does not put the opponent's winning cell right above
-    it (any legal move when all do).
+    Otherwise it plays a uniformly random legal move that does not put the opponent's winning cell
+    right above it (any legal move when all do).
     """
-    board = np.asarray(observation["observation"]) > 0.5
-    legal = [int(c) for c in np.flatnonzero(observation["action_mask"])]
-    mine, theirs = (board[0], board[1]) if board[0].sum() == board[1].sum() else (board[1], board[0])
-    heights = {c: int(board.shape[1] - board[2][:, c].sum()) for c in legal}
-    for pieces in (mine, theirs):
-        for col in legal:
-            if _wins_at(pieces, heights[col], col):
-                return col
-    safe = [c for c in legal if heights[c] + 1 >= board.shape[1] or not _wins_at(theirs, heights[c] + 1, c)]
-    choices = safe or legal
+    position = Position.of(observation)
+    for pieces in (position.mine, position.theirs):
+        wins = position.winning_columns(pieces)
+        if wins:
+            return wins[0]
+    rows, heights, theirs = position.theirs.shape[0], position.heights, position.theirs
+    safe = [c for c in position.legal if heights[c] + 1 >= rows or not _wins_at(theirs, heights[c] + 1, c)]
+    choices = safe or position.legal
     return choices[int(_RANDOM_PLAYER_RNG.integers(len(choices)))]
 
 
