@@ -8,7 +8,10 @@ with ``num_epochs=20``: lr 5e-5, train batch 4000, minibatch 128, gamma 0.99, la
 only adds frozen opponents; in RLlib it crashes its runner now and then).
 
 Each configuration runs in a fresh subprocess; the parent samples the memory (PSS and RSS, summed
-over the subprocess and all its descendants, Ray's processes included) every 0.5 s.
+over the subprocess and all its descendants, Ray's processes included) every 0.5 s. RLlib runs
+``algo.train()`` in the driver with Ray started as lean as ``ray.init`` allows (no dashboard, no
+log forwarding); its example script runs through ``tune.Tuner`` instead, which adds a trial actor
+holding a third torch process.
 
 Usage::
 

@@ -14,13 +14,33 @@ Example:
     (80, ['default_policy'])
     >>> algo.stop()
 
-Importing this package imports torch; Ray is imported only when env runners start.
+The names load on first use: ``PPO`` imports torch, Ray is imported only when env runners start,
+and env runners of built-in models import neither torch nor the learner.
 """
 
 from __future__ import annotations
 
-from marl_core.ppo.algorithm import PPO
-from marl_core.ppo.config import DEFAULT_MODEL, DEFAULT_POLICY, PolicySpec, PPOConfig
-from marl_core.ppo.rollout import Episode
+import importlib
+from typing import Any
 
-__all__ = ["DEFAULT_MODEL", "DEFAULT_POLICY", "PPO", "Episode", "PPOConfig", "PolicySpec"]
+_EXPORTS = {
+    "PPO": "marl_core.ppo.algorithm",
+    "DEFAULT_MODEL": "marl_core.ppo.config",
+    "DEFAULT_POLICY": "marl_core.ppo.config",
+    "PolicySpec": "marl_core.ppo.config",
+    "PPOConfig": "marl_core.ppo.config",
+    "Episode": "marl_core.ppo.rollout",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

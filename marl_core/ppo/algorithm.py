@@ -21,9 +21,10 @@ import torch
 
 from marl_core.env import accepts_config
 from marl_core.errors import ConfigError, SpaceError
+from marl_core.ppo.batching import concat_obs, stack_obs
 from marl_core.ppo.config import PolicySpec, PPOConfig, resolve
 from marl_core.ppo.learner import Learner
-from marl_core.ppo.model import TorchPolicy, concat_obs, stack_obs
+from marl_core.ppo.model import TorchPolicy
 from marl_core.ppo.rollout import Episode, LearnedSpec, Sampler
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ class PPO:
         self.device = torch.device(
             ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device)
         self.rng = np.random.default_rng(config.seed)
+        # Exploring compute_actions calls draw here, not from the training stream.
+        self.act_rng = np.random.default_rng(None if config.seed is None else [config.seed, 1])
         self.iteration = 0
         self.env_steps_lifetime = 0
         self.num_env_errors_lifetime = 0
@@ -264,8 +267,8 @@ class PPO:
 
     # Weights ------------------------------------------------------------------------------------
 
-    def get_weights(self, policy_ids: list[PolicyID] | None = None) -> dict[PolicyID, dict[str, torch.Tensor]]:
-        """CPU state dicts of learned policies (all when ``policy_ids`` is None)."""
+    def get_weights(self, policy_ids: list[PolicyID] | None = None) -> dict[PolicyID, dict[str, np.ndarray]]:
+        """State dicts of learned policies as numpy arrays (all when ``policy_ids`` is None)."""
         ids = [p for p in self.policies if isinstance(self.policies[p], TorchPolicy)] if policy_ids is None else policy_ids
         out = {}
         for policy_id in ids:
@@ -390,8 +393,8 @@ class PPO:
                 actions.update({a: policy(obs_dict[a]) for a in agents})
                 continue
             batch = stack_obs(policy.observation_space, [obs_dict[a] for a in agents])
-            rows, _, _ = policy.act(batch, explore=explore)
-            actions.update(zip(agents, policy.dist.to_env(rows), strict=True))
+            rows, _, _ = policy.act(batch, explore=explore, rng=self.act_rng)
+            actions.update(zip(agents, policy.layout.to_env(rows), strict=True))
         return actions
 
     def get_policy_callable(self, policy_id: PolicyID, explore: bool = False) -> Callable[[Any], Any]:
@@ -403,8 +406,9 @@ class PPO:
             return policy
 
         def act(observation: Any) -> Any:
-            rows, _, _ = policy.act(stack_obs(policy.observation_space, [observation]), explore=explore)
-            return policy.dist.to_env(rows)[0]
+            rows, _, _ = policy.act(stack_obs(policy.observation_space, [observation]), explore=explore,
+                                    rng=self.act_rng)
+            return policy.layout.to_env(rows)[0]
 
         return act
 

@@ -9,8 +9,9 @@ The run directory gets ``progress.csv``, TensorBoard files under ``tb/``, ``lear
 a checkpoint every ``--checkpoint-every`` iterations (``checkpoint/``), the final checkpoint in
 ``final/`` (also written on Ctrl-C) and the preset's final result in ``final_result.json``.
 
-Ctrl-C lets the current iteration finish, then saves the final checkpoint and exits with 130; a
-second Ctrl-C interrupts at once (the final checkpoint is still saved). Stopping between
+Ctrl-C (or SIGTERM, as schedulers send) lets the current iteration finish, then saves the final
+checkpoint and exits with 130 (143 for SIGTERM); a second signal interrupts at once (the final
+checkpoint is still saved). Stopping between
 iterations, not wherever the interrupt lands, keeps the logs' writer threads and the checkpoint
 consistent.
 """
@@ -90,53 +91,69 @@ def main(argv: list[str] | None = None) -> int:
     algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs
     run_log = RunLogger(out)
     bar = tqdm(total=args.iterations, disable=args.no_progress, unit="it", dynamic_ncols=True)
-    interrupted = False
+    status = 0
     try:
-        interrupted = _train(algo, preset, args, run_log, bar, out, deadline, start)
-        if preset.final is not None and not interrupted:
+        status = _train(algo, preset, args, run_log, bar, out, deadline, start)
+        if preset.final is not None and not status:
             final = preset.final(algo, out)
             (out / "final_result.json").write_text(json.dumps(final, indent=2, default=str))
             print(json.dumps(final, indent=2, default=str))
     finally:
         algo.stop()
-    return 130 if interrupted else 0
+    return status
 
 
 class StopRequest:
-    """While active, the first SIGINT only sets :attr:`requested`; a second raises KeyboardInterrupt."""
+    """While active, the first SIGINT or SIGTERM only sets :attr:`requested`; a second raises KeyboardInterrupt.
+
+    So Ctrl-C, or a scheduler's SIGTERM, ends the run after the current iteration with a final
+    checkpoint; :attr:`signal` is the first signal received (None: none).
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
+        self.signal: int | None = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():  # signals can be set only there
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in self.SIGNALS}
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+        self.signal = signum
+        name = signal.Signals(signum).name.encode()
         # os.write, not print: the handler may run while the main thread is inside a print.
-        os.write(2, b"\ninterrupted: finishing this iteration, then saving the final checkpoint "
-                    b"(Ctrl-C again to stop now)\n")
+        os.write(2, b"\n" + name + b": finishing this iteration, then saving the final checkpoint "
+                 b"(interrupt again to stop now)\n")
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's status for the signal that stopped the run: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + int(self.signal if self.signal is not None else signal.SIGINT)
 
 
 def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: Any, out: Path,
-           deadline: float, start: float) -> bool:
-    interrupted = False
+           deadline: float, start: float) -> int:
+    """Iterate until done; save the final checkpoint in any case; return the exit status."""
+    status = 0
     stop = StopRequest()
     try:
         with stop:
             _iterate(algo, preset, args, run_log, bar, out, deadline, stop)
-        interrupted = stop.requested
+        status = stop.exit_status if stop.requested else 0
     except KeyboardInterrupt:
-        interrupted = True
+        status = stop.exit_status
         print("\ninterrupted: saving the final checkpoint", file=sys.stderr)
     finally:
         bar.close()
@@ -145,7 +162,7 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
         if run_log.rows:
             run_log.plot(title=f"{preset.name}: episode return")
         print(f"final checkpoint: {final_path} (iteration {algo.iteration}, {time.monotonic() - start:.0f} s)")
-    return interrupted
+    return status
 
 
 def _iterate(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: Any, out: Path,

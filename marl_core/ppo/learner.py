@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl_core.ppo.model import TorchPolicy, index_obs, to_tensor
+from marl_core.ppo.batching import index_obs
+from marl_core.ppo.model import TorchPolicy, to_tensor
 
 
 class Learner:

@@ -8,14 +8,14 @@ mask sets masked logits to a large negative number, so a masked action is never 
 Actions: Discrete, MultiDiscrete (one categorical per dimension), Box (a Gaussian with a free,
 state-independent log standard deviation; actions sent to the env are clipped to the bounds) and
 Tuple (a product of its members, as for grouped agents). Inside the trainer every action is one
-row of float32 columns: one per Discrete, one per MultiDiscrete dimension, one per Box entry.
+row of float32 columns (:mod:`marl_core.ppo.actions`), where sampling happens in numpy; env
+runners evaluate this module's default model with :mod:`marl_core.ppo.numpy_policy`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,30 +24,11 @@ from gymnasium import spaces
 from torch import nn
 
 from marl_core.errors import SpaceError
-from marl_core.spaces import MASK_KEY, OBS_KEY, action_mask_size, is_masked
-
-MASKED_LOGIT = -1e9
-
+from marl_core.ppo.actions import MASKED_LOGIT, ActionLayout
+from marl_core.ppo.batching import is_image
+from marl_core.spaces import MASK_KEY, OBS_KEY, is_masked
 
 # Observations -------------------------------------------------------------------------------
-
-
-def stack_obs(space: spaces.Space, observations: Sequence[Any]) -> Any:
-    """Stack per-agent observations leaf-wise into numpy arrays with a leading batch axis."""
-    if isinstance(space, spaces.Dict):
-        return {key: stack_obs(sub, [o[key] for o in observations]) for key, sub in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(stack_obs(sub, [o[i] for o in observations]) for i, sub in enumerate(space.spaces))
-    return np.asarray(observations, dtype=space.dtype if space.dtype is not None else None)
-
-
-def index_obs(batch: Any, index: Any) -> Any:
-    """Rows ``index`` of a stacked observation batch (numpy or torch, nested)."""
-    if isinstance(batch, dict):
-        return {key: index_obs(value, index) for key, value in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(index_obs(value, index) for value in batch)
-    return batch[index]
 
 
 def to_tensor(batch: Any, device: torch.device | str = "cpu") -> Any:
@@ -59,21 +40,6 @@ def to_tensor(batch: Any, device: torch.device | str = "cpu") -> Any:
     if isinstance(batch, np.ndarray) and not batch.flags.writeable:  # e.g. read from Ray's object store
         return torch.tensor(batch, device=device)
     return torch.as_tensor(batch, device=device)
-
-
-def concat_obs(batches: Sequence[Any]) -> Any:
-    """Concatenate stacked observation batches along the batch axis."""
-    first = batches[0]
-    if isinstance(first, dict):
-        return {key: concat_obs([b[key] for b in batches]) for key in first}
-    if isinstance(first, tuple):
-        return tuple(concat_obs([b[i] for b in batches]) for i in range(len(first)))
-    return np.concatenate(batches, axis=0)
-
-
-def is_image(space: spaces.Space) -> bool:
-    """A uint8 Box of shape (H, W, C): encoded with a CNN."""
-    return isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
 
 
 class Encoder(nn.Module):
@@ -130,131 +96,46 @@ class Encoder(nn.Module):
 # Actions ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Leaf:
-    kind: str  # "cat" or "gauss"
-    size: int  # categories, or Gaussian dimensions
-    space: spaces.Space
-
-
-def _leaves(space: spaces.Space) -> list[_Leaf]:
-    if isinstance(space, spaces.Discrete):
-        return [_Leaf("cat", int(space.n), space)]
-    if isinstance(space, spaces.MultiDiscrete):
-        return [_Leaf("cat", int(n), space) for n in space.nvec.flat]
-    if isinstance(space, spaces.Box) and np.issubdtype(space.dtype, np.floating):
-        return [_Leaf("gauss", int(np.prod(space.shape)), space)]
-    if isinstance(space, spaces.Tuple):
-        return [leaf for sub in space.spaces for leaf in _leaves(sub)]
-    raise SpaceError(f"no action distribution for {space}; supported: Discrete, MultiDiscrete, "
-                     "float Box and Tuple of these")
-
-
 class ActionDist:
-    """The distribution family of one action space, working on batches of flat action rows."""
+    """Log-probabilities and entropies of flat action rows under torch ``dist_inputs`` (the learner).
+
+    Sampling happens in numpy, in :meth:`marl_core.ppo.actions.ActionLayout.sample`, on the same layout.
+    """
 
     def __init__(self, space: spaces.Space) -> None:
-        self.space = space
-        self.leaves = _leaves(space)
-        self.num_inputs = sum(leaf.size * (2 if leaf.kind == "gauss" else 1) for leaf in self.leaves)
-        self.num_columns = sum(1 if leaf.kind == "cat" else leaf.size for leaf in self.leaves)
-        self.mask_size = action_mask_size(space)
-        self.is_discrete = isinstance(space, spaces.Discrete)
-
-    def _parts(self, inputs: torch.Tensor, mask: torch.Tensor | None):
-        offset, mask_offset = 0, 0
-        for leaf in self.leaves:
-            if leaf.kind == "cat":
-                logits = inputs[:, offset : offset + leaf.size]
-                if mask is not None:
-                    legal = mask[:, mask_offset : mask_offset + leaf.size] > 0
-                    logits = torch.where(legal, logits, torch.full_like(logits, MASKED_LOGIT))
-                    mask_offset += leaf.size
-                offset += leaf.size
-                yield leaf, logits - torch.logsumexp(logits, dim=-1, keepdim=True), None
-            else:
-                mean = inputs[:, offset : offset + leaf.size]
-                log_std = inputs[:, offset + leaf.size : offset + 2 * leaf.size]
-                offset += 2 * leaf.size
-                yield leaf, mean, log_std
-
-    def sample(
-        self, inputs: torch.Tensor, mask: torch.Tensor | None, explore: bool, generator: torch.Generator | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Draw actions (mode when not exploring) and their log-probabilities."""
-        columns, logps = [], []
-        for leaf, a, b in self._parts(inputs, mask):
-            if leaf.kind == "cat":
-                if explore:
-                    choice = torch.multinomial(a.exp(), 1, generator=generator).squeeze(-1)
-                else:
-                    choice = a.argmax(dim=-1)
-                logps.append(a.gather(-1, choice[:, None]).squeeze(-1))
-                columns.append(choice[:, None].float())
-            else:
-                noise = torch.randn(a.shape, generator=generator) if explore else torch.zeros_like(a)
-                value = a + noise * b.exp()
-                logps.append(_gauss_logp(value, a, b))
-                columns.append(value)
-        return torch.cat(columns, dim=-1), torch.stack(logps, dim=-1).sum(-1)
+        self.layout = ActionLayout(space)
 
     def logp_entropy(
         self, inputs: torch.Tensor, mask: torch.Tensor | None, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities of ``actions`` and the entropies, both of shape (B,)."""
-        logps, entropies, column = [], [], 0
-        for leaf, a, b in self._parts(inputs, mask):
+        logps, entropies = [], []
+        offset = mask_offset = column = 0
+        for leaf in self.layout.leaves:
             if leaf.kind == "cat":
+                logits = inputs[:, offset : offset + leaf.size]
+                offset += leaf.size
+                if mask is not None:
+                    legal = mask[:, mask_offset : mask_offset + leaf.size] > 0
+                    logits = torch.where(legal, logits, torch.full_like(logits, MASKED_LOGIT))
+                    mask_offset += leaf.size
+                # Shifted first, like the samplers' numpy log-softmax: the same numbers on both sides.
+                shifted = logits - logits.detach().max(dim=-1, keepdim=True).values
+                log_probs = shifted - torch.logsumexp(shifted, dim=-1, keepdim=True)
                 choice = actions[:, column].long()
                 column += 1
-                logps.append(a.gather(-1, choice[:, None]).squeeze(-1))
-                entropies.append(-(a.exp() * a).sum(-1))
+                logps.append(log_probs.gather(-1, choice[:, None]).squeeze(-1))
+                entropies.append(-(log_probs.exp() * log_probs).sum(-1))
             else:
+                mean = inputs[:, offset : offset + leaf.size]
+                log_std = inputs[:, offset + leaf.size : offset + 2 * leaf.size]
+                offset += 2 * leaf.size
                 value = actions[:, column : column + leaf.size]
                 column += leaf.size
-                logps.append(_gauss_logp(value, a, b))
-                entropies.append((b + 0.5 * math.log(2 * math.pi * math.e)).sum(-1))
+                logps.append((-0.5 * ((value - mean) / log_std.exp()) ** 2 - log_std
+                              - 0.5 * math.log(2 * math.pi)).sum(-1))
+                entropies.append((log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1))
         return torch.stack(logps, -1).sum(-1), torch.stack(entropies, -1).sum(-1)
-
-    def to_env(self, rows: np.ndarray) -> list[Any]:
-        """Flat action rows -> actions in the env's format (Box actions clipped to the bounds)."""
-        if self.is_discrete:
-            return list(rows[:, 0].astype(np.int64) + np.int64(self.space.start))
-        return [_unflatten(self.space, row, [0])[0] for row in rows]
-
-    def from_env(self, action: Any) -> np.ndarray:
-        """One env action -> its flat row (to record actions chosen by fixed policies)."""
-        return np.asarray(_flatten(self.space, action), dtype=np.float32)
-
-
-def _gauss_logp(value: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-    return (-0.5 * ((value - mean) / log_std.exp()) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-
-
-def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int]) -> tuple[Any]:
-    start = at[0]
-    if isinstance(space, spaces.Discrete):
-        at[0] += 1
-        return (np.int64(int(row[start]) + int(space.start)),)
-    if isinstance(space, spaces.MultiDiscrete):
-        at[0] += space.nvec.size
-        values = row[start : at[0]].astype(np.int64).reshape(space.shape) + space.start
-        return (values.astype(space.dtype),)
-    if isinstance(space, spaces.Box):
-        at[0] += int(np.prod(space.shape))
-        value = np.clip(row[start : at[0]].reshape(space.shape), space.low, space.high)
-        return (value.astype(space.dtype),)
-    return (tuple(_unflatten(sub, row, at)[0] for sub in space.spaces),)
-
-
-def _flatten(space: spaces.Space, action: Any) -> list[float]:
-    if isinstance(space, spaces.Discrete):
-        return [int(action) - int(space.start)]
-    if isinstance(space, spaces.MultiDiscrete):
-        return list((np.asarray(action) - space.start).reshape(-1))
-    if isinstance(space, spaces.Box):
-        return list(np.asarray(action, dtype=np.float32).reshape(-1))
-    return [x for sub, a in zip(space.spaces, action, strict=True) for x in _flatten(sub, a)]
 
 
 # The module ---------------------------------------------------------------------------------
@@ -284,15 +165,15 @@ class ActorCritic(nn.Module):
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, model_config: dict[str, Any]) -> None:
         super().__init__()
-        self.dist = ActionDist(action_space)
+        self.layout = ActionLayout(action_space)
         self.encoder = Encoder(observation_space, model_config)
         hiddens, activation = model_config["hiddens"], model_config["activation"]
         self.pi_body, size = _mlp(self.encoder.out_size, hiddens, activation)
         self.vf_body = None if model_config["vf_share_layers"] else _mlp(self.encoder.out_size, hiddens, activation)[0]
-        self.num_means = self.dist.num_inputs - sum(leaf.size for leaf in self.dist.leaves if leaf.kind == "gauss")
+        self.num_means = self.layout.num_means
         self.pi_head = _init(nn.Linear(size, self.num_means), 0.01)
         self.vf_head = _init(nn.Linear(size, 1), 1.0)
-        gauss = [leaf.size for leaf in self.dist.leaves if leaf.kind == "gauss"]
+        gauss = [leaf.size for leaf in self.layout.leaves if leaf.kind == "gauss"]
         self.log_std = nn.Parameter(torch.zeros(sum(gauss))) if gauss else None
 
     def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -301,13 +182,13 @@ class ActorCritic(nn.Module):
         out = self.pi_head(hidden)
         values = self.vf_head(hidden if self.vf_body is None else self.vf_body(features)).squeeze(-1)
         if self.log_std is not None:
-            out = _interleave_log_std(out, self.log_std, self.dist)
+            out = _interleave_log_std(out, self.log_std, self.layout)
         return out, values
 
 
-def _interleave_log_std(means: torch.Tensor, log_std: torch.Tensor, dist: ActionDist) -> torch.Tensor:
+def _interleave_log_std(means: torch.Tensor, log_std: torch.Tensor, layout: ActionLayout) -> torch.Tensor:
     parts, offset, std_offset = [], 0, 0
-    for leaf in dist.leaves:
+    for leaf in layout.leaves:
         parts.append(means[:, offset : offset + leaf.size])
         offset += leaf.size
         if leaf.kind == "gauss":
@@ -332,13 +213,9 @@ class TorchPolicy:
         self.masked = is_masked(observation_space)
         inner = observation_space[OBS_KEY] if self.masked else observation_space
         self.dist = ActionDist(action_space)
-        if self.masked and self.dist.mask_size is None:
-            raise SpaceError(f"an action_mask needs a Discrete or MultiDiscrete action space, not {action_space}")
-        if self.masked and observation_space[MASK_KEY].shape != (self.dist.mask_size,):
-            raise SpaceError(
-                f"action_mask of shape {observation_space[MASK_KEY].shape} does not fit {action_space} "
-                f"(expected ({self.dist.mask_size},))"
-            )
+        self.layout = self.dist.layout
+        if self.masked:
+            self.layout.check_mask(observation_space[MASK_KEY])
         factory: ModuleFactory = model_config.get("module") or ActorCritic
         self.device = torch.device(device)
         self.module = factory(inner, action_space, model_config).to(self.device)
@@ -357,13 +234,14 @@ class TorchPolicy:
         return logp, entropy, values
 
     @torch.no_grad()
-    def act(self, obs_np: Any, explore: bool = True, generator: torch.Generator | None = None
+    def act(self, obs_np: Any, explore: bool = True, rng: np.random.Generator | None = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Actions (flat rows), log-probs and values for a stacked numpy observation batch."""
-        inner, mask = self.split(to_tensor(obs_np, self.device))
+        inner, _ = self.split(to_tensor(obs_np, self.device))
         inputs, values = self.module(inner)
-        actions, logp = self.dist.sample(inputs, mask, explore, generator)
-        return actions.cpu().numpy(), logp.cpu().numpy(), values.cpu().numpy()
+        mask = obs_np[MASK_KEY] if self.masked else None
+        rows, logp = self.layout.sample(inputs.cpu().numpy(), mask, explore, rng)
+        return rows, logp, values.cpu().numpy()
 
     @torch.no_grad()
     def value(self, obs_np: Any) -> np.ndarray:
@@ -371,10 +249,11 @@ class TorchPolicy:
         inner, _ = self.split(to_tensor(obs_np, self.device))
         return self.module(inner)[1].cpu().numpy()
 
-    def get_weights(self) -> dict[str, torch.Tensor]:
-        """The module's parameters and buffers, on CPU."""
-        return {key: value.detach().cpu().clone() for key, value in self.module.state_dict().items()}
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The module's parameters and buffers as numpy arrays (copies)."""
+        return {key: value.detach().cpu().numpy().copy() for key, value in self.module.state_dict().items()}
 
     def set_weights(self, weights: dict[str, Any]) -> None:
-        """Load parameters produced by :meth:`get_weights`."""
-        self.module.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
+        """Load parameters produced by :meth:`get_weights` (numpy arrays or tensors)."""
+        self.module.load_state_dict({key: torch.tensor(np.asarray(value)) if not isinstance(value, torch.Tensor)
+                                     else value for key, value in weights.items()})

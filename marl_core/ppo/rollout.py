@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from marl_core.env import ALL, AgentID
 from marl_core.errors import ConfigError, EnvContractError
+from marl_core.ppo.batching import as_dtype, index_obs, stack_obs
 from marl_core.ppo.gae import compute_gae
-from marl_core.ppo.model import TorchPolicy, index_obs, stack_obs
+from marl_core.ppo.numpy_policy import NumpyPolicy, runs_in_numpy
 from marl_core.vector import VectorMultiAgentEnv, gather, scatter
 
 logger = logging.getLogger(__name__)
@@ -85,14 +85,23 @@ def _make_env(env_creator: Callable[[dict], Any], env_config: Mapping[str, Any])
     return env_creator(dict(env_config))
 
 
-def _as_dtype(space: Any, batch: Any) -> Any:
-    """``batch`` (as :func:`~marl_core.vector.stack` builds it) cast leaf-wise to ``space``'s dtypes."""
-    if isinstance(batch, dict):
-        return {key: _as_dtype(space[key], value) for key, value in batch.items()}
-    if isinstance(batch, tuple):
-        return tuple(_as_dtype(space[i], value) for i, value in enumerate(batch))
-    dtype = getattr(space, "dtype", None)
-    return batch if dtype is None or batch.dtype == dtype else batch.astype(dtype)
+def runner_policy(spec: LearnedSpec, torch_threads: int | None = None) -> Any:
+    """The inference-only policy of ``spec`` in an env runner.
+
+    The built-in model runs in numpy (:class:`~marl_core.ppo.numpy_policy.NumpyPolicy`), so a
+    runner of built-in models never imports torch; a custom torch module runs in a
+    :class:`~marl_core.ppo.model.TorchPolicy`; torch is imported then and, unless
+    ``torch_threads`` is None, limited to that many threads.
+    """
+    if runs_in_numpy(spec.model_config):
+        return NumpyPolicy(spec.observation_space, spec.action_space, spec.model_config)
+    import torch
+
+    from marl_core.ppo.model import TorchPolicy
+
+    if torch_threads is not None:
+        torch.set_num_threads(torch_threads)
+    return TorchPolicy(spec.observation_space, spec.action_space, spec.model_config)
 
 
 class Sampler:
@@ -109,19 +118,22 @@ class Sampler:
             which sampling raises :class:`~marl_core.errors.EnvContractError`.
         vector_mode: ``"sync"`` steps the envs in this process; ``"async"`` in worker processes.
         vector_num_workers: ``"async"`` only: worker processes (default: one per env).
+        torch_threads: torch's thread count in this process, set when a policy with a custom
+            torch module is first built here (None: leave torch's setting alone).
     """
 
     def __init__(self, env_creator: Callable[[dict], Any], env_config: Mapping[str, Any], num_envs: int,
                  *, worker_index: int = 0, seed: int | None = 0, max_env_errors_in_a_row: int = 10,
-                 vector_mode: str = "sync", vector_num_workers: int | None = None) -> None:
+                 vector_mode: str = "sync", vector_num_workers: int | None = None,
+                 torch_threads: int | None = None) -> None:
         self.env_creator = env_creator
         self.env_config = dict(env_config)
         self.worker_index = worker_index
         self.seed = seed
         self.max_env_errors_in_a_row = max_env_errors_in_a_row
-        self.generator = torch.Generator()
-        self.generator.manual_seed((0 if seed is None else seed) * 7919 + worker_index)
-        self.policies: dict[PolicyID, TorchPolicy | Callable[[Any], Any]] = {}
+        self.rng = np.random.default_rng((0 if seed is None else seed) * 7919 + worker_index)
+        self.torch_threads = torch_threads
+        self.policies: dict[PolicyID, Any] = {}
         self._fixed: frozenset[PolicyID] = frozenset()
         self.specs: dict[PolicyID, LearnedSpec] = {}
         self.to_train: set[PolicyID] = set()
@@ -143,7 +155,7 @@ class Sampler:
         self._started = False
 
     def set_policies(self, policies: Mapping[PolicyID, Any], mapping_fn: Callable[..., PolicyID],
-                     to_train: set[PolicyID], shared: Mapping[PolicyID, TorchPolicy] | None = None) -> None:
+                     to_train: set[PolicyID], shared: Mapping[PolicyID, Any] | None = None) -> None:
         """Install policies (LearnedSpec or fixed callables), the mapping fn and the trained set.
 
         Learned policies that keep their id keep their module; ``shared`` gives modules to use as
@@ -158,15 +170,15 @@ class Sampler:
                 if policy_id in shared:
                     current[policy_id] = shared[policy_id]
                     self.specs[policy_id] = entry
-                elif isinstance(old, TorchPolicy) and self.specs.get(policy_id) == entry:
+                elif old is not None and policy_id not in self._fixed and self.specs.get(policy_id) == entry:
                     current[policy_id] = old
                 else:
-                    current[policy_id] = TorchPolicy(entry.observation_space, entry.action_space, entry.model_config)
+                    current[policy_id] = runner_policy(entry, self.torch_threads)
                     self.specs[policy_id] = entry
             else:
                 current[policy_id] = entry
         self.policies = current
-        self._fixed = frozenset(p for p, policy in current.items() if not isinstance(policy, TorchPolicy))
+        self._fixed = frozenset(p for p, entry in policies.items() if not isinstance(entry, LearnedSpec))
         self.mapping_fn = mapping_fn
         self.to_train = set(to_train)
         for index, episode in enumerate(self.episodes):
@@ -181,7 +193,7 @@ class Sampler:
         """Load learned weights (policy id -> state dict)."""
         for policy_id, state in weights.items():
             policy = self.policies.get(policy_id)
-            if isinstance(policy, TorchPolicy):
+            if policy is not None and policy_id not in self._fixed:
                 policy.set_weights(state)
 
     # Episodes -----------------------------------------------------------------------------------
@@ -297,12 +309,12 @@ class Sampler:
             for index, agent_id in keys:
                 lengths = episodes[index].lengths
                 lengths[agent_id] = lengths.get(agent_id, 0) + 1
-            if not isinstance(policy, TorchPolicy):
+            if policy_id in self._fixed:
                 actions_by_policy[policy_id] = [policy(observation) for observation in policy_batch.obs]
                 continue
-            batch = _as_dtype(policy.observation_space, policy_batch.obs)
-            rows, logps, values = policy.act(batch, explore=True, generator=self.generator)
-            actions_by_policy[policy_id] = policy.dist.to_env(rows)
+            batch = as_dtype(policy.observation_space, policy_batch.obs)
+            rows, logps, values = policy.act(batch, explore=True, rng=self.rng)
+            actions_by_policy[policy_id] = policy.layout.to_env(rows)
             if policy_id not in self.to_train:
                 continue
             for row, (index, agent_id) in enumerate(keys):
@@ -405,11 +417,11 @@ class EnvRunner:
                  vector_num_workers: int | None = None, torch_threads: int = 1) -> None:
         import cloudpickle
 
-        torch.set_num_threads(torch_threads)
         logging.basicConfig(level=log_level)
         self.sampler = Sampler(cloudpickle.loads(env_creator_blob), env_config, num_envs, worker_index=worker_index,
                                seed=seed, max_env_errors_in_a_row=max_env_errors_in_a_row,
-                               vector_mode=vector_mode, vector_num_workers=vector_num_workers)
+                               vector_mode=vector_mode, vector_num_workers=vector_num_workers,
+                               torch_threads=torch_threads)
         self.state_version = -1
 
     def set_state(self, version: int, blob: bytes) -> int:

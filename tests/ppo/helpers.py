@@ -53,6 +53,25 @@ class TwoMoveGame(MultiAgentEnv):
         return obs, rewards, done, {"first": False, "second": False, "__all__": False}, {}
 
 
+def install_policies(sampler: Any, policies: dict[str, Any], mapping: Any, to_train: set[str], seed: int = 0) -> None:
+    """``sampler.set_policies(...)``, then the initial weights of a fresh torch model for each learned policy.
+
+    Runners receive weights from the learner before they sample; a bare sampler needs them too.
+    """
+    import torch
+
+    from marl_core.ppo.model import TorchPolicy
+    from marl_core.ppo.rollout import LearnedSpec
+
+    sampler.set_policies(policies, mapping, to_train)
+    weights = {}
+    for policy_id, spec in policies.items():
+        if isinstance(spec, LearnedSpec):
+            torch.manual_seed(seed)
+            weights[policy_id] = TorchPolicy(spec.observation_space, spec.action_space, spec.model_config).get_weights()
+    sampler.set_weights(weights)
+
+
 class FlakyRockPaperScissors(RockPaperScissors):
     """Rock-paper-scissors whose every ``fail_every``-th step (per instance) raises RuntimeError."""
 

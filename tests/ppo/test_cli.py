@@ -57,7 +57,8 @@ def test_bad_override_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_saves_a_final_checkpoint(tmp_path):
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_saves_a_final_checkpoint(tmp_path, signum, status):
     command = [sys.executable, "-m", "marl_core.ppo.cli", "rps", "--minutes", "5", "--out", str(tmp_path),
                "--no-progress", "--set", "num_env_runners=0", "--set", "train_batch_size=80"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -67,14 +68,14 @@ def test_ctrl_c_saves_a_final_checkpoint(tmp_path):
         while not (tmp_path / "progress.csv").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert (tmp_path / "progress.csv").exists()
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         _, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode == 130, err.decode()[-2000:]
-    assert b"interrupted" in err
+    assert process.returncode == status, err.decode()[-2000:]
+    assert signal.Signals(signum).name.encode() + b": finishing this iteration" in err
     restored = PPO.from_checkpoint(tmp_path / "final")
     assert restored.iteration >= 1
     restored.stop()
@@ -114,3 +115,16 @@ def test_first_ctrl_c_asks_to_stop_and_the_second_interrupts():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1.0)
     assert signal.getsignal(signal.SIGINT) is before
+    assert stop.exit_status == 130
+
+
+def test_sigterm_asks_to_stop_like_ctrl_c():
+    from marl_core.ppo.cli import StopRequest
+
+    before = signal.getsignal(signal.SIGTERM)
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        assert stop.requested and stop.signal == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert stop.exit_status == 143

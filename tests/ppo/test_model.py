@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from marl_core.errors import SpaceError
+from marl_core.ppo.actions import ActionLayout
+from marl_core.ppo.batching import stack_obs
 from marl_core.ppo.config import DEFAULT_MODEL
-from marl_core.ppo.model import ActionDist, TorchPolicy, stack_obs
+from marl_core.ppo.model import TorchPolicy
 from marl_core.spaces import masked_space
 
 BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
@@ -27,7 +29,7 @@ def test_masked_actions_are_never_sampled():
     # Make the masked logits the largest ones: sampling must still never pick them.
     with torch.no_grad():
         policy.module.pi_head.bias.copy_(torch.tensor([5.0, 5.0, 5.0, 5.0, 5.0]))
-    rows, logp, _ = policy.act(obs, explore=True, generator=torch.Generator().manual_seed(1))
+    rows, logp, _ = policy.act(obs, explore=True, rng=np.random.default_rng(1))
     chosen = rows[:, 0].astype(int)
     assert masks[np.arange(4000), chosen].all()
     assert np.isfinite(logp).all()
@@ -40,8 +42,8 @@ def test_masked_multidiscrete_respects_each_dimension():
     policy = _policy(masked_space(BOX, 5), space)
     mask = np.array([[0, 1, 0, 1, 0]] * 500, np.int8)  # dim 0: only 1; dim 1: only 0
     obs = {"observation": np.zeros((500, 4), np.float32), "action_mask": mask}
-    rows, _, _ = policy.act(obs, explore=True, generator=torch.Generator().manual_seed(0))
-    actions = policy.dist.to_env(rows)
+    rows, _, _ = policy.act(obs, explore=True, rng=np.random.default_rng(0))
+    actions = policy.layout.to_env(rows)
     assert all(a.tolist() == [1, 0] for a in actions)
 
 
@@ -49,9 +51,9 @@ def test_box_actions_are_clipped_for_the_env_and_log_probs_are_consistent():
     space = gym.spaces.Box(-0.1, 0.1, (2,), np.float32)
     policy = _policy(BOX, space)
     obs = np.zeros((256, 4), np.float32)
-    rows, logp, _ = policy.act(obs, explore=True, generator=torch.Generator().manual_seed(0))
+    rows, logp, _ = policy.act(obs, explore=True, rng=np.random.default_rng(0))
     assert np.abs(rows).max() > 0.1  # the Gaussian samples outside the bounds...
-    actions = policy.dist.to_env(rows)
+    actions = policy.layout.to_env(rows)
     assert all(space.contains(a) for a in actions)  # ...but the env receives clipped actions
     again, _, _ = policy.evaluate(torch.as_tensor(obs), torch.as_tensor(rows))
     np.testing.assert_allclose(again.detach().numpy(), logp, rtol=1e-5, atol=1e-5)
@@ -63,9 +65,9 @@ def test_tuple_actions_of_grouped_agents():
     obs = stack_obs(policy.observation_space, [(np.zeros(4, np.float32), 2), (np.ones(4, np.float32), 3)])
     rows, logp, values = policy.act(obs)
     assert rows.shape == (2, 3) and logp.shape == (2,) and values.shape == (2,)
-    for row, action in zip(rows, policy.dist.to_env(rows), strict=True):
+    for row, action in zip(rows, policy.layout.to_env(rows), strict=True):
         assert space.contains(action)
-        assert policy.dist.from_env(action)[0] == row[0]
+        assert policy.layout.from_env(action)[0] == row[0]
 
 
 def test_images_use_a_cnn_and_vectors_an_mlp():
@@ -113,6 +115,6 @@ def test_custom_module_factory():
 
 def test_unsupported_spaces_raise_clear_errors():
     with pytest.raises(SpaceError, match="no action distribution"):
-        ActionDist(gym.spaces.Box(0, 3, (2,), np.int64))
+        ActionLayout(gym.spaces.Box(0, 3, (2,), np.int64))
     with pytest.raises(SpaceError, match="action_mask of shape"):
         _policy(masked_space(BOX, 4), gym.spaces.Discrete(5))

@@ -7,7 +7,7 @@ from marl_core.errors import EnvContractError
 from marl_core.ppo.config import DEFAULT_MODEL
 from marl_core.ppo.rollout import LearnedSpec, Sampler
 from tests.fixtures.envs import IrregularOrderEnv, JoinLeaveEnv
-from tests.ppo.helpers import FlakyRockPaperScissors, TwoMoveGame
+from tests.ppo.helpers import FlakyRockPaperScissors, TwoMoveGame, install_policies
 
 
 def _sampler(env_cls, num_envs=2, mapping=lambda agent_id, episode: "p", gamma=1.0, lambda_=1.0, env_config=None,
@@ -17,7 +17,7 @@ def _sampler(env_cls, num_envs=2, mapping=lambda agent_id, episode: "p", gamma=1
     spec = LearnedSpec(probe.get_observation_space(agent), probe.get_action_space(agent), dict(DEFAULT_MODEL),
                        gamma, lambda_)
     sampler = Sampler(env_cls, env_config or {}, num_envs, seed=0, **kwargs)
-    sampler.set_policies({"p": spec} if not isinstance(mapping, dict) else mapping, mapping, {"p"})
+    install_policies(sampler, {"p": spec} if not isinstance(mapping, dict) else mapping, mapping, {"p"})
     return sampler
 
 
@@ -26,7 +26,7 @@ def test_turn_based_reward_goes_to_the_last_move_of_each_player():
     probe = TwoMoveGame()
     spec = LearnedSpec(probe.observation_spaces["first"], probe.action_spaces["first"], dict(DEFAULT_MODEL), 1.0, 1.0)
     sampler = Sampler(TwoMoveGame, {}, 3, seed=0)
-    sampler.set_policies({"first": spec, "second": spec}, mapping, {"first", "second"})
+    install_policies(sampler, {"first": spec, "second": spec}, mapping, {"first", "second"})
     out = sampler.sample(30)  # 15 games of two steps each, over 3 envs
     first, second = out["batches"]["first"], out["batches"]["second"]
     assert len(first["rewards"]) == len(second["rewards"]) == 15
@@ -114,7 +114,7 @@ def test_a_failing_env_leaves_the_other_envs_episodes_alone():
     spec = LearnedSpec(probe.get_observation_space("player1"), probe.get_action_space("player1"),
                        dict(DEFAULT_MODEL), 1.0, 1.0)
     sampler = Sampler(creator, {}, 2, seed=0)
-    sampler.set_policies({"p": spec}, lambda agent_id, episode: "p", {"p"})
+    install_policies(sampler, {"p": spec}, lambda agent_id, episode: "p", {"p"})
     out = sampler.sample(42)
     assert out["num_env_errors"] == 1 and len(built) == 3
     # 22 vector steps (ended envs are reset within the step that ended them): env 0 plays two

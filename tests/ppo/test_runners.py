@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -48,6 +49,8 @@ def test_a_killed_runner_is_replaced_and_the_iteration_completes():
 
 
 def test_remote_env_errors_are_counted_and_policy_changes_reach_the_runners():
+    import ray
+
     algo = _config(FlakyRockPaperScissors, {"fail_every": 23}, runners=1).build()
     try:
         result = algo.train()
@@ -61,6 +64,9 @@ def test_remote_env_errors_are_counted_and_policy_changes_reach_the_runners():
         # Episodes running when the mapping changed keep their mapping (one per env at most).
         assert result["policies"]["beat_last"]["num_episodes"] <= 4
         assert algo.train()["policies"]["beat_last"]["num_episodes"] == 0
+        # Built-in models run in numpy in the runner: it never imported torch.
+        runner = algo.runners.runners[0]
+        assert ray.get(runner.__ray_call__.remote(lambda actor: "torch" in sys.modules)) is False
     finally:
         algo.stop()
 

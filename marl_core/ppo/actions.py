@@ -1,0 +1,170 @@
+"""Action spaces as flat rows, and sampling from a model's outputs, in numpy (no torch).
+
+Inside the trainer every action is one row of float32 columns: one per Discrete, one per
+MultiDiscrete dimension, one per Box entry; a Tuple (grouped agents) concatenates its members.
+A model's ``dist_inputs`` hold, per leaf, the logits of a categorical (Discrete, each
+MultiDiscrete dimension) or the means then the log standard deviations of a Gaussian (float Box).
+
+Sampling lives here, once, for every policy: env runners run it on the outputs of the numpy
+forward pass (:mod:`marl_core.ppo.numpy_policy`) or of a torch module, and the learner's
+log-probabilities (:class:`marl_core.ppo.model.ActionDist`) follow the same layout.
+
+Example:
+    >>> import numpy as np
+    >>> from gymnasium import spaces
+    >>> layout = ActionLayout(spaces.Discrete(3))
+    >>> logits = np.array([[0.0, 9.0, 0.0]], np.float32)
+    >>> mask = np.array([[1, 0, 1]], np.int8)            # action 1 is illegal
+    >>> rows, logp = layout.sample(logits, mask, explore=False)
+    >>> rows.tolist(), layout.to_env(rows)
+    ([[0.0]], [np.int64(0)])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from marl_core.errors import SpaceError
+from marl_core.spaces import action_mask_size
+
+MASKED_LOGIT = -1e9
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One factor of an action distribution."""
+
+    kind: str  # "cat" or "gauss"
+    size: int  # categories, or Gaussian dimensions
+    space: spaces.Space
+
+
+def leaves(space: spaces.Space) -> list[Leaf]:
+    """The factors of ``space``'s distribution, in row order."""
+    if isinstance(space, spaces.Discrete):
+        return [Leaf("cat", int(space.n), space)]
+    if isinstance(space, spaces.MultiDiscrete):
+        return [Leaf("cat", int(n), space) for n in space.nvec.flat]
+    if isinstance(space, spaces.Box) and np.issubdtype(space.dtype, np.floating):
+        return [Leaf("gauss", int(np.prod(space.shape)), space)]
+    if isinstance(space, spaces.Tuple):
+        return [leaf for sub in space.spaces for leaf in leaves(sub)]
+    raise SpaceError(f"no action distribution for {space}; supported: Discrete, MultiDiscrete, "
+                     "float Box and Tuple of these")
+
+
+class ActionLayout:
+    """How one action space maps to flat rows and dist inputs; numpy sampling.
+
+    Attributes:
+        leaves: the distribution's factors in row order.
+        num_inputs: width of ``dist_inputs`` (logits, Gaussian means and log standard deviations).
+        num_columns: width of an action row.
+        mask_size: width of the action mask the space admits (None: no mask possible).
+    """
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.space = space
+        self.leaves = leaves(space)
+        self.num_inputs = sum(leaf.size * (2 if leaf.kind == "gauss" else 1) for leaf in self.leaves)
+        self.num_columns = sum(1 if leaf.kind == "cat" else leaf.size for leaf in self.leaves)
+        self.num_means = self.num_inputs - sum(leaf.size for leaf in self.leaves if leaf.kind == "gauss")
+        self.mask_size = action_mask_size(space)
+        self.is_discrete = isinstance(space, spaces.Discrete)
+
+    def check_mask(self, mask_space: spaces.Space) -> None:
+        """Raise :class:`SpaceError` unless an ``action_mask`` of ``mask_space`` fits this space."""
+        if self.mask_size is None:
+            raise SpaceError(f"an action_mask needs a Discrete or MultiDiscrete action space, not {self.space}")
+        if mask_space.shape != (self.mask_size,):
+            raise SpaceError(f"action_mask of shape {mask_space.shape} does not fit {self.space} "
+                             f"(expected ({self.mask_size},))")
+
+    def sample(self, inputs: np.ndarray, mask: np.ndarray | None, explore: bool = True,
+               rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Actions (flat float32 rows; the mode when not exploring) and their log-probabilities.
+
+        Categoricals draw with the Gumbel-max trick, so a masked action (logit
+        :data:`MASKED_LOGIT`) is never drawn; Gaussians draw ``mean + std * N(0, 1)``.
+        """
+        inputs = np.asarray(inputs, dtype=np.float32)
+        batch = inputs.shape[0]
+        if explore and rng is None:
+            rng = np.random.default_rng()
+        columns, logp = [], np.zeros(batch, np.float32)
+        offset = mask_offset = 0
+        for leaf in self.leaves:
+            if leaf.kind == "cat":
+                logits = inputs[:, offset : offset + leaf.size]
+                offset += leaf.size
+                if mask is not None:
+                    legal = np.asarray(mask[:, mask_offset : mask_offset + leaf.size]) > 0
+                    mask_offset += leaf.size
+                    logits = np.where(legal, logits, np.float32(MASKED_LOGIT))
+                log_probs = _log_softmax(logits)
+                if explore:
+                    choice = np.argmax(log_probs - np.log(-np.log(rng.random(log_probs.shape))), axis=1)
+                else:
+                    choice = np.argmax(log_probs, axis=1)
+                logp += log_probs[np.arange(batch), choice]
+                columns.append(choice[:, None].astype(np.float32))
+            else:
+                mean = inputs[:, offset : offset + leaf.size]
+                log_std = inputs[:, offset + leaf.size : offset + 2 * leaf.size]
+                offset += 2 * leaf.size
+                value = mean + rng.standard_normal(mean.shape, np.float32) * np.exp(log_std) if explore else mean
+                logp += gauss_logp(value, mean, log_std)
+                columns.append(value.astype(np.float32))
+        return np.concatenate(columns, axis=1), logp
+
+    def to_env(self, rows: np.ndarray) -> list[Any]:
+        """Flat action rows -> actions in the env's format (Box actions clipped to the bounds)."""
+        if self.is_discrete:
+            return list(rows[:, 0].astype(np.int64) + np.int64(self.space.start))
+        return [_unflatten(self.space, row, [0])[0] for row in rows]
+
+    def from_env(self, action: Any) -> np.ndarray:
+        """One env action -> its flat row (to record actions chosen by fixed policies)."""
+        return np.asarray(_flatten(self.space, action), dtype=np.float32)
+
+
+def gauss_logp(value: np.ndarray, mean: np.ndarray, log_std: np.ndarray) -> np.ndarray:
+    """Log-density of a diagonal Gaussian, summed over the last axis."""
+    return (-0.5 * ((value - mean) / np.exp(log_std)) ** 2 - log_std - _LOG_SQRT_2PI).sum(-1)
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int]) -> tuple[Any]:
+    start = at[0]
+    if isinstance(space, spaces.Discrete):
+        at[0] += 1
+        return (np.int64(int(row[start]) + int(space.start)),)
+    if isinstance(space, spaces.MultiDiscrete):
+        at[0] += space.nvec.size
+        values = row[start : at[0]].astype(np.int64).reshape(space.shape) + space.start
+        return (values.astype(space.dtype),)
+    if isinstance(space, spaces.Box):
+        at[0] += int(np.prod(space.shape))
+        value = np.clip(row[start : at[0]].reshape(space.shape), space.low, space.high)
+        return (value.astype(space.dtype),)
+    return (tuple(_unflatten(sub, row, at)[0] for sub in space.spaces),)
+
+
+def _flatten(space: spaces.Space, action: Any) -> list[float]:
+    if isinstance(space, spaces.Discrete):
+        return [int(action) - int(space.start)]
+    if isinstance(space, spaces.MultiDiscrete):
+        return list((np.asarray(action) - space.start).reshape(-1))
+    if isinstance(space, spaces.Box):
+        return list(np.asarray(action, dtype=np.float32).reshape(-1))
+    return [x for sub, a in zip(space.spaces, action, strict=True) for x in _flatten(sub, a)]

@@ -1,0 +1,65 @@
+"""Observation batches: per-agent observations stacked leaf-wise into numpy arrays (no torch).
+
+A batch mirrors its space: a Dict space gives a dict of arrays, a Tuple space a tuple, any other
+space one array with a leading batch axis.
+
+Example:
+    >>> import numpy as np
+    >>> from gymnasium import spaces
+    >>> space = spaces.Dict({"pos": spaces.Box(-1, 1, (2,)), "mode": spaces.Discrete(3)})
+    >>> batch = stack_obs(space, [{"pos": np.zeros(2, np.float32), "mode": 1},
+    ...                           {"pos": np.ones(2, np.float32), "mode": 2}])
+    >>> batch["pos"].shape, batch["mode"].tolist(), index_obs(batch, 1)["mode"].item()
+    ((2, 2), [1, 2], 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+
+def stack_obs(space: spaces.Space, observations: Sequence[Any]) -> Any:
+    """Stack per-agent observations leaf-wise into numpy arrays with a leading batch axis."""
+    if isinstance(space, spaces.Dict):
+        return {key: stack_obs(sub, [o[key] for o in observations]) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(stack_obs(sub, [o[i] for o in observations]) for i, sub in enumerate(space.spaces))
+    return np.asarray(observations, dtype=space.dtype if space.dtype is not None else None)
+
+
+def index_obs(batch: Any, index: Any) -> Any:
+    """Rows ``index`` of a stacked observation batch (numpy or torch, nested)."""
+    if isinstance(batch, dict):
+        return {key: index_obs(value, index) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(index_obs(value, index) for value in batch)
+    return batch[index]
+
+
+def concat_obs(batches: Sequence[Any]) -> Any:
+    """Concatenate stacked observation batches along the batch axis."""
+    first = batches[0]
+    if isinstance(first, dict):
+        return {key: concat_obs([b[key] for b in batches]) for key in first}
+    if isinstance(first, tuple):
+        return tuple(concat_obs([b[i] for b in batches]) for i in range(len(first)))
+    return np.concatenate(batches, axis=0)
+
+
+def as_dtype(space: spaces.Space, batch: Any) -> Any:
+    """``batch`` (as :func:`~marl_core.vector.stack` builds it) cast leaf-wise to ``space``'s dtypes."""
+    if isinstance(batch, dict):
+        return {key: as_dtype(space[key], value) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(as_dtype(space[i], value) for i, value in enumerate(batch))
+    dtype = getattr(space, "dtype", None)
+    return batch if dtype is None or batch.dtype == dtype else batch.astype(dtype)
+
+
+def is_image(space: spaces.Space) -> bool:
+    """A uint8 Box of shape (H, W, C): encoded with a CNN."""
+    return isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
