@@ -18,7 +18,8 @@ The table shows, per loop, the median over rounds of its time per step divided b
 in the same round, with the smallest and largest of those per-round ratios; ``--control`` adds a
 second raw loop on the same env, whose ratio to the first shows how far two identical loops drift
 apart (the noise floor). ``--overhead`` adds a second table for the parallel envs: the time each
-bridge spends in its own ``step()`` outside the env's, timed directly (see :func:`bridge_overhead`).
+bridge spends in its own ``step()`` outside the env's, timed directly at every step (see
+:func:`bridge_overhead`).
 Steps count agent actions.
 """
 
@@ -137,20 +138,32 @@ def time_loop(loop: Callable[..., None], env: Any, steps: int, pick: Picker, see
 
 
 class Stopwatch:
-    """Adds up the wall time spent inside the methods it wraps (instance attributes shadow them)."""
+    """Times each call of the methods it wraps (instance attributes shadow them).
 
-    def __init__(self) -> None:
+    ``ns`` adds up the wall time of every call; with an ``inner`` stopwatch, ``own`` also keeps,
+    for each call, its time minus the time spent meanwhile inside ``inner``'s methods, per entry
+    of the call's first argument (per agent action, for a ``step(action_dict)``).
+    """
+
+    def __init__(self, inner: Stopwatch | None = None) -> None:
         self.ns = 0
+        self.inner = inner
+        self.own: list[float] = []
 
     def wrap(self, obj: Any, name: str) -> None:
         method = getattr(obj, name)
+        inner = self.inner
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            inner_before = inner.ns if inner is not None else 0
             start = time.perf_counter_ns()
             try:
                 return method(*args, **kwargs)
             finally:
-                self.ns += time.perf_counter_ns() - start
+                spent = time.perf_counter_ns() - start
+                self.ns += spent
+                if inner is not None:
+                    self.own.append((spent - (inner.ns - inner_before)) / len(args[0]))
 
         setattr(obj, name, timed)
 
@@ -161,10 +174,12 @@ class Stopwatch:
 def bridge_overhead(module: str, kwargs: dict[str, Any], steps: int, rounds: int) -> dict[str, float]:
     """Microseconds per agent action that each parallel bridge's ``step()`` spends outside the env's.
 
-    Time inside the bridge's ``step()`` minus time inside the env's ``step()``, on the same env
-    instance, alternating the two bridges, median over rounds. This measures the bridge's own work
-    directly instead of as the small difference of two totals, and it is wall time, so a loaded
-    machine adds noise. (AEC bridges are left out: their step does the reads that PettingZoo's own
+    For each call of the bridge's ``step()``: its time minus the time inside the env's
+    ``step()``, per agent action; the median over the steps of a round, then the median over
+    rounds. Same env instance, the two bridges alternating. This measures the bridge's own work
+    directly instead of as the small difference of two totals. It is wall time, so the median
+    over steps keeps out the steps that a loaded machine cut with another process (a mean would
+    take them in). (AEC bridges are left out: their step does the reads that PettingZoo's own
     loop does in ``last()`` and ``agent_iter()``, so time outside ``env.step()`` is not overhead.)
     """
     from ray.rllib.env.wrappers import pettingzoo_env as rllib_pz
@@ -173,7 +188,7 @@ def bridge_overhead(module: str, kwargs: dict[str, Any], steps: int, rounds: int
     inner = Stopwatch()
     inner.wrap(env, "step")
     bridges = {"ours": ParallelPettingZooEnv(env), "rllib": rllib_pz.ParallelPettingZooEnv(env)}
-    outer = {key: Stopwatch() for key in bridges}
+    outer = {key: Stopwatch(inner) for key in bridges}
     for key, bridge in bridges.items():
         outer[key].wrap(bridge, "step")
     picks = {key: Picker(env.action_space) for key in bridges}
@@ -182,10 +197,10 @@ def bridge_overhead(module: str, kwargs: dict[str, Any], steps: int, rounds: int
     result: dict[str, list[float]] = {key: [] for key in bridges}
     for round_index in range(rounds):
         for key in list(bridges)[round_index % 2 :] + list(bridges)[: round_index % 2]:
-            inner.ns = outer[key].ns = 0
+            outer[key].own.clear()
             picks[key].i = 0
             multi_agent_loop(bridges[key], steps, picks[key], round_index * 1000)
-            result[key].append((outer[key].ns - inner.ns) / steps / 1e3)
+            result[key].append(statistics.median(outer[key].own) / 1e3)
     inner.unwrap(env, "step")
     return {key: statistics.median(values) for key, values in result.items()}
 
@@ -281,7 +296,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {row['env']} | " + " | ".join(cells) + " |")
     if args.overhead:
         print()
-        print("Parallel bridges' own work per agent action (wall time in step() outside env.step(), median):")
+        print(
+            "Parallel bridges' own work per agent action (wall time in step() outside env.step(); "
+            "median over steps, then over rounds):"
+        )
         print("| env | ours us | RLlib us | ours % of raw step | RLlib % of raw step |")
         print("|---|---:|---:|---:|---:|")
         for row in rows:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -58,19 +58,43 @@ __all__ = ["ParallelPettingZooEnv", "PettingZooEnv", "to_aec", "to_parallel"]
 # Discrete space's dtype, as gymnasium requires); anything else takes the full check.
 _MISSING = object()
 _index = operator.index
+_ndarray = np.ndarray
 _INT_TYPES = (int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8)
 # Box actions with at most this many entries are bounds-checked element by element in Python,
 # which costs far less than numpy's per-call overhead on small arrays.
 _SMALL_BOX = 64
 
 
+class _DiscreteBounds:
+    """What the fast path needs to know about a Discrete action space."""
+
+    __slots__ = ("high", "ints", "low")
+
+    def __init__(self, space: gym.spaces.Discrete) -> None:
+        self.ints = frozenset(t for t in _INT_TYPES if t is int or np.can_cast(t, space.dtype))
+        self.low = int(space.start)
+        self.high = self.low + int(space.n)
+
+    def admits_all(self, actions: tuple[Any, ...]) -> bool:
+        """True when every action is certainly in the space; False means "take the full check".
+
+        A plain loop: on the small tuples of one step it beats set operations and numpy.
+        """
+        ints, low, high = self.ints, self.low, self.high
+        for action in actions:  # noqa: SIM110 (all() over a generator costs more on this hot path)
+            if type(action) not in ints or not low <= _index(action) < high:
+                return False
+        return True
+
+
 class _BoxBounds:
     """What the fast path needs to know about a Box action space."""
 
-    __slots__ = ("dtype", "high", "highs", "low", "lows", "shape", "size")
+    __slots__ = ("dtype", "high", "highs", "low", "lows", "ndim", "shape", "size")
 
     def __init__(self, space: gym.spaces.Box) -> None:
         self.shape = space.shape
+        self.ndim = len(space.shape)
         self.dtype = space.dtype
         self.size = int(space.low.size)
         small = self.size <= _SMALL_BOX
@@ -96,34 +120,62 @@ class _BoxBounds:
         values = action.ravel().tolist()
         return all(map(operator.le, lows, values)) and all(map(operator.le, values, self.highs))
 
+    def admits_all(self, actions: tuple[Any, ...]) -> bool:
+        """:meth:`admits` for every action; one-entry boxes (one per piston, say) in one loop.
+
+        For those, ``item()`` raises unless the array has one entry, so with the right number of
+        dimensions the shape is right.
+        """
+        if self.size != 1:
+            return all(map(self.admits, actions))
+        ndim, dtype, low, high, ndarray = self.ndim, self.dtype, self.lows[0], self.highs[0], _ndarray  # type: ignore[index]
+        try:
+            for action in actions:
+                if type(action) is not ndarray or action.ndim != ndim or action.dtype is not dtype:
+                    return False
+                if not low <= action.item() <= high:
+                    return False
+        except ValueError:
+            return False
+        return True
+
 
 class _ActionChecker:
     """Per-agent action validation with a fast path for the common cases.
 
     Discrete actions of a plain integer type and Box actions of the exact dtype and shape are
     checked inline; everything else (and every failure) goes through
-    :func:`marl_core.spaces.check_action`, which raises with a precise message.
+    :func:`marl_core.spaces.check_action`, which raises with a precise message. Agents whose
+    spaces have the same bounds share one bounds object.
     """
 
-    __slots__ = ("_space_of", "box", "check_legal", "discrete", "spaces")
+    __slots__ = ("_shared", "_space_of", "box", "check_legal", "discrete", "spaces")
 
     def __init__(self, space_of: Any, check_legal: bool) -> None:
         self._space_of = space_of
         self.check_legal = check_legal
         self.spaces: dict[AgentID, gym.Space] = {}
-        self.discrete: dict[AgentID, tuple[frozenset[type], int, int]] = {}
+        self.discrete: dict[AgentID, _DiscreteBounds] = {}
         self.box: dict[AgentID, _BoxBounds] = {}
+        self._shared: dict[tuple[Any, ...], Any] = {}
 
     def learn(self, agent_id: AgentID) -> gym.Space:
         """Look up and remember the action space of ``agent_id`` (and its fast-path bounds)."""
         space = self._space_of(agent_id)
         self.spaces[agent_id] = space
         if type(space) is gym.spaces.Discrete:
-            ints = frozenset(t for t in _INT_TYPES if t is int or np.can_cast(t, space.dtype))
-            self.discrete[agent_id] = (ints, int(space.start), int(space.start + space.n))
+            key: tuple[Any, ...] = ("discrete", space.dtype, int(space.start), int(space.n))
+            self.discrete[agent_id] = self._shared.get(key) or self._shared.setdefault(key, _DiscreteBounds(space))
         elif type(space) is gym.spaces.Box:
-            self.box[agent_id] = _BoxBounds(space)
+            key = ("box", space.dtype, space.shape, space.low.tobytes(), space.high.tobytes())
+            self.box[agent_id] = self._shared.get(key) or self._shared.setdefault(key, _BoxBounds(space))
         return space
+
+    def bounds(self, agent_id: AgentID) -> _DiscreteBounds | _BoxBounds | None:
+        """The fast-path bounds of ``agent_id``'s action space (None: it has none)."""
+        if agent_id not in self.spaces:
+            self.learn(agent_id)
+        return self.discrete.get(agent_id) or self.box.get(agent_id)
 
     def __call__(self, agent_id: AgentID, action: Any, mask: np.ndarray | None) -> None:
         """Raise unless ``action`` is in the agent's space and (if checked) legal under ``mask``."""
@@ -132,10 +184,11 @@ class _ActionChecker:
             space = self.learn(agent_id)
         bounds = self.discrete.get(agent_id)
         if bounds is not None:
-            ints, low, high = bounds
-            if type(action) in ints:
+            if type(action) in bounds.ints:
                 value = _index(action)  # numpy integers compare faster as Python ints
-                if low <= value < high and (mask is None or not self.check_legal or mask[value - low]):
+                if bounds.low <= value < bounds.high and (
+                    mask is None or not self.check_legal or mask[value - bounds.low]
+                ):
                     return
         else:
             box = self.box.get(agent_id)
@@ -144,9 +197,40 @@ class _ActionChecker:
         check_action(agent_id, space, action, mask if self.check_legal else None)
 
 
-# One acting agent in the parallel bridge's check plan: (agent, integer types, low, high, None) for
-# a Discrete space, (agent, None, 0, 0, bounds) for a Box space.
-_PlanEntry = tuple[AgentID, "frozenset[type] | None", int, int, "_BoxBounds | None"]
+def _admitter(
+    groups: Mapping[_DiscreteBounds | _BoxBounds, list[AgentID]],
+) -> tuple[Callable[[Mapping[AgentID, Any]], tuple[Any, ...]], Callable[[tuple[Any, ...]], bool]]:
+    """A getter of the actions of the agents in ``groups`` (a tuple, in one call; KeyError when
+    one is missing) and a test that admits that tuple, group by group (agents sharing bounds).
+    """
+    order = [agent_id for agent_ids in groups.values() for agent_id in agent_ids]
+    if len(order) > 1:
+        get = operator.itemgetter(*order)
+    else:
+        (agent_id,) = order
+        get = lambda action_dict: (action_dict[agent_id],)  # noqa: E731
+    if len(groups) == 1:
+        (bounds,) = groups
+        return get, bounds.admits_all
+    slices = []
+    start = 0
+    for bounds, agent_ids in groups.items():
+        slices.append((bounds.admits_all, start, start + len(agent_ids)))
+        start += len(agent_ids)
+
+    def admits_all(actions: tuple[Any, ...]) -> bool:
+        return all(admits(actions[begin:end]) for admits, begin, end in slices)
+
+    return get, admits_all
+
+
+def _reads_actions_only(env: Any) -> bool:
+    """True for PettingZoo's ``aec_to_parallel_wrapper`` (behind every butterfly, MPE and SISL
+    ``parallel_env()``), whose ``step`` only reads ``actions[agent]``: it needs no copy.
+    """
+    from pettingzoo.utils.conversions import aec_to_parallel_wrapper
+
+    return type(env) is aec_to_parallel_wrapper
 
 
 def _masked_info_agents(
@@ -443,13 +527,14 @@ class ParallelPettingZooEnv(_PettingZooBase):
           infos of agents without an observation move under ``"__common__"`` in a new dict. When
           nothing needs to move, the env's own observation, reward and info dicts are returned.
         - Actions are checked before they reach the env (agents, space, mask); the env receives
-          a copy of the action dict.
+          a copy of the action dict, except PettingZoo's ``aec_to_parallel_wrapper``, which only
+          reads it.
     """
 
     def __init__(self, env: Any, *, check_legal: bool = True, mask_in_info: bool | None = None) -> None:
         self._acting_list: list[AgentID] = []
-        self._acting_keys: frozenset[AgentID] = frozenset()
-        self._plan: tuple[_PlanEntry, ...] | None = None
+        self._fast: tuple[Any, ...] | None = None
+        self._last_fast: tuple[Any, ...] = ()
         self._masks: dict[AgentID, np.ndarray] = {}
         super().__init__(env, check_legal=check_legal, mask_in_info=mask_in_info)
         self._track_masks = bool(self._info_masks) or any(is_masked(s) for s in self.observation_spaces.values())
@@ -460,8 +545,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
     ) -> tuple[Mapping[AgentID, Any] | None, Mapping[AgentID, Any]]:
         self._running = False
         self._acting_list = []
-        self._acting_keys = frozenset()
-        self._plan = None
+        self._fast = None
         return self.env.reset(seed=seed, options=options)
 
     def reset(
@@ -477,64 +561,72 @@ class ParallelPettingZooEnv(_PettingZooBase):
 
     def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
         """Step every live agent at once."""
+        fast = self._fast
+        if fast is None:
+            fast = self._fast = self._make_fast()
+        if fast and len(action_dict) == len(fast[0]):
+            acting, get, admits_all, env, env_step, copy = fast
+            try:
+                actions = get(action_dict)
+            except KeyError:  # an agent without an action (and so one that should not have one)
+                actions = None
+            if actions is not None and admits_all(actions):
+                obs, rewards, terms, truncs, infos = env_step(dict(action_dict) if copy else action_dict)
+                if env.agents == acting and obs.keys() == action_dict.keys() and infos.keys() <= obs.keys():
+                    # The common step: the same agents act again, nobody ends, nothing moves.
+                    terminateds = dict(terms)
+                    terminateds[ALL] = False
+                    truncateds = dict(truncs)
+                    truncateds[ALL] = False
+                    return obs, rewards, terminateds, truncateds, infos
+                return self._finish(obs, rewards, terms, truncs, infos)
         acting = self._acting_list
         if not acting:
             raise ResetNeededError(
                 "step() called before reset() or after the episode ended; call reset() first"
             )
-        plan = self._plan
-        if plan is None:
-            plan = self._make_plan()
-        if plan and len(action_dict) == len(plan):
-            get = action_dict.get
-            for agent_id, ints, low, high, box in plan:
-                action = get(agent_id, _MISSING)
-                if box is None:
-                    if type(action) in ints and low <= _index(action) < high:  # type: ignore[operator]
-                        continue
-                elif box.admits(action):
-                    continue
-                self._validate(action_dict, acting)  # raises with the precise reason
-                break
-        else:
-            self._validate(action_dict, acting)
-        obs, rewards, terms, truncs, infos = self.env.step(dict(action_dict))
-        keys = self._acting_keys
-        if self._plain and self.env.agents == acting and obs.keys() == keys and infos.keys() <= keys:
-            # The common step: the same agents act again, nobody ends, nothing moves.
-            terminateds = dict(terms)
-            terminateds[ALL] = False
-            truncateds = dict(truncs)
-            truncateds[ALL] = False
-            return obs, rewards, terminateds, truncateds, infos
+        self._validate(action_dict, acting)  # raises with the precise reason
+        return self._finish(*self.env.step(dict(action_dict)))
+
+    def _finish(
+        self,
+        obs: Mapping[AgentID, Any],
+        rewards: MultiAgentDict,
+        terms: Mapping[AgentID, Any],
+        truncs: Mapping[AgentID, Any],
+        infos: Mapping[AgentID, Any],
+    ) -> StepResult:
+        """The step result from what the env returned, whoever acts next."""
         obs, infos = self._adopt(obs, infos, terms, truncs)
         if self._acting_list:
             return obs, rewards, {**terms, ALL: False}, {**truncs, ALL: False}, infos
         all_terminated, all_truncated = _end_flags(True, terms, truncs)
         return obs, rewards, {**terms, ALL: all_terminated}, {**truncs, ALL: all_truncated}, infos
 
-    def _make_plan(self) -> tuple[_PlanEntry, ...]:
-        """The acting agents with their Discrete or Box bounds, when nothing else needs checking.
+    def _make_fast(self) -> tuple[Any, ...]:
+        """What the common step needs, built once per set of acting agents; empty for no fast path.
 
-        Empty when some agent has another space or a mask: those steps take :meth:`_validate`.
+        That is the acting agents, a getter of their actions and a test that admits them
+        (Discrete and Box spaces, agents with equal bounds checked in one loop), the env, its
+        bound ``step`` and whether the env needs its own copy of the action dict. Envs with masks,
+        and agents with other spaces, take :meth:`_validate` at every step. A new episode with
+        the agents of the last fast path reuses it (with ``env.step`` looked up again).
         """
-        plan: list[_PlanEntry] = []
-        if self._plain:
-            check = self._check
-            for agent_id in self._acting_list:
-                if agent_id not in check.spaces:
-                    check.learn(agent_id)
-                bounds = check.discrete.get(agent_id)
-                box = check.box.get(agent_id)
-                if bounds is not None:
-                    plan.append((agent_id, *bounds, None))
-                elif box is not None:
-                    plan.append((agent_id, None, 0, 0, box))
-                else:
-                    plan = []
-                    break
-        self._plan = tuple(plan)
-        return self._plan
+        acting = self._acting_list
+        last = self._last_fast
+        if last and last[0] == acting:
+            return (*last[:4], self.env.step, last[5])
+        if not (self._plain and acting) or len(set(acting)) != len(acting):
+            return ()
+        groups: dict[_DiscreteBounds | _BoxBounds, list[AgentID]] = {}
+        for agent_id in acting:
+            bounds = self._check.bounds(agent_id)
+            if bounds is None:
+                return ()
+            groups.setdefault(bounds, []).append(agent_id)
+        env = self.env
+        self._last_fast = (acting, *_admitter(groups), env, env.step, not _reads_actions_only(env))
+        return self._last_fast
 
     def _validate(self, action_dict: Mapping[AgentID, Any], acting: list[AgentID]) -> None:
         """Raise unless ``action_dict`` holds exactly one valid, legal action per acting agent."""
@@ -559,15 +651,15 @@ class ParallelPettingZooEnv(_PettingZooBase):
         for agent_id in live:
             if agent_id not in obs:
                 self._acting_list = []
-                self._acting_keys = frozenset()
+                self._fast = None
                 self._running = False
                 raise EnvContractError(
                     f"{self.env} returned no observation for live agent {agent_id!r} (observations "
                     f"for: {list(obs)}); every agent in env.agents must be observed"
                 )
-        self._acting_list = list(live)
-        self._acting_keys = frozenset(live)
-        self._plan = None
+        if live != self._acting_list:  # the fast path stays while the same agents act
+            self._acting_list = list(live)
+            self._fast = None
         self._running = bool(live)
         if len(obs) != len(live):
             obs = self._drop_stale(obs, live, terms, truncs)
