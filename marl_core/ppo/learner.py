@@ -13,6 +13,7 @@ import torch
 
 from marl_core.ppo.batching import index_obs
 from marl_core.ppo.model import TorchPolicy, to_tensor
+from marl_core.ppo.optim import Adam
 
 
 class Learner:
@@ -21,11 +22,7 @@ class Learner:
     def __init__(self, policy: TorchPolicy, params: dict[str, Any]) -> None:
         self.policy = policy
         self.params = dict(params)
-        parameters = list(policy.module.parameters())
-        try:  # the fused kernel is a third faster on CPU; older torch builds may lack it
-            self.optimizer = torch.optim.Adam(parameters, lr=self.params["lr"], eps=1e-5, fused=True)
-        except (RuntimeError, TypeError):
-            self.optimizer = torch.optim.Adam(parameters, lr=self.params["lr"], eps=1e-5)
+        self.optimizer = Adam(policy.module.parameters(), lr=self.params["lr"], eps=1e-5)
 
     def update(self, batch: dict[str, Any], rng: np.random.Generator, normalize_advantages: bool = True
                ) -> dict[str, float]:
@@ -64,7 +61,7 @@ class Learner:
                 vf_loss = 0.5 * value_error.mean()
                 entropy_mean = entropy.mean()
                 loss = policy_loss + p["vf_coeff"] * vf_loss - p["entropy_coeff"] * entropy_mean
-                self.optimizer.zero_grad(set_to_none=True)
+                self.optimizer.zero_grad()
                 loss.backward()
                 if p["grad_clip"] is not None:
                     torch.nn.utils.clip_grad_norm_(self.policy.module.parameters(), p["grad_clip"])
