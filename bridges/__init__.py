@@ -6,8 +6,7 @@ pyspiel, ray) happen when a bridge module is first used, never on ``import bridg
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from marl_core._lazy import lazy_exports
 
 # name -> module that defines it; resolved lazily so `import bridges` stays light.
 _EXPORTS: dict[str, str] = {
@@ -27,12 +26,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'bridges' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

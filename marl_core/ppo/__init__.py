@@ -20,8 +20,7 @@ and env runners of built-in models import neither torch nor the learner.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from marl_core._lazy import lazy_exports
 
 _EXPORTS = {
     "PPO": "marl_core.ppo.algorithm",
@@ -35,12 +34,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
