@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -24,6 +25,8 @@ from typing import Any
 import torch
 
 from marl_core.errors import CheckpointError
+
+logger = logging.getLogger(__name__)
 
 
 class Adam:
@@ -70,7 +73,8 @@ class Adam:
                                    beta1=beta1, beta2=beta2, weight_decay=0.0, eps=self.eps, maximize=False,
                                    grad_scale=None, found_inf=None)
                 return
-            except (RuntimeError, TypeError, NotImplementedError):  # no fused kernel for this device or build
+            except (RuntimeError, TypeError, NotImplementedError) as error:  # no kernel for this device or build
+                logger.info("fused Adam kernel unavailable (%s); updating with foreach ops", error)
                 self._fused = False
         torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
         torch._foreach_mul_(exp_avg_sq, beta2)
