@@ -8,22 +8,25 @@ with ``num_epochs=20``: lr 5e-5, train batch 4000, minibatch 128, gamma 0.99, la
 only adds frozen opponents; in RLlib it crashes its runner now and then).
 
 Each configuration runs in a fresh subprocess; the parent samples the memory (PSS and RSS, summed
-over the subprocess and all its descendants, Ray's processes included) every 0.5 s. RLlib runs
-``algo.train()`` in the driver with Ray started as lean as ``ray.init`` allows (no dashboard, no
-log forwarding); its example script runs through ``tune.Tuner`` instead, which adds a trial actor
-holding a third torch process.
+over the subprocess and all its descendants, Ray's processes included) every 0.5 s. RLlib runs two
+ways: ``rllib`` drives ``algo.train()`` in the driver with Ray started as lean as ``ray.init``
+allows (no dashboard, no log forwarding); ``rllib-tune`` runs it as its example script does,
+``ray.init(num_cpus=...)`` and ``tune.Tuner``, which adds a trial actor holding a third torch
+process.
 
 Usage::
 
-    python bench/bench_ppo.py --num-envs 1 8 --seconds 90            # both sides, alternating
+    python bench/bench_ppo.py --num-envs 1 8 --seconds 90            # all sides, alternating
     python bench/bench_ppo.py --side ours --num-envs 1 8 --seconds 60 --repeat 3
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+TEARDOWN_GRACE_S = 30.0
 HPARAMS = {"lr": 5e-5, "train_batch_size": 4000, "minibatch_size": 128, "num_epochs": 20, "gamma": 0.99,
            "lambda_": 1.0, "clip_param": 0.3, "vf_clip_param": 10.0, "entropy_coeff": 0.0}
 
@@ -97,9 +101,9 @@ def run_ours(num_envs: int, seconds: float, launch: float) -> dict[str, Any]:
     return {"first_result_s": first, "rates": rates, "return": result["policies"]["main"]["episode_return_mean"]}
 
 
-def run_rllib(num_envs: int, seconds: float, launch: float) -> dict[str, Any]:
+def _rllib_config(num_envs: int) -> Any:
+    """RLlib's example config: its OpenSpiel wrapper, main vs its RandomRLModule, MLP 512x512."""
     import pyspiel
-    import ray
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
@@ -108,9 +112,8 @@ def run_rllib(num_envs: int, seconds: float, launch: float) -> dict[str, Any]:
     from ray.rllib.examples.rl_modules.classes.random_rlm import RandomRLModule
     from ray.tune.registry import register_env
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     register_env("open_spiel_env", lambda _: OpenSpielEnv(pyspiel.load_game("connect_four")))
-    config = (
+    return (
         PPOConfig()
         .environment("open_spiel_env")
         .env_runners(num_env_runners=1, num_envs_per_env_runner=num_envs)
@@ -122,7 +125,14 @@ def run_rllib(num_envs: int, seconds: float, launch: float) -> dict[str, Any]:
                        "main": RLModuleSpec(), "random": RLModuleSpec(module_class=RandomRLModule)}))
         .training(num_epochs=20)
     )
-    algo = config.build()
+
+
+def run_rllib(num_envs: int, seconds: float, launch: float) -> dict[str, Any]:
+    """RLlib's algorithm driven directly, with Ray as lean as ``ray.init`` allows."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    algo = _rllib_config(num_envs).build()
     rates, first, last = [], None, 0
     try:
         while True:
@@ -140,6 +150,42 @@ def run_rllib(num_envs: int, seconds: float, launch: float) -> dict[str, Any]:
         algo.stop()
         ray.shutdown()
     return {"first_result_s": first, "rates": rates, "return": None}
+
+
+def run_rllib_tune(num_envs: int, seconds: float, launch: float, out: str) -> dict[str, Any]:
+    """RLlib as its example script runs it: ``ray.init(num_cpus=...)`` and ``tune.Tuner``.
+
+    The figures are written as soon as the trial ends: Tune's teardown has been seen to hang for
+    minutes, and the parent stops the run once they are in.
+    """
+    import ray
+    from ray import tune
+    from ray.rllib.algorithms.ppo import PPO
+
+    figures: dict[str, Any] = {"first_result_s": None, "rates": [], "return": None}
+
+    class Record(tune.Callback):
+        last_steps = 0
+
+        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+            steps = result["env_runners"]["num_env_steps_sampled_lifetime"]
+            if figures["first_result_s"] is None:
+                figures["first_result_s"] = time.time() - launch
+            else:
+                figures["rates"].append((steps - self.last_steps) / result["time_this_iter_s"])
+            self.last_steps = steps
+
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            Path(out).write_text(json.dumps(figures))
+
+    ray.init(num_cpus=2)
+    tune.Tuner(PPO, param_space=_rllib_config(num_envs), run_config=tune.RunConfig(
+        stop={"time_total_s": seconds}, verbose=0, callbacks=[Record()],
+        checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=0, checkpoint_at_end=False))).fit()
+    return figures
+
+
+SIDES = ["ours", "rllib", "rllib-tune"]
 
 
 # The parent: launch, watch memory, print the table -------------------------------------------------
@@ -187,12 +233,23 @@ def measure(side: str, num_envs: int, seconds: float) -> dict[str, Any]:
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak_pss = peak_rss = 0.0
     peak_procs = 0
+    written_at = None
     while process.poll() is None:
         pss, rss, procs = _memory_mb(process.pid)
         if pss > peak_pss:
             peak_pss, peak_rss, peak_procs = pss, rss, procs
+        if written_at is None and out_file.exists():
+            written_at = time.time()
+        if written_at is not None and time.time() - written_at > TEARDOWN_GRACE_S:
+            print(f"{side} x{num_envs}: figures in, teardown still running after {TEARDOWN_GRACE_S:.0f} s; "
+                  "stopping it", file=sys.stderr, flush=True)
+            for pid in reversed(_descendants(process.pid)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            process.wait()
+            break
         time.sleep(0.5)
-    if process.returncode != 0:
+    if written_at is None and process.returncode != 0:
         raise RuntimeError(f"{side} run failed:\n{process.stderr.read().decode()[-3000:]}")
     result = json.loads(out_file.read_text())
     out_file.unlink()
@@ -201,18 +258,21 @@ def measure(side: str, num_envs: int, seconds: float) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--side", nargs="+", default=["ours", "rllib"], choices=["ours", "rllib"])
+    parser.add_argument("--side", nargs="+", default=SIDES, choices=SIDES)
     parser.add_argument("--num-envs", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--seconds", type=float, default=60.0, help="run length per configuration")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of all configurations")
-    parser.add_argument("--child", choices=["ours", "rllib"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         launch = time.time()
         sys.path.insert(0, str(ROOT))
-        runner = run_ours if args.child == "ours" else run_rllib
-        Path(args.out).write_text(json.dumps(runner(args.num_envs[0], args.seconds, launch)))
+        if args.child == "rllib-tune":
+            figures = run_rllib_tune(args.num_envs[0], args.seconds, launch, args.out)
+        else:
+            figures = (run_ours if args.child == "ours" else run_rllib)(args.num_envs[0], args.seconds, launch)
+        Path(args.out).write_text(json.dumps(figures))
         return
     rows = []
     for repeat in range(args.repeat):  # the sides alternate, so both see the same machine load

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -67,8 +68,36 @@ def test_remote_env_errors_are_counted_and_policy_changes_reach_the_runners():
         # Built-in models run in numpy in the runner: it never imported torch.
         runner = algo.runners.runners[0]
         assert ray.get(runner.__ray_call__.remote(lambda actor: "torch" in sys.modules)) is False
+        # The local Ray is lean: no dashboard server, autoscaler monitor or log monitor.
+        commands = _descendant_commands(os.getpid())
+        assert any("raylet" in command for command in commands), commands
+        for unused in ("dashboard/dashboard.py", "/monitor.py", "_private/log_monitor.py"):
+            assert not any(unused in command for command in commands), (unused, commands)
     finally:
         algo.stop()
+
+
+def _descendant_commands(pid: int) -> list[str]:
+    """Command lines of every process under ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    commands, todo = [], list(children.get(pid, []))
+    while todo:
+        current = todo.pop()
+        todo.extend(children.get(current, []))
+        try:
+            with open(f"/proc/{current}/cmdline", "rb") as handle:
+                commands.append(handle.read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return commands
 
 
 def test_two_node_cluster_runs_one_iteration():
