@@ -565,14 +565,15 @@ class ParallelPettingZooEnv(_PettingZooBase):
         if fast is None:
             fast = self._fast = self._make_fast()
         if fast and len(action_dict) == len(fast[0]):
-            acting, get, admits_all, env, env_step, copy = fast
+            acting, acting_set, get, admits_all, env, env_step, copy = fast
             try:
                 actions = get(action_dict)
             except KeyError:  # an agent without an action (and so one that should not have one)
                 actions = None
             if actions is not None and admits_all(actions):
                 obs, rewards, terms, truncs, infos = env_step(dict(action_dict) if copy else action_dict)
-                if env.agents == acting and obs.keys() == action_dict.keys() and infos.keys() <= obs.keys():
+                # A frozenset on the right side: the cheapest exact key tests on small dicts.
+                if env.agents == acting and obs.keys() == acting_set and acting_set.issuperset(infos):
                     # The common step: the same agents act again, nobody ends, nothing moves.
                     terminateds = dict(terms)
                     terminateds[ALL] = False
@@ -606,16 +607,16 @@ class ParallelPettingZooEnv(_PettingZooBase):
     def _make_fast(self) -> tuple[Any, ...]:
         """What the common step needs, built once per set of acting agents; empty for no fast path.
 
-        That is the acting agents, a getter of their actions and a test that admits them
-        (Discrete and Box spaces, agents with equal bounds checked in one loop), the env, its
-        bound ``step`` and whether the env needs its own copy of the action dict. Envs with masks,
+        That is the acting agents (a list and a set), a getter of their actions and a test that
+        admits them (Discrete and Box spaces, agents with equal bounds checked in one loop), the
+        env, its bound ``step`` and whether the env needs its own copy of the action dict. Envs with masks,
         and agents with other spaces, take :meth:`_validate` at every step. A new episode with
         the agents of the last fast path reuses it (with ``env.step`` looked up again).
         """
         acting = self._acting_list
         last = self._last_fast
         if last and last[0] == acting:
-            return (*last[:4], self.env.step, last[5])
+            return (*last[:5], self.env.step, last[6])
         if not (self._plain and acting) or len(set(acting)) != len(acting):
             return ()
         groups: dict[_DiscreteBounds | _BoxBounds, list[AgentID]] = {}
@@ -625,7 +626,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
                 return ()
             groups.setdefault(bounds, []).append(agent_id)
         env = self.env
-        self._last_fast = (acting, *_admitter(groups), env, env.step, not _reads_actions_only(env))
+        self._last_fast = (acting, frozenset(acting), *_admitter(groups), env, env.step,
+                           not _reads_actions_only(env))
         return self._last_fast
 
     def _validate(self, action_dict: Mapping[AgentID, Any], acting: list[AgentID]) -> None:

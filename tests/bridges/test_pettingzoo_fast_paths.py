@@ -90,7 +90,8 @@ class Controls(ParallelEnv):
     after ``length`` steps. With ``reorder`` the order of ``agents`` flips every step; with
     ``hide`` the observation of ``dial_0`` is left out at step 2; with ``meddle`` the env empties
     the action dict it receives; with ``stats`` the infos of every step also hold ``"stats"``, a
-    key that is not an agent. Every action dict received is kept (copied) in ``received``.
+    key that is not an agent; with ``ghost`` every step also observes ``ghost_0``, an agent that
+    never acts. Every action dict received is kept (copied) in ``received``.
     """
 
     metadata = {"name": "controls_v0", "is_parallelizable": True}
@@ -104,11 +105,13 @@ class Controls(ParallelEnv):
         hide: bool = False,
         meddle: bool = False,
         stats: bool = False,
+        ghost: bool = False,
     ) -> None:
         self.possible_agents = list(ACTION_SPACES)
         self.render_mode = None
         self.length, self.leave_at = length, leave_at
         self.reorder, self.hide, self.meddle, self.stats = reorder, hide, meddle, stats
+        self.ghost = ghost
         self.received: list[dict[str, Any]] = []
         self.t = 0
 
@@ -138,6 +141,9 @@ class Controls(ParallelEnv):
         obs = self._observe(self.agents)
         if self.hide and self.t == 2:
             del obs["dial_0"]
+        if self.ghost:
+            obs["ghost_0"] = np.zeros(2, np.float32)
+        self._last_obs_keys = list(obs)
         rewards = {a: float(self.t) for a in self.agents}
         truncations = dict.fromkeys(self.agents, False)
         infos: dict[str, Any] = {a: {"t": self.t} for a in self.agents}
@@ -290,6 +296,19 @@ def test_a_live_agent_left_unobserved_is_reported():
     env.step(_good(env.agents))
     with pytest.raises(EnvContractError, match=r"no observation for live agent 'dial_0'"):
         env.step(_good(env.agents))
+
+
+def test_an_agent_observed_without_acting_or_ending_is_left_out_at_every_step(caplog):
+    env = ParallelPettingZooEnv(Controls(ghost=True, length=6))
+    env.reset(seed=0)
+    for _ in range(5):
+        agents = list(env.agents)
+        raw = env.env
+        obs, _, _, _, infos = env.step(_good(agents))
+        assert "ghost_0" not in obs and infos.keys() <= obs.keys()
+        assert set(obs) == set(agents)  # the acting agents, slider_0 included at the step it ends
+        assert "ghost_0" in raw._last_obs_keys
+    assert caplog.text.count("neither act nor end") == 5
 
 
 def test_infos_for_keys_that_are_not_agents_move_under_common_at_every_step():
