@@ -73,7 +73,7 @@ def main_vs_random(agent_id: str, episode: Any, **kwargs: Any) -> str:
 # One run in a subprocess --------------------------------------------------------------------------
 
 
-def run_ours(num_envs: int, seconds: float, launch: float) -> dict[str, Any]:
+def run_ours(num_envs: int, seconds: float, launch: float, torch_threads: int | None = None) -> dict[str, Any]:
     from marl_core.ppo import PPOConfig
 
     config = (
@@ -83,7 +83,7 @@ def run_ours(num_envs: int, seconds: float, launch: float) -> dict[str, Any]:
                      policies_to_train=["main"])
         .env_runners(num_env_runners=1, num_envs_per_env_runner=num_envs)
         .training(grad_clip=None, model={"hiddens": [512, 512], "activation": "tanh"}, **HPARAMS)
-        .resources(num_cpus=2, torch_threads=1)
+        .resources(num_cpus=2, torch_threads=torch_threads)
     )
     algo = config.build()
     rates, first = [], None
@@ -225,11 +225,13 @@ def _memory_mb(pid: int) -> tuple[float, float, int]:
     return pss, rss, len(pids)
 
 
-def measure(side: str, num_envs: int, seconds: float) -> dict[str, Any]:
+def measure(side: str, num_envs: int, seconds: float, torch_threads: int | None = None) -> dict[str, Any]:
     """Run one configuration in a subprocess; return its figures."""
     out_file = Path(f"/tmp/bench_ppo_{side}_{num_envs}_{os.getpid()}.json")
     command = [sys.executable, __file__, "--child", side, "--num-envs", str(num_envs), "--seconds", str(seconds),
                "--out", str(out_file)]
+    if torch_threads is not None:
+        command += ["--torch-threads", str(torch_threads)]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak_pss = peak_rss = 0.0
     peak_procs = 0
@@ -262,6 +264,8 @@ def main() -> None:
     parser.add_argument("--num-envs", nargs="+", type=int, default=[1, 8])
     parser.add_argument("--seconds", type=float, default=60.0, help="run length per configuration")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of all configurations")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch threads of our learner (default: torch's own, as RLlib's learner has)")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -270,19 +274,23 @@ def main() -> None:
         sys.path.insert(0, str(ROOT))
         if args.child == "rllib-tune":
             figures = run_rllib_tune(args.num_envs[0], args.seconds, launch, args.out)
+        elif args.child == "ours":
+            figures = run_ours(args.num_envs[0], args.seconds, launch, args.torch_threads)
         else:
-            figures = (run_ours if args.child == "ours" else run_rllib)(args.num_envs[0], args.seconds, launch)
+            figures = run_rllib(args.num_envs[0], args.seconds, launch)
         Path(args.out).write_text(json.dumps(figures))
         return
     rows = []
     for repeat in range(args.repeat):  # the sides alternate, so both see the same machine load
         for num_envs in args.num_envs:
             for side in args.side:
-                figures = measure(side, num_envs, args.seconds)
+                figures = measure(side, num_envs, args.seconds, args.torch_threads)
                 rows.append((side, num_envs, figures))
                 print(f"done: round {repeat + 1}, {side} x{num_envs}", file=sys.stderr, flush=True)
     load = os.getloadavg()[0]
-    print(f"\nConnect-4 self-play PPO, 1 env runner, {os.cpu_count()} CPUs, load average {load:.1f} "
+    threads = "torch's default" if args.torch_threads is None else args.torch_threads
+    print(f"\nConnect-4 self-play PPO, 1 env runner, {os.cpu_count()} CPUs, our learner's torch threads: {threads}, "
+          f"load average {load:.1f} "
           f"(the machine is shared: absolute figures vary; compare rows of the same run)\n")
     print("| side | envs/runner | env steps/s (median) | iterations | first result (s) | peak PSS (MB) | peak RSS (MB) | processes |")
     print("|---|---|---|---|---|---|---|---|")

@@ -19,25 +19,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl_core.env import accepts_config
 from marl_core.errors import ConfigError, SpaceError
 from marl_core.ppo.batching import concat_obs, stack_obs
-from marl_core.ppo.config import PolicySpec, PPOConfig, resolve
+from marl_core.ppo.config import PolicySpec, PPOConfig
 from marl_core.ppo.learner import Learner
 from marl_core.ppo.model import TorchPolicy
 from marl_core.ppo.rollout import Episode, LearnedSpec, Sampler
+from marl_core.ppo.runners import RunnerGroup
 
 logger = logging.getLogger(__name__)
 
 PolicyID = str
-
-
-def make_env_creator(env: Any) -> Callable[[dict], Any]:
-    """``creator(env_config) -> env`` from a class, a creator or a ``"module:name"`` reference."""
-    target = resolve(env)
-    if not callable(target):
-        raise ConfigError(f"config.env must be an env class, a creator or 'module:name', received {env!r}")
-    return target if accepts_config(target) else (lambda _config: target())
 
 
 def _merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -82,15 +74,21 @@ class PPO:
             iteration, so callbacks can write next to the logs), None otherwise.
     """
 
-    def __init__(self, config: PPOConfig) -> None:
-        self.config = config = config.copy()
-        if config.env is None:
-            raise ConfigError("no env: call config.environment(env_class_or_creator) first")
-        self.env_creator = make_env_creator(config.env)
-        if config.vector_mode not in ("sync", "async"):
-            raise ConfigError(f"vector_mode must be 'sync' or 'async', received {config.vector_mode!r}")
-        if int(config.sampling_torch_threads) < 1:
-            raise ConfigError(f"sampling_torch_threads must be at least 1, received {config.sampling_torch_threads!r}")
+    def __init__(self, config: PPOConfig, *, runners: RunnerGroup | None = None) -> None:
+        """Build from ``config``; ``runners``, when given, are this config's runners, already started
+        (:meth:`PPOConfig.build` starts them before torch loads, so both happen at once).
+        """
+        self.runners = runners
+        self.sampler: Sampler | None = None
+        try:
+            self._setup(config.copy())
+        except BaseException:
+            self.stop()
+            raise
+
+    def _setup(self, config: PPOConfig) -> None:
+        self.config = config
+        self.env_creator = config.env_creator()
         self.out_dir: Path | None = None
         if config.torch_threads is not None:
             torch.set_num_threads(int(config.torch_threads))
@@ -104,22 +102,9 @@ class PPO:
         self.num_env_errors_lifetime = 0
         self.time_total_s = 0.0
         self._build_mapping_fn = config.policy_mapping_fn
-        self.runners = None
-        if config.num_env_runners > 0:  # first, so the actors start while the driver builds models
-            from marl_core.ppo.runners import RunnerGroup
-
-            self.runners = RunnerGroup(
-                self.env_creator, config.env_config, config.num_env_runners, config.num_envs_per_env_runner,
-                seed=config.seed, ray_address=config.ray_address, num_cpus=config.num_cpus,
-                max_restarts=config.max_runner_restarts, max_env_errors_in_a_row=config.max_env_errors_in_a_row,
-                log_level=config.log_level, vector_mode=config.vector_mode,
-                vector_num_workers=config.vector_num_workers, torch_threads=int(config.sampling_torch_threads))
-        self.sampler: Sampler | None = None
-        try:
-            self._build(config)
-        except BaseException:
-            self.stop()
-            raise
+        if self.runners is None and config.num_env_runners > 0:  # first: actors start while models build
+            self.runners = RunnerGroup.for_config(config, self.env_creator)
+        self._build(config)
 
     def _build(self, config: PPOConfig) -> None:
         probe = self.env_creator(dict(config.env_config))

@@ -241,10 +241,39 @@ class PPOConfig:
         return out
 
     def build(self) -> PPO:
-        """Build the algorithm (starts Ray when ``num_env_runners > 0``)."""
-        from marl_core.ppo.algorithm import PPO
+        """Build the algorithm (starts Ray when ``num_env_runners > 0``).
 
-        return PPO(self)
+        Ray and the runner actors start first, so they come up while the driver loads torch.
+        """
+        runners = None
+        if self.num_env_runners > 0:
+            from marl_core.ppo.runners import RunnerGroup
+
+            runners = RunnerGroup.for_config(self, self.env_creator())
+        try:
+            from marl_core.ppo.algorithm import PPO
+        except BaseException:
+            if runners is not None:
+                runners.stop()
+            raise
+        return PPO(self, runners=runners)
+
+    def env_creator(self) -> Callable[[dict], Any]:
+        """``creator(env_config) -> env`` from ``env`` (a class, a creator or ``"module:name"``),
+        once the settings the env runners use are checked.
+        """
+        from marl_core.env import accepts_config
+
+        if self.env is None:
+            raise ConfigError("no env: call config.environment(env_class_or_creator) first")
+        if self.vector_mode not in ("sync", "async"):
+            raise ConfigError(f"vector_mode must be 'sync' or 'async', received {self.vector_mode!r}")
+        if int(self.sampling_torch_threads) < 1:
+            raise ConfigError(f"sampling_torch_threads must be at least 1, received {self.sampling_torch_threads!r}")
+        target = resolve(self.env)
+        if not callable(target):
+            raise ConfigError(f"config.env must be an env class, a creator or 'module:name', received {self.env!r}")
+        return target if accepts_config(target) else (lambda _config: target())
 
     # Derived values ---------------------------------------------------------------------------
 

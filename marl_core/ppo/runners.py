@@ -13,7 +13,10 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marl_core.ppo.config import PPOConfig
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +52,15 @@ class RunnerGroup:
         self.runners = [self._make() for _ in range(num_runners)]
         self.versions = [-1] * num_runners
         self.num_restarts = 0
+
+    @classmethod
+    def for_config(cls, config: PPOConfig, env_creator: Callable[[dict], Any]) -> RunnerGroup:
+        """The ``config.num_env_runners`` runners of ``config``, each stepping envs of ``env_creator``."""
+        return cls(env_creator, config.env_config, config.num_env_runners, config.num_envs_per_env_runner,
+                   seed=config.seed, ray_address=config.ray_address, num_cpus=config.num_cpus,
+                   max_restarts=config.max_runner_restarts, max_env_errors_in_a_row=config.max_env_errors_in_a_row,
+                   log_level=config.log_level, vector_mode=config.vector_mode,
+                   vector_num_workers=config.vector_num_workers, torch_threads=int(config.sampling_torch_threads))
 
     def _make(self) -> Any:
         index = self._next_worker_index

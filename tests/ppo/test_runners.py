@@ -1,9 +1,10 @@
 from __future__ import annotations
 
-import os
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,7 +70,7 @@ def test_remote_env_errors_are_counted_and_policy_changes_reach_the_runners():
         runner = algo.runners.runners[0]
         assert ray.get(runner.__ray_call__.remote(lambda actor: "torch" in sys.modules)) is False
         # The local Ray is lean: no dashboard server, autoscaler monitor or log monitor.
-        commands = _descendant_commands(os.getpid())
+        commands = _commands_of_session(algo.runners._cluster.head_node.get_session_dir_path())
         assert any("raylet" in command for command in commands), commands
         for unused in ("dashboard/dashboard.py", "/monitor.py", "_private/log_monitor.py"):
             assert not any(unused in command for command in commands), (unused, commands)
@@ -77,26 +78,16 @@ def test_remote_env_errors_are_counted_and_policy_changes_reach_the_runners():
         algo.stop()
 
 
-def _descendant_commands(pid: int) -> list[str]:
-    """Command lines of every process under ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    parent = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    commands, todo = [], list(children.get(pid, []))
-    while todo:
-        current = todo.pop()
-        todo.extend(children.get(current, []))
+def _commands_of_session(session_dir: str) -> list[str]:
+    """Command lines of every process whose arguments name Ray's session directory."""
+    commands = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            with open(f"/proc/{current}/cmdline", "rb") as handle:
-                commands.append(handle.read().replace(b"\0", b" ").decode(errors="replace"))
+            command = path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
+        if session_dir in command:
+            commands.append(command)
     return commands
 
 
@@ -120,3 +111,42 @@ def test_two_node_cluster_runs_one_iteration():
         assert result["policies"]["learned"]["num_episodes"] == 8
     finally:
         cluster.shutdown()
+
+
+def test_build_starts_the_runners_before_torch_loads_and_stops_them_when_it_fails():
+    # In a fresh interpreter: when Ray starts, torch is not loaded yet (the actors come up while it
+    # loads). A device torch does not know fails the build after Ray started: Ray stops again.
+    script = (
+        "import sys, ray\n"
+        "import marl_core.ppo.runners as runners\n"
+        "from marl_core.ppo import PPOConfig\n"
+        "from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn\n"
+        "start = runners._start_local_ray\n"
+        "def recording(num_cpus):\n"
+        "    print('torch loaded when Ray started:', 'torch' in sys.modules)\n"
+        "    return start(num_cpus)\n"
+        "runners._start_local_ray = recording\n"
+        "config = (PPOConfig().environment('examples.rock_paper_scissors:RockPaperScissors')\n"
+        "          .multi_agent(policies={'learned': None, 'beat_last': beat_last_move},\n"
+        "                       policy_mapping_fn=rps_policy_mapping_fn)\n"
+        "          .env_runners(num_env_runners=1).training(train_batch_size=40, minibatch_size=20)\n"
+        "          .resources(num_cpus=1))\n"
+        "algo = config.build()\n"
+        "print('steps:', algo.train()['num_env_steps_sampled'])\n"
+        "algo.stop()\n"
+        "config.device = 'no-such-device'\n"
+        "try:\n"
+        "    config.build()\n"
+        "except RuntimeError as error:\n"
+        "    print('failed:', 'no-such-device' in str(error))\n"
+        "print('Ray up after the failed build:', ray.is_initialized())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [
+        "torch loaded when Ray started: False",
+        "steps: 40",
+        "torch loaded when Ray started: True",
+        "failed: True",
+        "Ray up after the failed build: False",
+    ]
