@@ -609,9 +609,9 @@ class ParallelPettingZooEnv(_PettingZooBase):
 
         That is the acting agents (a list and a set), a getter of their actions and a test that
         admits them (Discrete and Box spaces, agents with equal bounds checked in one loop), the
-        env, its bound ``step`` and whether the env needs its own copy of the action dict. Envs with masks,
-        and agents with other spaces, take :meth:`_validate` at every step. A new episode with
-        the agents of the last fast path reuses it (with ``env.step`` looked up again).
+        env, its bound ``step`` and whether the env needs its own copy of the action dict. Envs
+        with masks, and agents with other spaces, take :meth:`_validate` at every step. A new
+        episode with the agents of the last fast path reuses it (with ``env.step`` looked up again).
         """
         acting = self._acting_list
         last = self._last_fast

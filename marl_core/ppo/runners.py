@@ -3,9 +3,9 @@
 Ray starts locally with the configured ``num_cpus`` when no address is given, or joins the cluster
 at ``ray_address``. The local Ray is a lean one-machine head: no autoscaler monitor, no log
 monitor (runner output is not forwarded anyway), no dashboard server, no idle workers started
-ahead of the runners; that saves about 160 MB next to a plain ``ray.init()``. Policies and the mapping fn travel
-cloudpickled, only to runners that have not seen the current version; weights (numpy arrays) go
-through the object store once per iteration.
+ahead of the runners; that saves about 150 MB next to a plain ``ray.init()``. Policies and the
+mapping fn travel cloudpickled, only to runners that have not seen the current version; weights
+(numpy arrays) go through the object store once per iteration.
 """
 
 from __future__ import annotations
