@@ -723,14 +723,15 @@ class ParallelPettingZooEnv(_PettingZooBase):
         return kept
 
 
-def to_aec(env: MultiAgentEnv) -> AECEnv:
+def to_aec(env: MultiAgentEnv, *, check_legal: bool = True) -> AECEnv:
     """A PettingZoo ``AECEnv`` built from any MultiAgentEnv; see :mod:`bridges.pettingzoo_export`.
 
-    ``to_aec(PettingZooEnv(aec_env))`` returns ``aec_env`` itself.
+    ``to_aec(PettingZooEnv(aec_env))`` returns ``aec_env`` itself. Otherwise ``step`` refuses an
+    action that the agent's action mask forbids, unless ``check_legal`` is False.
     """
     from bridges.pettingzoo_export import to_aec as _to_aec
 
-    return _to_aec(env)
+    return _to_aec(env, check_legal=check_legal)
 
 
 def to_parallel(env: MultiAgentEnv) -> ParallelEnv:

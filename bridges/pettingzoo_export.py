@@ -45,7 +45,7 @@ from marl_core.errors import (
     ResetNeededError,
     UnsupportedEnvError,
 )
-from marl_core.spaces import check_acting, check_action
+from marl_core.spaces import action_mask_of, check_acting, check_action
 
 logger = logging.getLogger(__name__)
 
@@ -97,14 +97,20 @@ class MultiAgentAECEnv(AECEnv):
         - **Observations:** ``observe(agent)`` is the agent's latest observation from the
           MultiAgentEnv (it only observes agents when they act or end).
         - **Seeding and chance:** ``reset(seed=s)`` resets the MultiAgentEnv with ``seed=s``.
-        - **Masks:** the MultiAgentEnv's Dict observations (with ``"action_mask"``) pass through;
-          the MultiAgentEnv judges legality when it steps.
-        - ``"__common__"`` infos are kept in ``common_infos``.
+        - **Masks:** the MultiAgentEnv's Dict observations (with ``"action_mask"``) pass through.
+          With ``check_legal`` (the default), ``step`` refuses an action that the agent's mask
+          forbids, before it is buffered: an action buffered now could only be refused once the
+          last agent has acted, when it can no longer be taken back.
+        - Bad input (an action outside the space, a masked action, a step before ``reset`` or
+          after the end) raises, and the state is unchanged: the same agent must act again.
+        - ``"__common__"`` infos are kept in ``common_infos`` (``{}`` when the last reset or step
+          gave none).
     """
 
-    def __init__(self, env: MultiAgentEnv) -> None:
+    def __init__(self, env: MultiAgentEnv, *, check_legal: bool = True) -> None:
         super().__init__()
         self.env = env
+        self.check_legal = check_legal
         self.metadata = _metadata(env, parallelizable=False)
         self.render_mode = getattr(env, "render_mode", None)
         self.possible_agents = list(env.possible_agents)
@@ -144,6 +150,7 @@ class MultiAgentAECEnv(AECEnv):
         self._waiting_rewards = {}
         self._gone = set()
         self._join([*self.env.agents, *obs])
+        self.common_infos = {}
         self._take_infos(infos)
         self._buffer = {}
         self._dead = deque()
@@ -162,7 +169,8 @@ class MultiAgentAECEnv(AECEnv):
             self._remove(self._dead.popleft())
             self._select()
             return
-        check_action(agent_id, self.action_space(agent_id), action)
+        mask = action_mask_of(self._observations.get(agent_id)) if self.check_legal else None
+        check_action(agent_id, self.action_space(agent_id), action, mask)
         if len(self._pending) > 1:
             self._buffer[agent_id] = action
             self._cumulative_rewards[agent_id] = 0
@@ -381,17 +389,17 @@ class MultiAgentParallelEnv(ParallelEnv):
         return str(self.metadata.get("name", type(self.env).__name__))
 
 
-def to_aec(env: MultiAgentEnv) -> AECEnv:
+def to_aec(env: MultiAgentEnv, *, check_legal: bool = True) -> AECEnv:
     """A PettingZoo ``AECEnv`` for any MultiAgentEnv.
 
     ``to_aec(PettingZooEnv(aec_env))`` returns ``aec_env`` itself; any other env is wrapped in a
-    :class:`MultiAgentAECEnv`.
+    :class:`MultiAgentAECEnv`, which refuses masked actions unless ``check_legal`` is False.
     """
     from bridges.pettingzoo import PettingZooEnv
 
     if type(env) is PettingZooEnv:
         return env.env
-    return MultiAgentAECEnv(env)
+    return MultiAgentAECEnv(env, check_legal=check_legal)
 
 
 def to_parallel(env: MultiAgentEnv) -> ParallelEnv:

@@ -25,6 +25,15 @@ from marl_core.errors import VectorEnvError
 
 logger = logging.getLogger(__name__)
 
+class ResetFailure:
+    """What a same-step autoreset returns in place of ``(obs, infos)`` when the reset raised."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
 def rebuild(envs: list[MultiAgentEnv], local: int, factory: Callable[[], MultiAgentEnv], seed: int | None) -> Any:
     """Close ``envs[local]`` (best effort), replace it by a new env from ``factory`` and reset it
     with ``seed``; return the reset's ``(obs, infos)``."""
@@ -43,7 +52,10 @@ def execute(env: MultiAgentEnv, command: str, payload: Any) -> Any:
     if command == "step_reset":  # same-step autoreset: the step, then the next episode's reset if it ended
         result = env.step(payload)
         if result[2].get(ALL, False) or result[3].get(ALL, False):
-            return result, env.reset(seed=None, options=None)
+            try:
+                return result, env.reset(seed=None, options=None)
+            except Exception:  # the ended episode's results must not be lost with the reset
+                return result, ResetFailure(traceback.format_exc())
         return result, None
     if command == "reset":
         seed, options = payload

@@ -94,7 +94,9 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         - **Dead agents:** the group ends when all its members have ended: truncated if any
           member was truncated (and not terminated), terminated otherwise.
         - **"__all__":** passed through (always present in both dicts); groups still alive end
-          with it and get their final observation when any member got one.
+          with it and get their final observation when any member got one, or when a member was
+          paid or got an info since the group last appeared (that observation holds the
+          members' latest observations, and the infos carry ``individual_rewards``).
         - **Chance, simultaneous moves, seeding:** those of the wrapped env.
         - **Masks** stay inside each member's slot: a group's Tuple observation holds each
           member's canonical masked observation. ``RandomPolicy``, the checker and
@@ -307,6 +309,12 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                     asked_now[group] = asked
                     if asked and not episode_over:
                         acting.append(group)
+        if episode_over:  # the last chance to deliver what members got since their group's last turn
+            for group in self.groups:
+                pending = any(self._pending_rewards[group].values()) or self._pending_infos[group]
+                if pending and group not in out_obs and group not in self._groups_over:
+                    out_obs[group] = tuple(self._slots[group])
+                    asked_now[group] = []
         out_infos: dict[AgentID, Any] = {}
         for agent_id, info in infos.items():
             if agent_id not in self._group_of:

@@ -272,16 +272,22 @@ def sample_action_for(
 
     Reads the mask where the observation carries one: at the top level (the canonical form), or
     per slot for a Tuple action space whose observation is a tuple of member observations (grouped
-    agents), so every member of a group gets a legal action.
+    agents), so every member of a group gets a legal action. A slot whose mask allows no action
+    belongs to a member that does not act now (it has ended, or has not appeared yet); the group
+    ignores that slot, so it gets any action of its space.
     """
     mask = action_mask_of(observation)
     if mask is not None:
         return sample_action(space, rng, mask, agent_id)
     if isinstance(space, spaces.Tuple) and isinstance(observation, tuple) and len(observation) == len(space):
-        return tuple(
-            sample_action_for(sub, item, rng, agent_id)
-            for sub, item in zip(space.spaces, observation, strict=True)
-        )
+        slots = []
+        for sub, item in zip(space.spaces, observation, strict=True):
+            slot_mask = action_mask_of(item)
+            if slot_mask is not None and not np.any(slot_mask):
+                slots.append(sample_action(sub, rng))
+            else:
+                slots.append(sample_action_for(sub, item, rng, agent_id))
+        return tuple(slots)
     return sample_action(space, rng, None, agent_id)
 
 
@@ -310,9 +316,11 @@ def _(space: spaces.MultiBinary, rng: np.random.Generator) -> Any:
 def _(space: spaces.Box, rng: np.random.Generator) -> Any:
     low, high = space.low, space.high
     if np.issubdtype(space.dtype, np.integer):
-        low = np.where(np.isfinite(low), low, -(2**15)).astype(np.int64)
-        high = np.where(np.isfinite(high), high, 2**15).astype(np.int64)
-        return rng.integers(low, high + 1, size=space.shape).astype(space.dtype)
+        # Sides that were unbounded (stored as the dtype's extremes) draw from a modest range.
+        info = np.iinfo(space.dtype)
+        low = np.where(space.bounded_below, low, np.asarray(max(info.min, -(2**15)), space.dtype))
+        high = np.where(space.bounded_above, high, np.asarray(min(info.max, 2**15), space.dtype))
+        return rng.integers(low, high, size=space.shape, dtype=space.dtype, endpoint=True)
     bounded = space.bounded_below & space.bounded_above
     value = np.where(bounded, rng.uniform(np.where(bounded, low, 0), np.where(bounded, high, 1)), 0.0)
     only_low = space.bounded_below & ~space.bounded_above

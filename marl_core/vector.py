@@ -34,7 +34,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from marl_core._vector_workers import Workers, execute, rebuild, remote_error
+from marl_core._vector_workers import ResetFailure, Workers, execute, rebuild, remote_error
 from marl_core.env import ALL, AgentID, MultiAgentEnv
 from marl_core.errors import (
     MultiAgentEnvError,
@@ -110,8 +110,10 @@ class VectorMultiAgentEnv:
           kept. The call returns the rebuilt env's first observations as for an autoreset (rewards
           ``{}``, ``{"__all__": False}``; :attr:`autoreset` is True for it), and reports the
           failure in :attr:`last_failures` (``(env_index, traceback_text)`` per failure of the
-          last call) and :attr:`num_env_errors` (a running count). A dead worker process is still
-          an error that makes the vector unusable.
+          last call) and :attr:`num_env_errors` (a running count). With same-step autoreset, a
+          reset that raises after a step that ended the episode keeps that step's results; the
+          rebuilt env's first observations go into :attr:`reset_results`. A dead worker process
+          is still an error that makes the vector unusable.
         - ``close()`` (idempotent; also on leaving a ``with`` block, on garbage collection and at
           interpreter exit) stops every worker process. Workers also exit by themselves when
           this process dies.
@@ -237,6 +239,7 @@ class VectorMultiAgentEnv:
             commands.append((self._step_command, actions))
         results = self._run_all(commands)
         failed = {index for index, _ in self.last_failures}
+        self._replace_failed_resets(commands, results)
         obs_out: list[dict[AgentID, Any]] = []
         rewards_out: list[dict[AgentID, Any]] = []
         terminateds_out: list[dict[AgentID, Any]] = []
@@ -376,26 +379,56 @@ class VectorMultiAgentEnv:
             raise VectorEnvError(failure + others, index)
         raise remote_error(f"env {index} raised", index, failure, others) from failure[3]
 
+    def _replace_failed_resets(self, commands: list[tuple[str, Any]], results: list[Any]) -> None:
+        """Same-step autoresets that raised: the step's results stay, the env is rebuilt (or,
+        with ``on_error="raise"``, the call raises and the vector needs ``reset()``)."""
+        failed = {
+            index: result[1].text
+            for index, result in enumerate(results)
+            if commands[index][0] == "step_reset" and isinstance(result[1], ResetFailure)
+        }
+        if not failed:
+            return
+        if self.on_error != "rebuild":
+            index = min(failed)
+            self._needs_reset = [True] * self.num_envs
+            self._was_reset = False
+            raise VectorEnvError(f"env {index} raised in the reset after its episode ended:\n{failed[index]}", index)
+        for index, first_obs in self._rebuild(failed).items():
+            results[index] = (results[index][0], first_obs)
+
     def _run_all_isolated(self, commands: list[tuple[str, Any]]) -> list[Any]:
         """``_run_all`` for ``on_error="rebuild"``: failed envs are rebuilt, the others kept."""
         replies = self._attempt(dict(enumerate(commands)))
+        results = {index: reply for index, (status, reply) in replies.items() if status == "ok"}
+        results.update(self._rebuild({i: reply for i, (status, reply) in replies.items() if status != "ok"}))
+        return [results[index] for index in range(self.num_envs)]
+
+    def _rebuild(self, failed: dict[int, str]) -> dict[int, Any]:
+        """Record the failures in ``failed`` (env index -> traceback text) and rebuild those envs,
+        retrying up to ``max_rebuild_attempts``; return each rebuilt env's ``(obs, infos)``."""
+        rebuilt: dict[int, Any] = {}
         for attempt in range(self.max_rebuild_attempts + 1):
-            failed = {i: reply for i, (status, reply) in replies.items() if status != "ok"}
             if not failed:
-                return [replies[index][1] for index in range(self.num_envs)]
+                return rebuilt
             for index, text in sorted(failed.items()):
                 self.last_failures.append((index, text))
                 self.num_env_errors += 1
                 logger.warning("env %d raised (failure %d of this call):\n%s", index, attempt + 1, text)
                 self._action_spaces[index] = {}
-            if attempt < self.max_rebuild_attempts:
-                seeds = {i: int(self._rebuild_rngs[i].integers(2**31)) for i in failed}
-                replies.update(self._attempt({i: ("rebuild", seed) for i, seed in seeds.items()}))
-        index, text = next((i, reply) for i, (status, reply) in sorted(replies.items()) if status != "ok")
+            if attempt == self.max_rebuild_attempts:
+                break
+            seeds = {i: int(self._rebuild_rngs[i].integers(2**31)) for i in failed}
+            replies = self._attempt({i: ("rebuild", seed) for i, seed in seeds.items()})
+            rebuilt.update({i: reply for i, (status, reply) in replies.items() if status == "ok"})
+            failed = {i: reply for i, (status, reply) in replies.items() if status != "ok"}
+        index = min(failed)
         self._needs_reset = [True] * self.num_envs
         self._was_reset = False
         raise VectorEnvError(
-            f"env {index} could not be rebuilt in {self.max_rebuild_attempts} attempts; last error:\n{text}", index)
+            f"env {index} could not be rebuilt in {self.max_rebuild_attempts} attempts; last error:\n{failed[index]}",
+            index,
+        )
 
     def _attempt(self, commands: dict[int, tuple[str, Any]]) -> dict[int, tuple[str, Any]]:
         """Run ``commands``; per env ``("ok", result)`` or ``("error", traceback_text)``."""

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from marl_core.conformance.collect import Collector, describe
+from marl_core.conformance.collect import Collector, describe, is_hashable
 from marl_core.env import ALL, COMMON
 from marl_core.spaces import action_mask_of, action_mask_size, why_not_contained
 
@@ -205,8 +205,8 @@ class CallChecker:
         self._observations(frame, at)
         self._infos(frame, at)
         acting = [] if done else [a for a in frame.obs if a not in ending]
-        self._agents_attr(frame, at, acting)
         self.dead |= ending
+        self._agents_attr(frame, at, acting)
         if not acting and not done:
             if all_missing:  # already an api.all-key finding; every agent ended: treat as over
                 return Verdict([], {}, True)
@@ -348,6 +348,16 @@ class CallChecker:
                 key="type",
             )
             return
+        unhashable = [a for a in agents if not is_hashable(a)]
+        if unhashable:
+            self.collector.add(
+                "ids.agents-attr",
+                f"env.agents {at} holds {', '.join(f'{a!r:.40}' for a in unhashable)}, which cannot be an agent "
+                "id (ids must be hashable)",
+                step=frame.step,
+                key="unhashable",
+            )
+            agents = [a for a in agents if is_hashable(a)]
         alive = set(agents)
         for agent_id in agents:
             if agent_id not in self.possible:
@@ -357,6 +367,15 @@ class CallChecker:
                     agent=agent_id,
                     step=frame.step,
                     key="unknown",
+                )
+            elif agent_id in self.dead and agent_id not in frame.obs:  # in obs: a lifecycle.dead-agent finding
+                self.collector.add(
+                    "ids.agents-attr",
+                    f"env.agents {at} still lists {agent_id!r}, which terminated or truncated; env.agents "
+                    "lists the agents alive now",
+                    agent=agent_id,
+                    step=frame.step,
+                    key="ended still listed",
                 )
         for agent_id in acting:
             if agent_id not in alive:

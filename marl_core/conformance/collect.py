@@ -128,9 +128,14 @@ class Collector:
         return tuple(sorted(found, key=lambda f: f.severity != "error"))
 
 
-def _hashable(value: Any) -> Any:
+def is_hashable(value: Any) -> bool:
+    """Whether ``value`` can be a dict key (an agent id must be)."""
     try:
         hash(value)
     except TypeError:
-        return repr(value)
-    return value
+        return False
+    return True
+
+
+def _hashable(value: Any) -> Any:
+    return value if is_hashable(value) else repr(value)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from marl_core.conformance.checks import CallChecker, Frame, lookup_spaces, names
-from marl_core.conformance.collect import Collector, describe
+from marl_core.conformance.collect import Collector, describe, is_hashable
 from marl_core.conformance.determinism import (
     Episode,
     Record,
@@ -185,14 +185,14 @@ class _Run:
             )
             return list(possible) if isinstance(possible, (list, tuple)) else []
         possible = list(possible)
-        unhashable = [a for a in possible if not _hashable(a)]
+        unhashable = [a for a in possible if not is_hashable(a)]
         if unhashable:
             self.collector.add(
                 "ids.agents-attr",
                 f"possible_agents holds unhashable ids {names(unhashable)}; agent ids must be usable as dict keys",
                 hint=_POSSIBLE_HINT,
             )
-            possible = [a for a in possible if _hashable(a)]
+            possible = [a for a in possible if is_hashable(a)]
         repeated = sorted(repr(a) for a, count in Counter(possible).items() if count > 1)
         if repeated:
             self.collector.add("ids.agents-attr", f"possible_agents lists {', '.join(repeated)} more than once")
@@ -401,13 +401,6 @@ class _Run:
                 self.collector.add("close.idempotent", f"the {attempt} call of close() raised", error=error)
                 return
 
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 def _difference(record: Record, result: Any, step: int) -> str | None:

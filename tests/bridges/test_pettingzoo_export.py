@@ -15,6 +15,7 @@ from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, to_aec, to_
 from bridges.pettingzoo_export import MultiAgentAECEnv, MultiAgentParallelEnv
 from marl_core.conformance import check_env
 from marl_core.errors import (
+    IllegalActionError,
     InvalidActionError,
     MissingActionError,
     ResetNeededError,
@@ -163,6 +164,51 @@ def test_to_aec_buffers_simultaneous_actions_and_checks_them_first():
     env.step(2)  # scissors lose to rock
     assert env.rewards == {"player1": 1, "player2": -1}
     assert env.last()[1] == 1 and env.agent_selection == "player1"
+
+
+def _legal(env, agent_id):
+    return np.flatnonzero(env.observe(agent_id)["action_mask"])
+
+
+def test_to_aec_refuses_a_masked_action_before_buffering_it():
+    from bridges.openspiel import OpenSpielEnv
+
+    env = to_aec(OpenSpielEnv("goofspiel(num_cards=4)"))
+    env.reset(seed=0)
+    for _ in range(2):  # one round: both players play their lowest card
+        env.step(int(_legal(env, env.agent_selection)[0]))
+    first, used = env.agent_selection, int(np.flatnonzero(env.observe(env.agent_selection)["action_mask"] == 0)[0])
+    with pytest.raises(IllegalActionError, match=f"'{first}'"):
+        env.step(used)  # a card already played: refused at once, not when the round completes
+    assert env.agent_selection == first
+    env.step(int(_legal(env, first)[0]))
+    second = env.agent_selection
+    env.step(int(_legal(env, second)[0]))  # the round completes with two legal cards
+    assert env.agent_selection == first and len(_legal(env, first)) == 2
+
+    permissive = to_aec(OpenSpielEnv("goofspiel(num_cards=4)"), check_legal=False)
+    permissive.reset(seed=0)
+    for _ in range(2):
+        permissive.step(0)
+    permissive.step(0)  # buffered unchecked: the MultiAgentEnv judges it when the round completes
+    with pytest.raises(IllegalActionError, match="'player_0'"):
+        permissive.step(1)
+
+
+def test_to_aec_common_infos_belong_to_the_current_episode():
+    class CommonOnFirstEpisode(RockPaperScissors):
+        episodes = 0
+
+        def reset(self, *, seed=None, options=None):
+            obs, infos = super().reset(seed=seed, options=options)
+            CommonOnFirstEpisode.episodes += 1
+            return obs, ({"__common__": {"episode": 1}} if self.episodes == 1 else infos)
+
+    env = to_aec(CommonOnFirstEpisode())
+    env.reset(seed=0)
+    assert env.common_infos == {"episode": 1}
+    env.reset(seed=1)
+    assert env.common_infos == {}
 
 
 def test_to_aec_dead_steps_take_none_and_late_agents_join():

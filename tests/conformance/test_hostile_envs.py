@@ -29,6 +29,8 @@ class Hostile:
 
     @property
     def agents(self) -> Any:
+        if self.bad.get("agents") == "unhashable":
+            return ["a", ["b"]]
         if "agents" in self.bad:
             raise RuntimeError("agents exploded")
         return self._agents
@@ -71,5 +73,8 @@ def test_hostile_results_become_findings() -> None:
 
 def test_raising_properties_become_findings() -> None:
     assert _rules(agents=True) == {"ids.agents-attr"}
+    report = check_env(Hostile(agents="unhashable"), episodes=1, max_steps=5)
+    assert report.rules == {"ids.agents-attr"}
+    assert any("cannot be an agent id" in finding.message for finding in report.findings)
     assert _rules(possible_agents=True) >= {"ids.agents-attr"}
     assert _rules(possible_agents="unhashable") == {"ids.agents-attr"}

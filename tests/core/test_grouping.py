@@ -23,6 +23,7 @@ from marl_core.errors import (
 )
 from marl_core.grouping import GroupAgentsWrapper
 from marl_core.rollout import RandomPolicy, play, rollout
+from marl_core.spaces import check_action_dict, mask_from_legal, masked_space
 from marl_core.vector import VectorMultiAgentEnv, gather, scatter
 from tests.fixtures.envs import (
     HeterogeneousSpacesEnv,
@@ -197,6 +198,92 @@ def test_rewards_for_one_member_only_and_between_the_groups_turns() -> None:
     obs, rewards, _, _, infos = env.step({"solo": (1,), "agent_3": 1})
     assert rewards == {"solo": 1.0, "agent_3": 1.0, "agent_1": 0.5}
     assert "solo" not in obs and "solo" not in infos
+
+
+class PaysBoth(MultiAgentEnv):
+    """Turn-based: p0 and p1 alternate for four moves, and every move pays both one point."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__()
+        self.possible_agents = ["p0", "p1"]
+        self.observation_spaces = {a: spaces.Discrete(10) for a in self.possible_agents}
+        self.action_spaces = {a: spaces.Discrete(2) for a in self.possible_agents}
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["p0", "p1"]
+        return {"p0": 0}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        mover = "p1" if self.t % 2 else "p0"
+        done = self.t >= 4
+        if done:
+            self.agents = []
+        return {mover: self.t}, {"p0": 1.0, "p1": 1.0}, {ALL: done}, {ALL: False}, {}
+
+
+def test_individual_rewards_paid_after_a_groups_last_turn_arrive_at_the_end() -> None:
+    env = PaysBoth().with_agent_groups({"A": ["p0"], "B": ["p1"]})
+    obs, _ = env.reset(seed=0)
+    returns = {"A": 0.0, "B": 0.0}
+    individual = {"p0": 0.0, "p1": 0.0}
+    done = False
+    while not done:
+        (group,) = [g for g in obs if g in env.agents]
+        obs, rewards, terminateds, _, infos = env.step({group: (0,)})
+        for agent_id, reward in rewards.items():
+            returns[agent_id] += reward
+        for info in infos.values():
+            for member, reward in info.get("individual_rewards", {}).items():
+                individual[member] += reward
+        done = terminateds[ALL]
+    # B was paid in the last step without being asked to act: it gets a final entry to carry that.
+    assert set(obs) == {"A", "B"} and terminateds["B"] is True
+    assert infos["B"]["individual_rewards"] == {"p1": 1.0}
+    assert returns == {"A": 4.0, "B": 4.0} and individual == {"p0": 4.0, "p1": 4.0}
+
+
+class MaskedMembersEndApart(MultiAgentEnv):
+    """Simultaneous and masked; ``x`` ends after one step with a mask that allows nothing, ``y`` after three."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__()
+        self.possible_agents = ["x", "y"]
+        self.observation_spaces = {a: masked_space(spaces.Discrete(5), 3) for a in self.possible_agents}
+        self.action_spaces = {a: spaces.Discrete(3) for a in self.possible_agents}
+        self.t = 0
+
+    def observe(self, legal: list[int]) -> dict:
+        return {"observation": self.t, "action_mask": mask_from_legal(legal, 3)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["x", "y"]
+        return {a: self.observe([0, 1, 2]) for a in self.agents}, {}
+
+    def step(self, action_dict):
+        check_action_dict(self, action_dict, self.agents)
+        self.t += 1
+        obs, terminateds = {}, {}
+        for agent_id in self.agents:
+            ends = self.t == (1 if agent_id == "x" else 3)
+            obs[agent_id] = self.observe([] if ends else [0, 1, 2])
+            terminateds[agent_id] = ends
+        self.agents = [a for a in self.agents if not terminateds[a]]
+        terminateds[ALL] = not self.agents
+        return obs, dict.fromkeys(obs, 1.0), terminateds, {ALL: False}, {}
+
+
+def test_random_actions_for_a_group_skip_the_masks_of_members_that_ended() -> None:
+    def grouped() -> MultiAgentEnv:
+        return MaskedMembersEndApart().with_agent_groups({"team": ["x", "y"]})
+
+    assert check_env(MaskedMembersEndApart).ok
+    report = check_env(grouped)
+    assert report.ok, str(report)
+    assert rollout(grouped(), seed=0).returns == {"team": 4.0}
 
 
 def test_individual_rewards_cover_members_without_reward() -> None:

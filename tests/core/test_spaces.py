@@ -133,6 +133,18 @@ def test_sampling_is_in_space_and_seeded(agent_id: str) -> None:
     assert repr(first) == repr(second)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.int64, np.uint64])
+def test_sampling_integer_boxes_up_to_the_dtype_extremes(dtype: type) -> None:
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(0)
+    full = spaces.Box(info.min, info.max, (64,), dtype)
+    narrow = spaces.Box(np.full(4, info.max - 1, dtype), np.full(4, info.max, dtype), dtype=dtype)
+    for space in (full, narrow):
+        action = sample_action(space, rng)
+        assert action.dtype == np.dtype(dtype) and space.contains(action)
+    assert set(sample_action(narrow, rng).tolist()) <= {int(info.max) - 1, int(info.max)}
+
+
 def test_sampling_unbounded_and_nested_spaces() -> None:
     space = spaces.Tuple(
         (

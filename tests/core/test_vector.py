@@ -276,6 +276,46 @@ def test_same_step_autoreset_resets_ended_envs_within_the_step(mode: str, num_wo
         VectorMultiAgentEnv([RockPaperScissors], autoreset_mode="never")  # type: ignore[arg-type]
 
 
+class EndsThenResetFails(EndsAfter):
+    """Ends after one move; its second reset (the same-step autoreset) raises."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.resets += 1
+        if self.resets == 2:
+            raise RuntimeError("reset refused after the episode")
+        return super().reset(seed=seed, options=options)
+
+
+@pytest.mark.parametrize(("mode", "num_workers"), [("sync", None), ("async", None), ("async", 1)])
+def test_a_failing_same_step_reset_keeps_the_ended_episode_results(mode: str, num_workers: int | None) -> None:
+    moves = [{"player1": 1, "player2": 0}] * 2
+    with VectorMultiAgentEnv([RockPaperScissors, EndsThenResetFails], mode, num_workers=num_workers,
+                             autoreset_mode="same_step", on_error="rebuild") as venv:
+        venv.reset(seed=0)
+        _, rewards_list, terminateds_list, _, _ = venv.step(moves)
+        # The step that ended the episode comes back whole; the env was rebuilt for the next one.
+        assert rewards_list == [{"player1": 1, "player2": -1}] * 2
+        assert terminateds_list[1][ALL] is True
+        assert [index for index, _ in venv.last_failures] == [1]
+        assert "reset refused after the episode" in venv.last_failures[0][1]
+        first_obs, first_infos = venv.reset_results[1]
+        assert first_obs == {"player1": 0, "player2": 0}
+        assert isinstance(first_infos["player1"]["seed"], int)  # the rebuilt env, seeded from its own stream
+        assert venv.autoreset == [False, False] and venv.acting[1] == ["player1", "player2"]
+        assert venv.step(moves)[1][1] == {"player1": 1, "player2": -1}
+    with VectorMultiAgentEnv([RockPaperScissors, EndsThenResetFails], mode, num_workers=num_workers,
+                             autoreset_mode="same_step") as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match="env 1 raised in the reset after its episode ended"):
+            venv.step(moves)
+        with pytest.raises(ResetNeededError):
+            venv.step(moves)
+
+
 def connect_four() -> MultiAgentEnv:
     from pettingzoo.classic.connect_four import connect_four as module
 
