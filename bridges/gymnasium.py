@@ -47,6 +47,8 @@ class GymnasiumEnv(MultiAgentEnv):
         mask_info_key: when the env publishes an action mask in ``info`` (Taxi's
             ``info["action_mask"]``), the key it uses; the mask then moves into the observation
             in the canonical ``{"observation", "action_mask"}`` form. None: no mask.
+        check_legal: with a mask, raise :class:`~marl_core.errors.IllegalActionError` for an
+            action the mask forbids (default); with False it reaches the env.
 
     Semantics:
         - **Rewards:** the env's reward, as a float, for ``agent_id`` at every step; nothing is
@@ -61,11 +63,14 @@ class GymnasiumEnv(MultiAgentEnv):
           exactly when the env's do; the bridge draws no random numbers of its own.
         - **Masks:** only with ``mask_info_key``: the mask moves from ``info`` into the
           observation (int8, 1 = legal) and stays in ``info`` too.
-        - **Errors:** an action outside the action space, for another agent, or missing raises a
-          :class:`~marl_core.errors.MultiAgentEnvError` before the env is stepped.
+        - **Errors:** an action outside the action space, masked out (with ``check_legal``), for
+          another agent, or missing raises a :class:`~marl_core.errors.MultiAgentEnvError` before
+          the env is stepped.
     """
 
-    def __init__(self, env: gym.Env, agent_id: AgentID = "agent_0", *, mask_info_key: str | None = None) -> None:
+    def __init__(
+        self, env: gym.Env, agent_id: AgentID = "agent_0", *, mask_info_key: str | None = None, check_legal: bool = True
+    ) -> None:
         if not isinstance(env, gym.Env):
             raise SpaceError(
                 f"from_gymnasium needs a gymnasium.Env, received {type(env).__module__}.{type(env).__qualname__}"
@@ -75,6 +80,8 @@ class GymnasiumEnv(MultiAgentEnv):
         self.env = env
         self.agent_id = agent_id
         self.mask_info_key = mask_info_key
+        self.check_legal = check_legal
+        self._mask: np.ndarray | None = None
         self.possible_agents = [agent_id]
         self.agents = []
         observation_space = env.observation_space
@@ -99,8 +106,8 @@ class GymnasiumEnv(MultiAgentEnv):
                 f"agent {self.agent_id!r}: expected an action mask under info[{self.mask_info_key!r}], "
                 f"received info keys {sorted(map(str, info))}"
             )
-        mask = np.asarray(info[self.mask_info_key], dtype=np.int8)
-        return {OBS_KEY: observation, MASK_KEY: mask}
+        mask = self._mask = np.asarray(info[self.mask_info_key], dtype=np.int8)
+        return {OBS_KEY: observation, MASK_KEY: mask.copy()}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -115,6 +122,8 @@ class GymnasiumEnv(MultiAgentEnv):
                 f"step() for agent {self.agent_id!r} called before reset() or after the episode ended"
             )
         check_action_dict(self, action_dict, self.agents)
+        if self._mask is not None and self.check_legal:
+            check_action(self.agent_id, self.env.action_space, action_dict[self.agent_id], self._mask)
         observation, reward, terminated, truncated, info = self.env.step(action_dict[self.agent_id])
         terminated, truncated = bool(terminated), bool(truncated)
         if terminated or truncated:
@@ -239,15 +248,20 @@ class SingleAgentEnv(gym.Env):
         return f"<{type(self).__name__}{self.env}>"
 
 
-def from_gymnasium(env: gym.Env, agent_id: AgentID = "agent_0", *, mask_info_key: str | None = None) -> MultiAgentEnv:
-    """A single-agent ``gymnasium.Env`` as a one-agent MultiAgentEnv (see :class:`GymnasiumEnv`).
+def from_gymnasium(
+    env: gym.Env, agent_id: AgentID | None = None, *, mask_info_key: str | None = None, check_legal: bool = True
+) -> MultiAgentEnv:
+    """A single-agent ``gymnasium.Env`` as a one-agent MultiAgentEnv (see :class:`GymnasiumEnv`;
+    ``agent_id`` defaults to ``"agent_0"``).
 
     A :class:`SingleAgentEnv` (made by :func:`to_gymnasium`) is unwrapped instead, so the two
-    functions undo each other.
+    functions undo each other, unless ``agent_id`` names another agent than its own or a mask
+    is asked for.
     """
-    if isinstance(env, SingleAgentEnv) and mask_info_key is None:
+    if isinstance(env, SingleAgentEnv) and mask_info_key is None and agent_id in (None, env.agent_id):
         return env.env
-    return GymnasiumEnv(env, agent_id, mask_info_key=mask_info_key)
+    return GymnasiumEnv(env, "agent_0" if agent_id is None else agent_id, mask_info_key=mask_info_key,
+                        check_legal=check_legal)
 
 
 def to_gymnasium(env: MultiAgentEnv) -> gym.Env:

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import string
 from collections.abc import Mapping
@@ -118,6 +119,8 @@ def player_id(player: int) -> AgentID:
 def load_game(game: str | pyspiel.Game) -> pyspiel.Game:
     """A ``pyspiel.Game`` from a game or a name with optional parameters (``"goofspiel(num_cards=4)"``).
 
+    OpenSpiel's Python games (``"python_kuhn_poker"``, ...) are registered on first use.
+
     Raises:
         UnsupportedEnvError: the name does not load (unknown game, missing parameter).
     """
@@ -130,6 +133,8 @@ def load_game(game: str | pyspiel.Game) -> pyspiel.Game:
             f"OpenSpielEnv needs a pyspiel.Game or a game name such as 'connect_four', received "
             f"{type(game).__name__} {game!r}"
         )
+    if game.startswith("python_") and game.split("(")[0] not in pyspiel.registered_names():
+        import open_spiel.python.games  # noqa: F401  (registers OpenSpiel's Python games)
     try:
         return pyspiel.load_game(game)
     except Exception as error:  # pyspiel raises SpielError, and IndexError or RuntimeError from C++
@@ -330,7 +335,10 @@ class OpenSpielEnv(MultiAgentEnv):
             if observer is not None and observer.tensor is not None and observer.tensor.size == int(np.prod(shape)):
                 self._view = observer.tensor.reshape(shape)  # shares memory: set_from fills it (and keeps it)
                 inner_observation = getattr(observer, "_observation", None)  # the C++ one: a frame less
-                self._set_from = observer.set_from if inner_observation is None else inner_observation.set_from
+                if inner_observation is not None:
+                    self._set_from = inner_observation.set_from
+                else:
+                    self._set_from = functools.partial(self._first_python_set_from, observer)
             else:
                 logger.debug("no observer for %s; reading %s from the state", self.game, kind)
             self._shape = shape
@@ -338,6 +346,21 @@ class OpenSpielEnv(MultiAgentEnv):
         return masked_space(inner, self.game.num_distinct_actions())
 
     # Observations ------------------------------------------------------------------------------
+
+    def _first_python_set_from(self, observer: Any, state: Any, player: int) -> None:
+        """The first ``set_from`` of a Python game's observer: pyspiel reads its ``dict``, and this
+        bridge reads its ``tensor``, so keep that shortcut only if the dict's arrays are views of the
+        tensor (some observers replace them); otherwise read pyspiel's tensors from the state."""
+        observer.set_from(state, player)
+        if all(np.shares_memory(np.asarray(value), observer.tensor) for value in observer.dict.values()):
+            self._set_from = observer.set_from
+        else:
+            logger.debug("the observer of %s does not fill its tensor; reading %s from the state", self.game,
+                         self.observation_type)
+            self._set_from = None
+            read = state.information_state_tensor if self.observation_type == "information_state_tensor" else state.observation_tensor
+            self._view[...] = np.asarray(read(player), np.float32).reshape(self._view.shape)
+
 
     def _observe(self, player: int) -> Any:
         set_from = self._set_from
@@ -492,9 +515,13 @@ class OpenSpielEnv(MultiAgentEnv):
         if node >= 0:
             self.agents = list(self._ids)
             return self._turn_obs(state, node), {}
-        if node == _TERMINAL or state.is_terminal():  # over before anyone acts: show the end
+        if node == _TERMINAL or state.is_terminal():
+            # A MultiAgentEnv pays rewards in step() only: returns of a game over at reset would be lost.
             self.agents, self._masks, self._now = [], {}, _NO_TURN
-            return self._final_obs(), {}
+            raise UnsupportedEnvError(
+                f"OpenSpiel game {self.game} ended during reset(), before any player acted (history "
+                f"{state.history()}, returns {state.returns()}); a MultiAgentEnv can only pay returns in step()"
+            )
         self.agents = list(self._ids)
         return self._decision_obs(), {}
 

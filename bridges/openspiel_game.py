@@ -40,6 +40,7 @@ from marl_core.errors import EnvContractError, UnsupportedEnvError
 from marl_core.spaces import OBS_KEY, action_mask_of, is_masked
 
 Dynamics = Literal["auto", "sequential", "simultaneous"]
+Utility = Literal["zero_sum", "constant_sum", "general_sum", "identical"]
 RewardModel = Literal["rewards", "terminal"]
 
 _POOL_SIZE = 64  # envs kept for reuse per exported game
@@ -58,6 +59,7 @@ class _Spec:
     max_game_length: int
     terminal_rewards: bool
     tensor_shape: tuple[int, ...] | None
+    export: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # to_openspiel's arguments
     pool: list[MultiAgentEnv] = field(default_factory=list, compare=False, repr=False)
 
 
@@ -70,6 +72,29 @@ def _no_argument(factory: Callable[..., MultiAgentEnv]) -> Callable[[], MultiAge
     except ValueError:  # no signature to inspect (some builtins): call it bare
         pass
     return factory
+
+
+def _utility_of(
+    probe: MultiAgentEnv, utility: Utility | None, utility_range: tuple[float, float] | None, utility_sum: float | None
+) -> tuple[Utility, tuple[float, float], float | None]:
+    """The utility type, range and sum to declare: those given, else the wrapped OpenSpiel game's."""
+    game = getattr(probe, "game", None)
+    source = game if isinstance(game, pyspiel.Game) else None
+    if utility is None:
+        utility = str(source.get_type().utility.name).lower() if source is not None else "general_sum"  # type: ignore[assignment]
+    if utility not in ("zero_sum", "constant_sum", "general_sum", "identical"):
+        raise UnsupportedEnvError(
+            f"utility must be 'zero_sum', 'constant_sum', 'general_sum' or 'identical', received {utility!r}"
+        )
+    if utility_range is None:
+        utility_range = (source.min_utility(), source.max_utility()) if source is not None else (-np.inf, np.inf)
+    if utility == "zero_sum":
+        utility_sum = 0.0
+    elif utility == "constant_sum" and utility_sum is None:
+        if source is None or source.get_type().utility != pyspiel.GameType.Utility.CONSTANT_SUM:
+            raise UnsupportedEnvError("utility='constant_sum' needs utility_sum, the players' constant total")
+        utility_sum = source.utility_sum()
+    return utility, (float(utility_range[0]), float(utility_range[1])), utility_sum  # type: ignore[return-value]
 
 
 def _inner_space(space: spaces.Space) -> spaces.Space:
@@ -98,8 +123,10 @@ def to_openspiel(
     dynamics: Dynamics = "auto",
     reward_model: RewardModel = "rewards",
     max_game_length: int = 1000,
-    utility_range: tuple[float, float] = (-float("inf"), float("inf")),
+    utility_range: tuple[float, float] | None = None,
     perfect_information: bool = False,
+    utility: Utility | None = None,
+    utility_sum: float | None = None,
 ) -> pyspiel.Game:
     """Expose a turn-based or simultaneous MultiAgentEnv as a registered OpenSpiel game.
 
@@ -117,9 +144,16 @@ def to_openspiel(
         reward_model: ``"rewards"`` passes each step's rewards through ``state.rewards()``;
             ``"terminal"`` pays each player's summed rewards at the end (what MCTS needs).
         max_game_length: the game ends (terminal) after this many env steps.
-        utility_range: the game's ``min_utility`` and ``max_utility``.
+        utility_range: the game's ``min_utility`` and ``max_utility``. Default: those of the
+            wrapped game when the env is an :class:`~bridges.openspiel.OpenSpielEnv`, else
+            unbounded.
         perfect_information: declare the game as perfect information (the env's observations must
             then show the whole state); imperfect by default.
+        utility: ``"zero_sum"``, ``"constant_sum"``, ``"general_sum"`` or ``"identical"`` (what
+            OpenSpiel's solvers check, e.g. exploitability needs zero or constant sum). Default:
+            the wrapped game's when the env is an :class:`~bridges.openspiel.OpenSpielEnv`, else
+            general sum. Declared, not checked: the env's returns must honour it.
+        utility_sum: the sum of the players' returns of a constant-sum game (0 for zero sum).
 
     Returns:
         The ``pyspiel.Game``.
@@ -167,6 +201,7 @@ def to_openspiel(
             )
         sizes.append(int(space.n))
         starts.append(int(space.start))
+    utility, utility_range, utility_sum = _utility_of(probe, utility, utility_range, utility_sum)
     if dynamics == "auto":
         obs, _ = probe.reset(seed=int(seeds[0]))
         dynamics = "simultaneous" if len(obs) > 1 else "sequential"
@@ -179,6 +214,11 @@ def to_openspiel(
         max_game_length=int(max_game_length),
         terminal_rewards=reward_model == "terminal",
         tensor_shape=_tensor_shape(probe, agents),
+        export=dict(
+            env_factory=env_factory, name=name, long_name=long_name, seeds=tuple(seeds), dynamics=dynamics,
+            reward_model=reward_model, max_game_length=max_game_length, utility_range=tuple(utility_range),
+            perfect_information=perfect_information, utility=utility, utility_sum=utility_sum,
+        ),
     )
     probe.close()
     game_type = pyspiel.GameType(
@@ -195,7 +235,7 @@ def to_openspiel(
             if perfect_information
             else pyspiel.GameType.Information.IMPERFECT_INFORMATION
         ),
-        utility=pyspiel.GameType.Utility.GENERAL_SUM,
+        utility=getattr(pyspiel.GameType.Utility, utility.upper()),
         reward_model=pyspiel.GameType.RewardModel.TERMINAL if spec.terminal_rewards else pyspiel.GameType.RewardModel.REWARDS,
         max_num_players=len(agents),
         min_num_players=len(agents),
@@ -209,9 +249,9 @@ def to_openspiel(
         num_distinct_actions=max(sizes),
         max_chance_outcomes=len(spec.seeds) if len(spec.seeds) > 1 else 0,
         num_players=len(agents),
-        min_utility=float(utility_range[0]),
-        max_utility=float(utility_range[1]),
-        utility_sum=None,
+        min_utility=utility_range[0],
+        max_utility=utility_range[1],
+        utility_sum=utility_sum,
         max_game_length=spec.max_game_length,
     )
 
@@ -230,6 +270,14 @@ def to_openspiel(
     return pyspiel.load_game(name)
 
 
+def _exported_game(export: dict[str, Any]) -> pyspiel.Game:
+    """The game that :func:`to_openspiel` exported with the arguments ``export``: the registered
+    one in this process, else exported again here (unpickling in another process)."""
+    if export["name"] in _REGISTERED:
+        return pyspiel.load_game(export["name"])
+    return to_openspiel(**export)
+
+
 class _EnvGame(pyspiel.Game):
     """An exported MultiAgentEnv (see :func:`to_openspiel`)."""
 
@@ -238,6 +286,13 @@ class _EnvGame(pyspiel.Game):
     ) -> None:
         super().__init__(game_type, game_info, params or {})
         self.spec = spec
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its export: another process exports it again (the factory must be picklable).
+        return _exported_game, (self.spec.export,)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _EnvGame:
+        return self  # games are immutable, as pyspiel's own
 
     def new_initial_state(self) -> _EnvState:
         """A fresh state: a chance node choosing the seed, or the env reset with the only seed."""
@@ -332,8 +387,12 @@ class _Position:
                 "once in a game exported as sequential; pass dynamics='simultaneous' to to_openspiel"
             )
 
-    def _step(self, actions: dict[AgentID, Any]) -> None:
+    def _step(self, actions: dict[AgentID, Any], did: dict[int, int]) -> None:
+        """Step the env with ``actions`` (``did``: player -> OpenSpiel action, recorded once the
+        env has accepted them: an action the env refuses leaves no trace)."""
         obs, rewards, terminateds, truncateds, _ = self.env.step(actions)
+        for player, action in did.items():
+            self.record[player].append(("did", action))
         self.steps += 1
         step_rewards = [0.0] * len(self.spec.agents)
         for agent_id, reward in rewards.items():
@@ -351,22 +410,18 @@ class _Position:
 
     def apply(self, action: int) -> None:
         """A chance outcome (the seed) or the one acting player's action."""
-        self.replay.append(int(action))
         if self.env is None:
             self._start(self.spec.seeds[action])
-            return
-        player = self.acting[0]
-        self.record[player].append(("did", int(action)))
-        self._step({self.spec.agents[player]: self.spec.starts[player] + int(action)})
+        else:
+            player = self.acting[0]
+            self._step({self.spec.agents[player]: self.spec.starts[player] + int(action)}, {player: int(action)})
+        self.replay.append(int(action))  # only once applied: clones replay what happened
 
     def apply_joint(self, actions: Sequence[int]) -> None:
         """A joint action at a simultaneous node (entries of players not acting are ignored)."""
+        did = {player: int(actions[player]) for player in self.acting}
+        self._step({self.spec.agents[p]: self.spec.starts[p] + action for p, action in did.items()}, did)
         self.replay.append([int(a) for a in actions])
-        joint = {}
-        for player in self.acting:
-            self.record[player].append(("did", int(actions[player])))
-            joint[self.spec.agents[player]] = self.spec.starts[player] + int(actions[player])
-        self._step(joint)
 
     def legal_actions(self, player: int) -> list[int]:
         """The legal actions of ``player`` (none when it does not act now)."""

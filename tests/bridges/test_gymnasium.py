@@ -14,6 +14,7 @@ from bridges.gymnasium import GymnasiumEnv, SingleAgentEnv, from_gymnasium, to_g
 from marl_core import ALL, MultiAgentEnv, make_multi_agent, rollout
 from marl_core.errors import (
     EnvContractError,
+    IllegalActionError,
     InvalidActionError,
     MissingActionError,
     MultiAgentEnvError,
@@ -119,6 +120,25 @@ def test_mask_from_info_moves_into_the_observation() -> None:
     assert result.lengths["agent_0"] == result.steps
 
 
+def test_masked_out_actions_raise_before_the_env_steps_unless_allowed() -> None:
+    env = from_gymnasium(gym.make("Taxi-v3"), mask_info_key="action_mask")
+    obs, _ = env.reset(seed=1)
+    mask = obs["agent_0"]["action_mask"]
+    illegal, legal = int(np.flatnonzero(mask == 0)[0]), int(np.flatnonzero(mask)[0])
+    state = env.env.unwrapped.s
+    with pytest.raises(IllegalActionError, match=rf"agent 'agent_0': received {illegal}"):
+        env.step({"agent_0": illegal})
+    assert env.env.unwrapped.s == state
+    obs["agent_0"]["action_mask"][:] = 1  # the caller's copy: the check keeps its own
+    with pytest.raises(IllegalActionError):
+        env.step({"agent_0": illegal})
+    env.step({"agent_0": legal})
+    permissive = from_gymnasium(gym.make("Taxi-v3"), mask_info_key="action_mask", check_legal=False)
+    obs, _ = permissive.reset(seed=1)
+    _, rewards, _, _, _ = permissive.step({"agent_0": illegal})  # Taxi itself answers an illegal move
+    assert rewards["agent_0"] in (-1.0, -10.0)
+
+
 def test_mask_needs_a_discrete_action_space_and_the_info_key() -> None:
     with pytest.raises(SpaceError, match="Discrete action space for agent 'agent_0'"):
         from_gymnasium(gym.make("Pendulum-v1"), mask_info_key="action_mask")
@@ -155,7 +175,8 @@ def test_to_gymnasium_passes_gymnasiums_check_env(env_id: str) -> None:
 
 
 def test_to_gymnasium_keeps_masked_observations_and_passes_check_env() -> None:
-    single = to_gymnasium(from_gymnasium(gym.make("Taxi-v3"), mask_info_key="action_mask"))
+    # Gymnasium's checker draws actions without the mask: let them reach Taxi, which allows them.
+    single = to_gymnasium(from_gymnasium(gym.make("Taxi-v3"), mask_info_key="action_mask", check_legal=False))
     assert isinstance(single.observation_space, gym.spaces.Dict)
     assert {w for w in _check_env_warnings(single) if NO_SPEC not in w} == set()
 
@@ -233,4 +254,7 @@ def test_the_two_directions_undo_each_other() -> None:
     assert to_gymnasium(ours) is raw
     multi = make_multi_agent("CartPole-v1")({"num_agents": 1})
     assert from_gymnasium(to_gymnasium(multi)) is multi
+    assert from_gymnasium(to_gymnasium(multi), agent_id="agent_0") is multi
+    renamed = from_gymnasium(to_gymnasium(multi), agent_id="pole")
+    assert isinstance(renamed, GymnasiumEnv) and renamed.possible_agents == ["pole"]
     assert "GymnasiumEnv" in str(ours) and "CartPole" in str(ours)

@@ -117,6 +117,10 @@ def test_refuses_what_it_cannot_represent() -> None:
         OpenSpielEnv(42)  # type: ignore[arg-type]
     with pytest.raises(UnsupportedEnvError, match="max_steps"):
         OpenSpielEnv("kuhn_poker", max_steps=0)
+    over = OpenSpielEnv("start_at(game=tic_tac_toe(),history=0;3;1;4;2)")  # x has won before anyone acts
+    with pytest.raises(UnsupportedEnvError, match=r"ended during reset\(\).*returns \[1\.0, -1\.0\]"):
+        over.reset(seed=0)
+    assert over.agents == []
 
 
 # Who acts, endings, rewards --------------------------------------------------------------------
@@ -333,7 +337,8 @@ def expected_observation(env: OpenSpielEnv, player: int) -> np.ndarray:
     return np.asarray(env.state.observation_tensor(player), np.float32).reshape(env.game.observation_tensor_shape())
 
 
-@pytest.mark.parametrize("name", ["tic_tac_toe", "kuhn_poker", "leduc_poker", "2048", "pig", "goofspiel(num_cards=4)"])
+@pytest.mark.parametrize("name", ["tic_tac_toe", "kuhn_poker", "leduc_poker", "2048", "pig", "goofspiel(num_cards=4)",
+                                  "python_liars_poker", "python_kuhn_poker"])
 def test_every_step_matches_pyspiel_and_nothing_handed_out_changes_later(name: str) -> None:
     env = OpenSpielEnv(name, max_steps=200)
     rng = np.random.default_rng(0)

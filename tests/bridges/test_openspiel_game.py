@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pyspiel
 import pytest
@@ -10,7 +18,8 @@ from open_spiel.python.algorithms import mcts
 from bridges import OpenSpielEnv, to_openspiel
 from examples.rock_paper_scissors import RockPaperScissors
 from examples.tic_tac_toe import TicTacToe
-from marl_core.errors import EnvContractError, UnsupportedEnvError
+from marl_core.conformance import check_env
+from marl_core.errors import EnvContractError, IllegalActionError, UnsupportedEnvError
 from tests.fixtures.envs import HeterogeneousSpacesEnv, IrregularOrderEnv, JoinLeaveEnv
 
 
@@ -129,6 +138,29 @@ def test_clones_replay_and_are_independent() -> None:
     assert state.current_player() != clone.current_player()
 
 
+@pytest.mark.parametrize(("game_name", "moves", "illegal"), [
+    ("tic_tac_toe", [4], 4),  # turn-based: a taken cell
+    ("goofspiel(num_cards=4)", [[0, 0]], [0, 1]),  # simultaneous: a card already played
+])
+def test_an_illegal_action_leaves_the_exported_state_and_its_clones_unchanged(
+    game_name: str, moves: list, illegal: Any
+) -> None:
+    game = to_openspiel(lambda: OpenSpielEnv(game_name), name=f"test_illegal_{game_name.split('(')[0]}")
+    state = game.new_initial_state()
+    for move in moves:
+        state.apply_actions(move) if isinstance(move, list) else state.apply_action(move)
+    before = [state.information_state_string(p) for p in range(2)], state.history()
+    with pytest.raises(IllegalActionError):
+        state.apply_actions(illegal) if isinstance(illegal, list) else state.apply_action(illegal)
+    assert ([state.information_state_string(p) for p in range(2)], state.history()) == before
+    clone = state.clone()
+    assert [clone.information_state_string(p) for p in range(2)] == before[0]
+    legal = [state.legal_actions(p)[-1] if state.legal_actions(p) else 0 for p in range(2)]
+    for target in (state, clone):  # both play on, and clone again, after the refusal
+        target.apply_actions(legal) if isinstance(illegal, list) else target.apply_action(legal[1])
+        assert target.clone().history() == target.history()
+
+
 def test_rewards_and_returns_in_both_reward_models() -> None:
     # The seeds' TicTacToe charges -5 for a move onto a taken cell: a reward during play.
     stepwise = to_openspiel(TicTacToe, name="test_rewards_tic_tac_toe", seeds=(0,))
@@ -179,6 +211,51 @@ def test_refusals() -> None:
         to_openspiel(TicTacToe, name="tic_tac_toe")
     with pytest.raises(UnsupportedEnvError, match="at least one seed"):
         to_openspiel(TicTacToe, name="test_no_seed", seeds=())
+
+
+def test_exported_games_pickle_deep_copy_and_load_in_another_process() -> None:
+    factory = functools.partial(OpenSpielEnv, "kuhn_poker")
+    game = to_openspiel(factory, name="test_pickled_kuhn", seeds=(0, 1, 2, 3))
+    assert pickle.loads(pickle.dumps(game)) is not None and copy.deepcopy(game) is game
+    env = OpenSpielEnv(game)
+    env.reset(seed=0)
+    copy.deepcopy(env).reset(seed=0)
+    report = check_env(functools.partial(OpenSpielEnv, game), seed=0)
+    assert report.ok and "pickle" not in report.rules, str(report)
+    # A fresh interpreter has never exported the game: unpickling exports it there again.
+    script = (
+        "import pickle, sys; game = pickle.load(sys.stdin.buffer); state = game.new_initial_state();"
+        "state.apply_action(2); state.apply_action(0); state.apply_action(1);"
+        "print(game.get_type().short_name, state.returns())"
+    )
+    done = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(game), capture_output=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2], check=False)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    state = game.new_initial_state()
+    for action in (2, 0, 1):
+        state.apply_action(action)
+    assert done.stdout.decode().split(maxsplit=1) == ["test_pickled_kuhn", f"{state.returns()}\n"]
+
+
+def test_the_utility_type_of_a_wrapped_game_carries_over_and_solvers_accept_it() -> None:
+    from open_spiel.python import policy
+    from open_spiel.python.algorithms import exploitability
+
+    raw = pyspiel.load_game("kuhn_poker")
+    seeds = tuple(range(40))  # enough seeds to cover kuhn's six deals
+    game = to_openspiel(functools.partial(OpenSpielEnv, "kuhn_poker"), name="test_zero_sum_kuhn", seeds=seeds)
+    assert game.get_type().utility == pyspiel.GameType.Utility.ZERO_SUM
+    assert (game.min_utility(), game.max_utility(), game.utility_sum()) == (-2.0, 2.0, 0.0)
+    ours = exploitability.exploitability(game, policy.UniformRandomPolicy(game))
+    assert ours == pytest.approx(exploitability.exploitability(raw, policy.UniformRandomPolicy(raw)), abs=0.05)
+    plain = to_openspiel(TicTacToe, name="test_general_sum_default")
+    assert plain.get_type().utility == pyspiel.GameType.Utility.GENERAL_SUM
+    declared = to_openspiel(TicTacToe, name="test_declared_zero_sum", utility="zero_sum", utility_range=(-1, 1))
+    assert declared.get_type().utility == pyspiel.GameType.Utility.ZERO_SUM and declared.max_utility() == 1.0
+    with pytest.raises(UnsupportedEnvError, match="needs utility_sum"):
+        to_openspiel(TicTacToe, name="test_constant_sum_without_sum", utility="constant_sum")
+    with pytest.raises(UnsupportedEnvError, match="utility must be"):
+        to_openspiel(TicTacToe, name="test_bad_utility", utility="cooperative")  # type: ignore[arg-type]
 
 
 def test_load_game_by_name_and_re_export() -> None:
