@@ -491,7 +491,9 @@ class PettingZooEnv(_PettingZooBase):
             truncateds[agent_id] = truncated
             if not (terminated or truncated):
                 self._acting = agent_id
-                self._mask = observation.get(MASK_KEY) if type(observation) is dict else None
+                # A dict first (the common case, cheapest test), then any other Mapping.
+                is_map = type(observation) is dict or isinstance(observation, Mapping)
+                self._mask = observation.get(MASK_KEY) if is_map else None
                 self._running = True
                 return False
             env.step(None)
@@ -669,7 +671,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
         if info_masks:
             obs, infos = self._move_masks(obs, infos, info_masks)
         if self._track_masks:
-            self._masks = {a: o[MASK_KEY] for a, o in obs.items() if type(o) is dict and MASK_KEY in o}
+            self._masks = {a: o[MASK_KEY] for a, o in obs.items()
+                           if (type(o) is dict or isinstance(o, Mapping)) and MASK_KEY in o}
         if not infos.keys() <= obs.keys():
             infos = self._split_infos(obs, infos)
         return obs, infos  # type: ignore[return-value]

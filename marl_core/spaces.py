@@ -18,6 +18,7 @@ from marl_core.errors import (
     IllegalActionError,
     InvalidActionError,
     MissingActionError,
+    SpaceError,
     UnexpectedActionError,
 )
 
@@ -340,3 +341,77 @@ def _(space: spaces.Tuple, rng: np.random.Generator) -> Any:
 @_sample.register
 def _(space: spaces.Dict, rng: np.random.Generator) -> Any:
     return {key: _sample(sub, rng) for key, sub in space.spaces.items()}
+
+
+# JSON form of spaces (checkpoints keep their configs as JSON, never pickles) --------------------
+
+
+def _array_json(array: np.ndarray) -> Any:
+    """An array of bounds as JSON: one number when all entries are equal, else nested lists."""
+    flat = array.ravel()
+    if flat.size and (flat == flat[0]).all():
+        return _number_json(flat[0])
+    return [_number_json(x) for x in flat]
+
+
+def _number_json(value: Any) -> Any:
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, float) and not np.isfinite(value):
+        return str(value)  # "inf", "-inf", "nan": JSON has no such numbers
+    return value
+
+
+def _array_from_json(data: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    values = np.asarray(data if not isinstance(data, str) else float(data), dtype=np.float64 if dtype.kind == "f" else object)
+    if values.ndim == 0:
+        return np.full(shape, values.item(), dtype=dtype)
+    return np.asarray([float(x) if isinstance(x, str) else x for x in values], dtype=dtype).reshape(shape)
+
+
+def space_to_json(space: spaces.Space) -> dict[str, Any] | None:
+    """A JSON-safe dict describing ``space`` (Box, Discrete, MultiDiscrete, MultiBinary, Text,
+    Tuple and Dict, nested); None when a part of it has no JSON form."""
+    if isinstance(space, spaces.Box):
+        return {"type": "Box", "shape": list(space.shape), "dtype": space.dtype.str,
+                "low": _array_json(space.low), "high": _array_json(space.high)}
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(),
+                "dtype": space.dtype.str}
+    if isinstance(space, spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": list(space.shape)}
+    if isinstance(space, spaces.Text):
+        return {"type": "Text", "max_length": space.max_length, "min_length": space.min_length,
+                "charset": "".join(sorted(space.character_set))}
+    if isinstance(space, (spaces.Tuple, spaces.Dict)):
+        items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)
+        parts = {str(key): space_to_json(sub) for key, sub in items}
+        if any(part is None for part in parts.values()):
+            return None
+        if isinstance(space, spaces.Tuple):
+            return {"type": "Tuple", "spaces": list(parts.values())}
+        return {"type": "Dict", "spaces": parts}
+    return None
+
+
+def space_from_json(data: Mapping[str, Any]) -> spaces.Space:
+    """The space that :func:`space_to_json` described."""
+    kind = data["type"]
+    if kind == "Box":
+        dtype, shape = np.dtype(data["dtype"]), tuple(data["shape"])
+        return spaces.Box(_array_from_json(data["low"], shape, dtype), _array_from_json(data["high"], shape, dtype),
+                          shape, dtype)
+    if kind == "Discrete":
+        return spaces.Discrete(data["n"], start=data["start"])
+    if kind == "MultiDiscrete":
+        return spaces.MultiDiscrete(data["nvec"], dtype=np.dtype(data["dtype"]), start=data["start"])
+    if kind == "MultiBinary":
+        return spaces.MultiBinary(data["n"])
+    if kind == "Text":
+        return spaces.Text(data["max_length"], min_length=data["min_length"], charset=data["charset"])
+    if kind == "Tuple":
+        return spaces.Tuple([space_from_json(sub) for sub in data["spaces"]])
+    if kind == "Dict":
+        return spaces.Dict({key: space_from_json(sub) for key, sub in data["spaces"].items()})
+    raise SpaceError(f"unknown space type {kind!r} in a saved space")

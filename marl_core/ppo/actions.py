@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from marl_core.errors import SpaceError
+from marl_core.errors import EnvContractError, SpaceError
 from marl_core.spaces import action_mask_size
 
 MASKED_LOGIT = -1e9
@@ -106,6 +106,11 @@ class ActionLayout:
                 if mask is not None:
                     legal = np.asarray(mask[:, mask_offset : mask_offset + leaf.size]) > 0
                     mask_offset += leaf.size
+                    if not legal.any(axis=1).all():  # else a masked action would be drawn
+                        rows = np.flatnonzero(~legal.any(axis=1)).tolist()
+                        error = EnvContractError(f"the action mask of batch rows {rows} allows no action")
+                        error.rows = rows  # type: ignore[attr-defined]  (the sampler names their agents)
+                        raise error
                     logits = np.where(legal, logits, np.float32(MASKED_LOGIT))
                 log_probs = _log_softmax(logits)
                 if explore:

@@ -49,7 +49,8 @@ class PPO:
           learned policies not in ``policies_to_train`` act with frozen weights.
         - **Rewards**: each agent's rewards are credited to its most recent action and accumulate
           until its next action or the end of its episode (turn-based games: the reward that
-          arrives when the opponent wins goes to the loser's last move). Rewards an agent receives
+          arrives when the opponent wins goes to the loser's last move; an agent that has ended
+          keeps receiving credit until the episode ends). Rewards an agent receives
           before its first action belong to no action: they count in episode returns only.
         - **Dead agents and "__all__"**: an agent that terminates ends its trajectory without a
           bootstrap; a truncated one bootstraps with the value of its final observation (of its

@@ -5,6 +5,8 @@ pickled). ``state.pt`` holds every learned policy's module state, the optimizer 
 policies, the iteration and step counters, recent episode returns and the RNG states; it is read
 with ``torch.load(..., weights_only=True)``. The directory is written under a temporary name and
 renamed into place, so a crash never leaves a half-written checkpoint under the final name.
+Replacing a checkpoint renames the old one aside first: if the process dies between the two
+renames, the next load (or save) under that name puts the old checkpoint back.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
     """Write ``algo`` to the directory ``path`` (replacing it atomically) and return ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _recover(path)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
+    old: Path | None = None
     try:
         config = algo.config.to_json_dict()
         if config["policy_mapping_fn"] is None:
@@ -79,12 +83,26 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists() and not path.exists():
+            os.replace(old, path)  # interrupted between the two renames: the old checkpoint stays
         raise
     return path
 
 
+def _recover(path: Path) -> None:
+    """Put back a checkpoint that a process killed in the middle of replacing it left aside."""
+    if path.exists():
+        return
+    aside = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    if aside:
+        logger.warning("%s was being replaced when its writer stopped; restoring the previous checkpoint %s",
+                       path, aside[-1].name)
+        os.replace(aside[-1], path)
+
+
 def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PPO:
     """Build ``cls`` from the checkpoint at ``path``; ``overrides`` replace config fields."""
+    _recover(path)
     config_file, state_file = path / "config.json", path / "state.pt"
     if not config_file.is_file() or not state_file.is_file():
         raise CheckpointError(f"{path} is not a checkpoint: expected {config_file.name} and {state_file.name} in it")
@@ -100,9 +118,16 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         if missing:
             raise CheckpointError(f"the checkpoint has policies {missing} that the config does not define; "
                                   f"pass policies=... to from_checkpoint")
-        algo._set_to_train(state["to_train"])
+        if "policies_to_train" not in overrides:
+            algo._set_to_train(state["to_train"])
         for policy_id, saved in state["policies"].items():
-            algo.policies[policy_id].module.load_state_dict(saved["module"])
+            try:
+                algo.policies[policy_id].module.load_state_dict(saved["module"])
+            except RuntimeError as error:  # torch's shape or key mismatch
+                raise CheckpointError(
+                    f"the saved weights of policy {policy_id!r} do not fit the model built from the config "
+                    f"(a different model config or spaces than when saved?): {error}"
+                ) from error
             if saved["optimizer"] and policy_id in algo.learners:
                 algo.learners[policy_id].optimizer.load_state_dict(saved["optimizer"])
         algo.iteration = int(state["iteration"])

@@ -29,22 +29,39 @@ import time
 from pathlib import Path
 from typing import Any
 
+from marl_core.errors import ConfigError
 from marl_core.ppo.presets import PRESETS, load_preset
+
+
+def _positive(kind: type) -> Any:
+    """An argparse type: a number of ``kind`` above zero."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, received {text!r}") from None
+        if not value > 0:  # NaN fails too
+            raise argparse.ArgumentTypeError(f"expected a number above 0, received {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``marl-train``."""
     parser = argparse.ArgumentParser(prog="marl-train", description="Train a multi-agent PPO preset on Ray.")
     parser.add_argument("preset", choices=sorted(PRESETS), help="what to train")
-    parser.add_argument("--minutes", type=float, default=None, help="time budget (default: the preset's)")
-    parser.add_argument("--iterations", type=int, default=None, help="stop after this many iterations")
+    parser.add_argument("--minutes", type=_positive(float), default=None, help="time budget (default: the preset's)")
+    parser.add_argument("--iterations", type=_positive(int), default=None, help="stop after this many iterations")
     parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/PRESET-TIME)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default: the preset's)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field, e.g. training.lr=3e-4 (repeatable)")
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start one locally)")
-    parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray")
-    parser.add_argument("--checkpoint-every", type=int, default=10, help="iterations between checkpoints")
+    parser.add_argument("--num-cpus", type=_positive(int), default=None, help="CPUs of the local Ray")
+    parser.add_argument("--checkpoint-every", type=_positive(int), default=10, help="iterations between checkpoints")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -74,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         if not sep:
             print(f"marl-train: --set needs KEY=VALUE, received {item!r}", file=sys.stderr)
             return 2
-        config.set(key.strip(), value)
+        try:
+            config.set(key.strip(), value)
+        except ConfigError as error:
+            print(f"marl-train: --set {item}: {error}", file=sys.stderr)
+            return 2
     if args.seed is not None:
         config.seed = args.seed
     if args.ray_address is not None:

@@ -302,7 +302,12 @@ class PPOConfig:
     # JSON -------------------------------------------------------------------------------------
 
     def to_json_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict; callables become ``"module:qualname"`` (None when not importable)."""
+        """A JSON-safe dict; callables become ``"module:qualname"`` (None when not importable).
+
+        numpy numbers and arrays become numbers and lists; any other value without a JSON form
+        (inside ``env_config``, say) becomes ``{"__unsaved__": repr}``, and loading it back
+        raises :class:`CheckpointError` unless that field is passed again.
+        """
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -313,7 +318,7 @@ class PPOConfig:
             elif callable(value) or f.name == "env":
                 value = reference_of(value)
             out[f.name] = value
-        return json.loads(json.dumps(out, default=lambda v: None))
+        return json.loads(json.dumps(out, default=_json_default))
 
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any], **overrides: Any) -> PPOConfig:
@@ -323,6 +328,12 @@ class PPOConfig:
         for key, value in data.items():
             if key not in names or key in overrides:
                 continue
+            unsaved = _unsaved_paths(value, key)
+            if unsaved:
+                raise CheckpointError(
+                    f"{', '.join(unsaved)} had no JSON form when the checkpoint was saved; pass {key}=... to "
+                    "from_checkpoint"
+                )
             if key == "policies":
                 value = {pid: _policy_from_json(pid, entry) for pid, entry in value.items()}
             elif key in ("env", "policy_mapping_fn") and value is not None:
@@ -368,27 +379,67 @@ def resolve(reference: Any) -> Any:
     return obj
 
 
+def _json_default(value: Any) -> Any:
+    """The JSON form of what ``json`` cannot write itself (see :meth:`PPOConfig.to_json_dict`)."""
+    import numpy as np
+
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    return {"__unsaved__": repr(value)[:200]}
+
+
+def _unsaved_paths(value: Any, path: str) -> list[str]:
+    """Where in ``value`` (a loaded JSON value) the ``{"__unsaved__": ...}`` markers are."""
+    if isinstance(value, Mapping):
+        if set(value) == {"__unsaved__"}:
+            return [f"{path} ({value['__unsaved__']})"]
+        return [p for k, v in value.items() for p in _unsaved_paths(v, f"{path}[{k!r}]")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _unsaved_paths(v, f"{path}[{i}]")]
+    return []
+
+
 def _policy_to_json(entry: Any) -> Any:
+    from marl_core.spaces import space_to_json
+
     if entry is None:
         return {"kind": "learned"}
     if isinstance(entry, PolicySpec):
         model = {k: v for k, v in entry.model.items() if k != "module"}
         if "module" in entry.model:
             model["module"] = reference_of(entry.model["module"])
-        return {"kind": "spec", "config": dict(entry.config), "model": model,
-                "has_spaces": entry.observation_space is not None or entry.action_space is not None}
+        out: dict[str, Any] = {"kind": "spec", "config": dict(entry.config), "model": model}
+        for name in ("observation_space", "action_space"):
+            space = getattr(entry, name)
+            if space is not None:  # a space without a JSON form is marked unsaved
+                out[name] = space_to_json(space) or {"__unsaved__": repr(space)[:200]}
+        return out
     return {"kind": "fixed", "ref": reference_of(entry)}
 
 
 def _policy_from_json(policy_id: str, data: Mapping[str, Any]) -> Any:
+    from marl_core.spaces import space_from_json
+
     kind = data.get("kind")
     if kind == "learned":
         return None
     if kind == "spec":
         model = dict(data.get("model", {}))
         if "module" in model:
+            if model["module"] is None:
+                raise CheckpointError(f"the model module factory of policy {policy_id!r} was not importable by "
+                                      "name when saved; pass policies={...} with it to from_checkpoint")
             model["module"] = resolve(model["module"])
-        return PolicySpec(config=dict(data.get("config", {})), model=model)
+        saved = {name: data.get(name) for name in ("observation_space", "action_space")}
+        if data.get("has_spaces") and saved == {"observation_space": None, "action_space": None}:
+            raise CheckpointError(f"the spaces of policy {policy_id!r} were not saved in this older checkpoint; "
+                                  "pass policies={...} with them to from_checkpoint")
+        return PolicySpec(
+            observation_space=None if saved["observation_space"] is None else space_from_json(saved["observation_space"]),
+            action_space=None if saved["action_space"] is None else space_from_json(saved["action_space"]),
+            config=dict(data.get("config", {})),
+            model=model,
+        )
     if data.get("ref") is None:
         raise CheckpointError(
             f"fixed policy {policy_id!r} was not importable by name when saved; pass "

@@ -7,8 +7,10 @@ back with :func:`~marl_core.vector.scatter`. An env whose episode ends is reset 
 the same step (``autoreset_mode="same_step"``), which starts a new episode for it. Each agent keeps a trajectory:
 its rewards are credited to its most recent action and accumulate until its next action or the
 end of the episode, so in turn-based games the reward that arrives when the opponent wins is
-credited to the loser's last move. GAE runs per agent trajectory when it ends (no bootstrap on
-termination, the value of the final observation on truncation). When the batch is full, every
+credited to the loser's last move, and an agent that ends early keeps being credited until the
+episode ends. GAE runs per agent trajectory when the episode ends (no bootstrap on termination,
+the value of the final observation on truncation); an agent that ends early ships all but its
+last action at once. When the batch is full, every
 open trajectory ships all but its last action, bootstrapped with that action's value, and keeps
 the last action for the next batch, so no reward is lost at batch boundaries.
 
@@ -151,6 +153,9 @@ class Sampler:
         self.ending: list[set[AgentID]] = [set() for _ in range(num_envs)]
         self.episodes: list[Episode] = [None] * num_envs  # type: ignore[list-item]
         self.trajectories: list[dict[AgentID, _Trajectory]] = [{} for _ in range(num_envs)]
+        # Agents that ended before their episode did: whether terminated, and their final obs. Their
+        # trajectories keep their last action until the episode ends, and it is still credited.
+        self.ended: list[dict[AgentID, tuple[bool, Any]]] = [{} for _ in range(num_envs)]
         self._failures_in_a_row = [0] * num_envs
         self._started = False
 
@@ -188,6 +193,7 @@ class Sampler:
                 if policy_id not in current:
                     del episode.agent_to_policy[agent_id]
                     self.trajectories[index].pop(agent_id, None)
+                    self.ended[index].pop(agent_id, None)
 
     def set_weights(self, weights: Mapping[PolicyID, Mapping[str, Any]]) -> None:
         """Load learned weights (policy id -> state dict)."""
@@ -202,6 +208,7 @@ class Sampler:
         self._episode_counter += 1
         self.episodes[index] = Episode((self.worker_index << 40) + self._episode_counter, index, self.worker_index)
         self.trajectories[index] = {}
+        self.ended[index] = {}
         self.ending[index] = set()
 
     def _start(self) -> None:
@@ -265,11 +272,13 @@ class Sampler:
             actions, count = self._act()
             agent_steps += count
             obs_list, rewards_list, terminateds_list, truncateds_list, _ = self.vector.step(actions)
-            failed = self._count_failures()
+            self._count_failures()
             autoreset, reset_results = self.vector.autoreset, self.vector.reset_results
             truncated: list[tuple[PolicyID, Any, _Trajectory]] = []
             for index in range(self.num_envs):
-                if index in failed or autoreset[index]:  # a new episode (a failed one is dropped)
+                # A step that failed comes back as a rebuilt env's first obs (autoreset), and its
+                # episode is dropped; a reset that failed after a step keeps the step (below).
+                if autoreset[index]:
                     self._new_episode(index)
                     self.obs[index] = obs_list[index]
                     continue
@@ -313,7 +322,14 @@ class Sampler:
                 actions_by_policy[policy_id] = [policy(observation) for observation in policy_batch.obs]
                 continue
             batch = as_dtype(policy.observation_space, policy_batch.obs)
-            rows, logps, values = policy.act(batch, explore=True, rng=self.rng)
+            try:
+                rows, logps, values = policy.act(batch, explore=True, rng=self.rng)
+            except EnvContractError as error:
+                if not hasattr(error, "rows"):
+                    raise
+                agents = [keys[row] for row in error.rows]
+                raise EnvContractError(f"(env index, agent) {agents} of policy {policy_id!r} must act, but the "
+                                       "action mask of each allows no action") from error
             actions_by_policy[policy_id] = policy.layout.to_env(rows)
             if policy_id not in self.to_train:
                 continue
@@ -341,16 +357,32 @@ class Sampler:
                 trajectory.rewards[-1] += float(reward)
         all_terminated = bool(terminateds.get(ALL, False))
         all_done = all_terminated or bool(truncateds.get(ALL, False))
-        ended = trajectories if all_done else [a for a in obs if terminateds.get(a) or truncateds.get(a)]
-        for agent_id in list(ended):
-            trajectory = trajectories.pop(agent_id, None)
-            if trajectory is None or not trajectory.rewards:
+        ended = self.ended[index]
+        if not all_done:
+            # An agent that ends before its episode ships all but its last action (bootstrapped with
+            # that action's value); the last one waits for the end, so later rewards still count.
+            for agent_id in obs:
+                if (terminateds.get(agent_id) or truncateds.get(agent_id)) and agent_id in trajectories:
+                    ended[agent_id] = (bool(terminateds.get(agent_id)), obs[agent_id])
+                    trajectory = trajectories[agent_id]
+                    if len(trajectory.rewards) > 1:
+                        self._ship(episode.agent_to_policy[agent_id], trajectory, out, len(trajectory.rewards) - 1,
+                                   trajectory.values[-1], terminated=False)
+        for agent_id in list(trajectories) if all_done else ():
+            trajectory = trajectories.pop(agent_id)
+            if not trajectory.rewards:
                 continue
             policy_id = episode.agent_to_policy[agent_id]
-            if terminateds.get(agent_id, False) or (all_terminated and not truncateds.get(agent_id, False)):
+            if agent_id in ended:
+                (terminated, final_obs), has_final = ended[agent_id], True
+            else:
+                terminated = bool(terminateds.get(agent_id, False)) or (
+                    all_terminated and not truncateds.get(agent_id, False))
+                final_obs, has_final = obs.get(agent_id), agent_id in obs
+            if terminated:
                 self._ship(policy_id, trajectory, out, len(trajectory.rewards), 0.0, terminated=True)
-            elif agent_id in obs:
-                truncated.append((policy_id, obs[agent_id], trajectory))
+            elif has_final:
+                truncated.append((policy_id, final_obs, trajectory))
             else:
                 self._ship(policy_id, trajectory, out, len(trajectory.rewards), trajectory.values[-1], False)
         if all_done:

@@ -277,6 +277,23 @@ def test_masked_actions_can_reach_the_env_when_legality_checks_are_off():
         unchecked.step({"player_1": 12})
 
 
+def test_masks_in_any_mapping_observation_are_enforced():
+    from collections import OrderedDict
+
+    from pettingzoo.utils.wrappers import BaseWrapper
+
+    class OrderedObservations(BaseWrapper):
+        def observe(self, agent):
+            return OrderedDict(super().observe(agent))
+
+    env = PettingZooEnv(OrderedObservations(tictactoe.env()))
+    env.reset(seed=0)
+    env.step({"player_1": 4})
+    with pytest.raises(IllegalActionError, match="'player_2': received 4"):
+        env.step({"player_2": 4})
+    assert env.env.unwrapped.board.squares[4] == 1 and env.env.agent_selection == "player_2"
+
+
 def test_step_before_reset_and_options_and_seeds_reach_the_env():
     env = PettingZooEnv(TurnsWithInfoMasks(), mask_in_info=True)
     with pytest.raises(ResetNeededError, match="reset"):

@@ -145,6 +145,28 @@ def test_sampling_integer_boxes_up_to_the_dtype_extremes(dtype: type) -> None:
     assert set(sample_action(narrow, rng).tolist()) <= {int(info.max) - 1, int(info.max)}
 
 
+def test_spaces_round_trip_through_json() -> None:
+    import json
+
+    from marl_core.spaces import space_from_json, space_to_json
+
+    int64 = np.iinfo(np.int64)
+    for space in [
+        spaces.Box(0, 255, (4, 5, 3), np.uint8),
+        spaces.Box(-np.inf, np.inf, (3,), np.float32),
+        spaces.Box(np.array([0.0, -1.5]), np.array([1.0, np.inf]), dtype=np.float64),
+        spaces.Box(int64.min, int64.max, (2,), np.int64),
+        spaces.Discrete(5, start=-2),
+        spaces.MultiDiscrete([3, 4], start=[1, 0]),
+        spaces.MultiBinary([2, 3]),
+        spaces.Text(12, min_length=1, charset="abc"),
+        spaces.Tuple([spaces.Discrete(2), masked_space(spaces.Box(0.0, 1.0, (2,)), 4)]),
+    ]:
+        assert space_from_json(json.loads(json.dumps(space_to_json(space)))) == space
+    assert space_to_json(spaces.Sequence(spaces.Discrete(2))) is None
+    assert space_to_json(spaces.Tuple([spaces.Discrete(2), spaces.Graph(spaces.Discrete(2), None)])) is None
+
+
 def test_sampling_unbounded_and_nested_spaces() -> None:
     space = spaces.Tuple(
         (

@@ -90,6 +90,73 @@ def test_checkpoint_is_replaced_atomically_and_bad_paths_fail(tmp_path):
         PPO.from_checkpoint(tmp_path / "missing")
 
 
+def test_a_save_interrupted_between_its_renames_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    import os
+
+    from marl_core.ppo import checkpoint
+
+    with _rps_config().build() as algo:
+        algo.train()
+        algo.save(tmp_path / "ck")
+        saved = (tmp_path / "ck" / "state.pt").read_bytes()
+        algo.train()
+        real_replace, calls = os.replace, []
+
+        def interrupted_replace(src, dst):
+            calls.append(src)
+            if len(calls) == 2:  # the new checkpoint's rename: Ctrl-C lands here
+                raise KeyboardInterrupt
+            real_replace(src, dst)
+
+        monkeypatch.setattr(checkpoint.os, "replace", interrupted_replace)
+        with pytest.raises(KeyboardInterrupt):
+            algo.save(tmp_path / "ck")
+        monkeypatch.setattr(checkpoint.os, "replace", real_replace)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+    assert (tmp_path / "ck" / "state.pt").read_bytes() == saved
+    # A writer killed outright leaves the old checkpoint aside: the next load puts it back.
+    os.replace(tmp_path / "ck", tmp_path / ".ck.old-0123abcd")
+    PPO.from_checkpoint(tmp_path / "ck").stop()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]
+
+
+def test_checkpoints_keep_spec_spaces_and_refuse_what_they_could_not_save(tmp_path):
+    import gymnasium as gym
+
+    extra = PolicySpec(observation_space=gym.spaces.Box(-1.0, 1.0, (5,), np.float32), action_space=gym.spaces.Discrete(4))
+    config = _rps_config().multi_agent(policies={"learned": None, "beat_last": beat_last_move, "extra": extra})
+    with config.build() as algo:
+        algo.train()
+        algo.save(tmp_path / "spaces")
+    with PPO.from_checkpoint(tmp_path / "spaces") as restored:
+        assert restored.policies["extra"].observation_space == extra.observation_space
+        assert restored.policies["extra"].action_space == extra.action_space
+    # numpy values are saved as numbers; what has no JSON form must be passed back.
+    config = _rps_config().environment(RockPaperScissors, env_config={"rounds": np.int64(3), "hook": object()})
+    with config.build() as algo:
+        algo.save(tmp_path / "config")
+    with pytest.raises(CheckpointError, match=r"env_config\['hook'\] \(<object object.*pass env_config="):
+        PPO.from_checkpoint(tmp_path / "config")
+    with PPO.from_checkpoint(tmp_path / "config", env_config={"rounds": 3}) as restored:
+        assert restored.config.env_config == {"rounds": 3}
+    saved = json.loads((tmp_path / "config" / "config.json").read_text())
+    assert saved["env_config"]["rounds"] == 3
+
+
+def test_restoring_with_overrides_of_what_the_state_holds(tmp_path):
+    env = RockPaperScissors()
+    other = PolicySpec(observation_space=env.get_observation_space("player1"), action_space=env.get_action_space("player1"))
+    config = _rps_config().multi_agent(policies={"learned": None, "beat_last": beat_last_move, "other": other},
+                                       policies_to_train=["learned", "other"])
+    with config.build() as algo:
+        algo.train()
+        algo.save(tmp_path / "ck")
+    with PPO.from_checkpoint(tmp_path / "ck", policies_to_train=["learned"]) as restored:
+        assert restored.to_train == ["learned"] and sorted(restored.learners) == ["learned"]
+    with pytest.raises(CheckpointError, match="saved weights of policy 'learned' do not fit"):
+        PPO.from_checkpoint(tmp_path / "ck", model={"hiddens": [32]})
+
+
 def test_a_lambda_mapping_fn_must_be_passed_back_when_restoring(tmp_path):
     config = _rps_config().multi_agent(policy_mapping_fn=lambda agent_id, episode: rps_policy_mapping_fn(agent_id, episode))
     with config.build() as algo:

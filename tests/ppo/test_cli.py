@@ -51,9 +51,17 @@ def test_train_two_iterations_with_overrides(tmp_path, capsys):
     restored.stop()
 
 
-def test_bad_override_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="unknown config field"):
-        main(["rps", "--iterations", "1", "--out", str(tmp_path), "--set", "training.learning_rate=1"])
+def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
+    status = main(["rps", "--iterations", "1", "--out", str(tmp_path), "--set", "training.learning_rate=1"])
+    assert status == 2 and "unknown config field 'training.learning_rate'" in capsys.readouterr().err
+    assert main(["rps", "--out", str(tmp_path), "--set", "lr"]) == 2
+    for flag, value in [("--iterations", "-3"), ("--iterations", "0"), ("--minutes", "nan"), ("--minutes", "-1"),
+                        ("--num-cpus", "0"), ("--checkpoint-every", "x")]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["rps", flag, value, "--out", str(tmp_path)])
+        assert exit_info.value.code == 2
+        assert f"argument {flag}: expected a number" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing was started
 
 
 @pytest.mark.slow

@@ -48,7 +48,14 @@ def _pair(name: str) -> tuple[TorchPolicy, NumpyPolicy, object]:
     numpy_policy = NumpyPolicy(obs_space, act_space, config)
     numpy_policy.set_weights(torch_policy.get_weights())
     obs_space.seed(1)
-    return torch_policy, numpy_policy, stack_obs(obs_space, [obs_space.sample() for _ in range(64)])
+    obs = stack_obs(obs_space, [obs_space.sample() for _ in range(64)])
+    if isinstance(obs, dict) and "action_mask" in obs:  # random masks: give each sub-action one legal choice
+        offset = 0
+        for leaf in numpy_policy.layout.leaves:
+            part = obs["action_mask"][:, offset : offset + leaf.size]
+            part[~part.any(axis=1), 0] = 1
+            offset += leaf.size
+    return torch_policy, numpy_policy, obs
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
+from marl_core.env import ALL, MultiAgentEnv
 from marl_core.errors import EnvContractError
 from marl_core.ppo.config import DEFAULT_MODEL
 from marl_core.ppo.rollout import LearnedSpec, Sampler
+from marl_core.spaces import check_action_dict
 from tests.fixtures.envs import IrregularOrderEnv, JoinLeaveEnv
 from tests.ppo.helpers import FlakyRockPaperScissors, TwoMoveGame, install_policies
 
@@ -59,6 +62,54 @@ def test_no_reward_is_lost_across_batches_and_bystander_rewards_are_credited():
     assert credited > 0
 
 
+class PaysTheFallen(MultiAgentEnv):
+    """``a`` and ``b`` move together; ``a`` terminates after the first step (``truncate``: is cut
+    short) and ``b`` plays two more. Every step pays both agents 1, ``a`` too after it ended."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        self.observation_spaces = {x: gym.spaces.Box(0.0, 3.0, (1,), np.float32) for x in self.possible_agents}
+        self.action_spaces = {x: gym.spaces.Discrete(2) for x in self.possible_agents}
+        self.truncate = bool((config or {}).get("truncate", False))
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a", "b"]
+        return {x: np.zeros(1, np.float32) for x in self.agents}, {}
+
+    def step(self, action_dict):
+        check_action_dict(self, action_dict, self.agents)
+        self.t += 1
+        obs = {x: np.full(1, self.t, np.float32) for x in self.agents}
+        a_ends = self.t == 1
+        terminateds = {"a": a_ends and not self.truncate, ALL: self.t == 3}
+        truncateds = {"a": a_ends and self.truncate, ALL: False}
+        if a_ends:
+            self.agents = ["b"]
+        if self.t == 3:
+            terminateds["b"], self.agents = True, []
+        return obs, {"a": 1.0, "b": 1.0}, terminateds, truncateds, {}
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_rewards_after_an_agents_own_end_are_credited_to_its_last_action(truncate):
+    probe = PaysTheFallen()
+    spec = LearnedSpec(probe.observation_spaces["a"], probe.action_spaces["a"], dict(DEFAULT_MODEL), 1.0, 1.0)
+    sampler = Sampler(PaysTheFallen, {"truncate": truncate}, 1, seed=0)
+    install_policies(sampler, {"a": spec, "b": spec}, lambda agent_id, episode: agent_id, {"a", "b"})
+    out = sampler.sample(6)  # two episodes of three steps
+    np.testing.assert_array_equal(out["batches"]["a"]["rewards"], [3.0, 3.0])  # its own step and two more
+    np.testing.assert_array_equal(out["batches"]["b"]["rewards"], [1.0] * 6)
+    batch_a = out["batches"]["a"]
+    if truncate:  # cut short: bootstrapped with the value of its final observation
+        assert not np.allclose(batch_a["returns"], batch_a["rewards"])
+    else:  # terminated: gamma = lambda = 1 and no bootstrap, so the return is the reward
+        np.testing.assert_allclose(batch_a["returns"], batch_a["rewards"])
+    assert sorted(e["return"] for e in out["episodes"] if e["agent_id"] == "a") == [3.0, 3.0]
+
+
 def test_late_joiners_and_early_leavers():
     sampler = _sampler(JoinLeaveEnv, num_envs=2)
     out = sampler.sample(16)  # 8 steps per episode, 2 envs: two episodes each? one each
@@ -76,6 +127,54 @@ def test_env_errors_rebuild_the_env_and_drop_its_episode():
     assert out["env_steps"] >= 100
     # Every finished episode is complete (10 moves); the dropped ones never show up.
     assert {e["length"] for e in out["episodes"]} == {10}
+
+
+class SecondResetFails(TwoMoveGame):
+    """:class:`TwoMoveGame` whose second ``reset`` in this process (after the first game) raises."""
+
+    resets = [0]
+
+    def reset(self, *, seed=None, options=None):
+        SecondResetFails.resets[0] += 1
+        if SecondResetFails.resets[0] == 2:
+            raise RuntimeError("reset refused after the first game")
+        return super().reset(seed=seed, options=options)
+
+
+def test_a_reset_that_fails_after_a_game_keeps_the_game_and_starts_the_rebuilt_env():
+    mapping = lambda agent_id, episode: agent_id  # noqa: E731
+    probe = TwoMoveGame()
+    spec = LearnedSpec(probe.observation_spaces["first"], probe.action_spaces["first"], dict(DEFAULT_MODEL), 1.0, 1.0)
+    SecondResetFails.resets[0] = 0
+    sampler = Sampler(SecondResetFails, {}, 1, seed=0)
+    install_policies(sampler, {"first": spec, "second": spec}, mapping, {"first", "second"})
+    out = sampler.sample(10)  # five games of two steps; the reset after the first one fails
+    # The env (strict about who acts) was rebuilt once and never received a move out of turn.
+    assert out["num_env_errors"] == sampler.num_env_errors == 1
+    assert out["env_steps"] == 10
+    finished = [e for e in out["episodes"] if e["agent_id"] == "first"]
+    assert len(finished) == 5  # the first game too: its results were kept
+    assert len(out["batches"]["first"]["rewards"]) == len(out["batches"]["second"]["rewards"]) == 5
+
+
+class NoLegalMoveForSecond(TwoMoveGame):
+    """:class:`TwoMoveGame` whose ``second`` is asked to act with a mask that allows nothing."""
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if "second" in obs and not terminateds.get("second"):
+            obs = {"second": {**obs["second"], "action_mask": np.zeros(3, np.int8)}}
+        return obs, rewards, terminateds, truncateds, infos
+
+
+def test_an_agent_asked_to_act_without_a_legal_action_is_named():
+    mapping = lambda agent_id, episode: "p"  # noqa: E731
+    probe = TwoMoveGame()
+    spec = LearnedSpec(probe.observation_spaces["first"], probe.action_spaces["first"], dict(DEFAULT_MODEL), 1.0, 1.0)
+    sampler = Sampler(NoLegalMoveForSecond, {}, 2, seed=0)
+    install_policies(sampler, {"p": spec}, mapping, {"p"})
+    with pytest.raises(EnvContractError, match=r"\[\(0, 'second'\), \(1, 'second'\)\] of policy 'p' must act"):
+        sampler.sample(10)
 
 
 def test_an_env_that_always_fails_stops_the_sampler_with_a_clear_error():
