@@ -181,14 +181,49 @@ def to_openspiel(
         - **Chance and seeding**: the only chance event is the seed (see ``seeds``); everything
           random in the env follows from it, so cloning a state replays its history exactly.
     """
+    if name in pyspiel.registered_names() and name not in _REGISTERED:
+        raise UnsupportedEnvError(f"to_openspiel name {name!r} is already a pyspiel game; choose another name")
+    spec, game_type, game_info = _define(
+        env_factory, name=name, long_name=long_name, seeds=seeds, dynamics=dynamics, reward_model=reward_model,
+        max_game_length=max_game_length, utility_range=utility_range, perfect_information=perfect_information,
+        utility=utility, utility_sum=utility_sum,
+    )
+    first = name not in _REGISTERED
+    _REGISTERED[name] = (spec, game_type, game_info)
+    if first:
+        # A class per name, not a closure: pyspiel keeps the factory until the interpreter exits,
+        # and releasing a plain function there aborts the process (a class is only freed by the
+        # garbage collector, before that).
+        class RegisteredGame(_EnvGame):
+            def __init__(self, params: dict[str, Any] | None = None) -> None:
+                super().__init__(*_REGISTERED[name], params)
+
+        RegisteredGame.__name__ = RegisteredGame.__qualname__ = f"RegisteredGame_{name}"
+        pyspiel.register_game(game_type, RegisteredGame)
+    return pyspiel.load_game(name)
+
+
+def _define(
+    env_factory: Callable[[], MultiAgentEnv],
+    *,
+    name: str,
+    long_name: str | None,
+    seeds: Sequence[int],
+    dynamics: Dynamics,
+    reward_model: RewardModel,
+    max_game_length: int,
+    utility_range: tuple[float, float] | None,
+    perfect_information: bool,
+    utility: Utility | None,
+    utility_sum: float | None,
+) -> tuple[_Spec, pyspiel.GameType, pyspiel.GameInfo]:
+    """Check :func:`to_openspiel`'s arguments, probe the env and build what the game is made of."""
     if not seeds:
         raise UnsupportedEnvError("to_openspiel needs at least one seed in seeds, received none")
     if dynamics not in ("auto", "sequential", "simultaneous"):
         raise UnsupportedEnvError(f"dynamics must be 'auto', 'sequential' or 'simultaneous', received {dynamics!r}")
     if reward_model not in ("rewards", "terminal"):
         raise UnsupportedEnvError(f"reward_model must be 'rewards' or 'terminal', received {reward_model!r}")
-    if name in pyspiel.registered_names() and name not in _REGISTERED:
-        raise UnsupportedEnvError(f"to_openspiel name {name!r} is already a pyspiel game; choose another name")
     build = _no_argument(env_factory)
     probe = build()
     agents = tuple(probe.possible_agents)
@@ -254,28 +289,19 @@ def to_openspiel(
         utility_sum=utility_sum,
         max_game_length=spec.max_game_length,
     )
-
-    first = name not in _REGISTERED
-    _REGISTERED[name] = (spec, game_type, game_info)
-    if first:
-        # A class per name, not a closure: pyspiel keeps the factory until the interpreter exits,
-        # and releasing a plain function there aborts the process (a class is only freed by the
-        # garbage collector, before that).
-        class RegisteredGame(_EnvGame):
-            def __init__(self, params: dict[str, Any] | None = None) -> None:
-                super().__init__(*_REGISTERED[name], params)
-
-        RegisteredGame.__name__ = RegisteredGame.__qualname__ = f"RegisteredGame_{name}"
-        pyspiel.register_game(game_type, RegisteredGame)
-    return pyspiel.load_game(name)
+    return spec, game_type, game_info
 
 
 def _exported_game(export: dict[str, Any]) -> pyspiel.Game:
     """The game that :func:`to_openspiel` exported with the arguments ``export``: the registered
-    one in this process, else exported again here (unpickling in another process)."""
-    if export["name"] in _REGISTERED:
+    one when it is still that export, else exported here (unpickling in another process), else
+    (another export now holds its name) built again without registering it."""
+    registered = _REGISTERED.get(export["name"])
+    if registered is None:
+        return to_openspiel(**export)
+    if registered[0].export == export:
         return pyspiel.load_game(export["name"])
-    return to_openspiel(**export)
+    return _EnvGame(*_define(**export), None)
 
 
 class _EnvGame(pyspiel.Game):
@@ -291,8 +317,11 @@ class _EnvGame(pyspiel.Game):
         # Pickled as its export: another process exports it again (the factory must be picklable).
         return _exported_game, (self.spec.export,)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> _EnvGame:
+    def __copy__(self) -> _EnvGame:
         return self  # games are immutable, as pyspiel's own
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _EnvGame:
+        return self
 
     def new_initial_state(self) -> _EnvState:
         """A fresh state: a chance node choosing the seed, or the env reset with the only seed."""

@@ -103,8 +103,8 @@ class MultiAgentAECEnv(AECEnv):
           last agent has acted, when it can no longer be taken back.
         - Bad input (an action outside the space, a masked action, a step before ``reset`` or
           after the end) raises, and the state is unchanged: the same agent must act again.
-        - ``"__common__"`` infos are kept in ``common_infos`` (``{}`` when the last reset or step
-          gave none).
+        - ``common_infos`` holds the ``"__common__"`` infos of the MultiAgentEnv's last reset or
+          step (``{}`` when it gave none).
     """
 
     def __init__(self, env: MultiAgentEnv, *, check_legal: bool = True) -> None:
@@ -150,7 +150,6 @@ class MultiAgentAECEnv(AECEnv):
         self._waiting_rewards = {}
         self._gone = set()
         self._join([*self.env.agents, *obs])
-        self.common_infos = {}
         self._take_infos(infos)
         self._buffer = {}
         self._dead = deque()
@@ -250,10 +249,9 @@ class MultiAgentAECEnv(AECEnv):
             self.infos[agent_id] = {}
 
     def _take_infos(self, infos: Mapping[AgentID, Any]) -> None:
+        self.common_infos = infos.get(COMMON, {})
         for agent_id, info in infos.items():
-            if agent_id == COMMON:
-                self.common_infos = info
-            elif agent_id in self.infos:
+            if agent_id in self.infos:
                 self.infos[agent_id] = info
 
     def _remove(self, agent_id: AgentID) -> None:

@@ -49,14 +49,16 @@ def execute(env: MultiAgentEnv, command: str, payload: Any) -> Any:
     """Run one command on ``env``: the same code in sync mode and in a worker process."""
     if command == "step":
         return env.step(payload)
-    if command == "step_reset":  # same-step autoreset: the step, then the next episode's reset if it ended
+    if command in ("step_reset", "step_reset_isolated"):  # same-step autoreset: the step, then a reset if it ended
         result = env.step(payload)
-        if result[2].get(ALL, False) or result[3].get(ALL, False):
-            try:
-                return result, env.reset(seed=None, options=None)
-            except Exception:  # the ended episode's results must not be lost with the reset
-                return result, ResetFailure(traceback.format_exc())
-        return result, None
+        if not (result[2].get(ALL, False) or result[3].get(ALL, False)):
+            return result, None
+        if command == "step_reset":
+            return result, env.reset(seed=None, options=None)
+        try:  # isolated (on_error="rebuild"): the ended episode's results must not be lost with the reset
+            return result, env.reset(seed=None, options=None)
+        except Exception:
+            return result, ResetFailure(traceback.format_exc())
     if command == "reset":
         seed, options = payload
         return env.reset(seed=seed, options=options)

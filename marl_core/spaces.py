@@ -317,11 +317,14 @@ def _(space: spaces.MultiBinary, rng: np.random.Generator) -> Any:
 def _(space: spaces.Box, rng: np.random.Generator) -> Any:
     low, high = space.low, space.high
     if np.issubdtype(space.dtype, np.integer):
-        # Sides that were unbounded (stored as the dtype's extremes) draw from a modest range.
+        # An unbounded side (stored as the dtype's extreme) draws within 2**15 of the other side or
+        # of 0; Python ints (object arrays) so nothing overflows on the way.
         info = np.iinfo(space.dtype)
-        low = np.where(space.bounded_below, low, np.asarray(max(info.min, -(2**15)), space.dtype))
-        high = np.where(space.bounded_above, high, np.asarray(min(info.max, 2**15), space.dtype))
-        return rng.integers(low, high, size=space.shape, dtype=space.dtype, endpoint=True)
+        low, high = low.astype(object), high.astype(object)
+        low = np.where(space.bounded_below, low, np.maximum(info.min, np.minimum(high, 0) - 2**15))
+        high = np.where(space.bounded_above, high, np.minimum(info.max, np.maximum(low, 0) + 2**15))
+        return rng.integers(low.astype(space.dtype), high.astype(space.dtype), size=space.shape, dtype=space.dtype,
+                            endpoint=True)
     bounded = space.bounded_below & space.bounded_above
     value = np.where(bounded, rng.uniform(np.where(bounded, low, 0), np.where(bounded, high, 1)), 0.0)
     only_low = space.bounded_below & ~space.bounded_above
@@ -346,12 +349,14 @@ def _(space: spaces.Dict, rng: np.random.Generator) -> Any:
 # JSON form of spaces (checkpoints keep their configs as JSON, never pickles) --------------------
 
 
-def _array_json(array: np.ndarray) -> Any:
-    """An array of bounds as JSON: one number when all entries are equal, else nested lists."""
-    flat = array.ravel()
-    if flat.size and (flat == flat[0]).all():
-        return _number_json(flat[0])
-    return [_number_json(x) for x in flat]
+def _array_json(array: np.ndarray, bounded: np.ndarray) -> Any:
+    """Box bounds as JSON: one value when all entries are equal, else a flat list; unbounded
+    entries are ``"inf"`` / ``"-inf"`` (integer boxes store them as the dtype's extremes)."""
+    pairs = zip(array.ravel(), bounded.ravel(), strict=True)
+    values = [_number_json(x) if ok else ("-inf" if x < 0 else "inf") for x, ok in pairs]
+    if values and all(v == values[0] for v in values):
+        return values[0]
+    return values
 
 
 def _number_json(value: Any) -> Any:
@@ -361,11 +366,14 @@ def _number_json(value: Any) -> Any:
     return value
 
 
-def _array_from_json(data: Any, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    values = np.asarray(data if not isinstance(data, str) else float(data), dtype=np.float64 if dtype.kind == "f" else object)
-    if values.ndim == 0:
-        return np.full(shape, values.item(), dtype=dtype)
-    return np.asarray([float(x) if isinstance(x, str) else x for x in values], dtype=dtype).reshape(shape)
+def _array_from_json(data: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """Box bounds from :func:`_array_json`: a scalar (Box broadcasts it) or an array of ``shape``."""
+    if not isinstance(data, list):
+        return float(data) if isinstance(data, str) else data
+    values = [float(x) if isinstance(x, str) else x for x in data]
+    # An integer box with unbounded entries: a float array, whose infinities gymnasium understands.
+    infinite = any(isinstance(x, float) and not np.isfinite(x) for x in values)
+    return np.asarray(values, dtype=np.float64 if infinite and dtype.kind != "f" else dtype).reshape(shape)
 
 
 def space_to_json(space: spaces.Space) -> dict[str, Any] | None:
@@ -373,7 +381,7 @@ def space_to_json(space: spaces.Space) -> dict[str, Any] | None:
     Tuple and Dict, nested); None when a part of it has no JSON form."""
     if isinstance(space, spaces.Box):
         return {"type": "Box", "shape": list(space.shape), "dtype": space.dtype.str,
-                "low": _array_json(space.low), "high": _array_json(space.high)}
+                "low": _array_json(space.low, space.bounded_below), "high": _array_json(space.high, space.bounded_above)}
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, spaces.MultiDiscrete):
@@ -391,7 +399,9 @@ def space_to_json(space: spaces.Space) -> dict[str, Any] | None:
             return None
         if isinstance(space, spaces.Tuple):
             return {"type": "Tuple", "spaces": list(parts.values())}
-        return {"type": "Dict", "spaces": parts}
+        if not all(isinstance(key, (str, int)) for key in space.spaces):
+            return None
+        return {"type": "Dict", "spaces": [[key, parts[str(key)]] for key in space.spaces]}  # pairs: order and key types
     return None
 
 
@@ -413,5 +423,5 @@ def space_from_json(data: Mapping[str, Any]) -> spaces.Space:
     if kind == "Tuple":
         return spaces.Tuple([space_from_json(sub) for sub in data["spaces"]])
     if kind == "Dict":
-        return spaces.Dict({key: space_from_json(sub) for key, sub in data["spaces"].items()})
+        return spaces.Dict([(key, space_from_json(sub)) for key, sub in data["spaces"]])  # pairs keep the order
     raise SpaceError(f"unknown space type {kind!r} in a saved space")

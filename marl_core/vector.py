@@ -146,7 +146,8 @@ class VectorMultiAgentEnv:
         self.mode = mode
         self.on_error = on_error
         self.autoreset_mode = autoreset_mode
-        self._step_command = "step_reset" if autoreset_mode == "same_step" else "step"
+        self._step_command = "step" if autoreset_mode != "same_step" else (
+            "step_reset_isolated" if on_error == "rebuild" else "step_reset")
         self.reset_results: list[tuple[dict[AgentID, Any], dict[AgentID, Any]] | None] = [None] * len(env_fns)
         self.max_rebuild_attempts = max_rebuild_attempts
         self.num_envs = len(env_fns)
@@ -255,7 +256,7 @@ class VectorMultiAgentEnv:
                 autoreset[index] = True
                 self._started(index, obs)
             else:
-                if command == "step_reset":
+                if command != "step":  # a same-step autoreset
                     result, reset_results[index] = result
                 obs, rewards, terminateds, truncateds, infos = result
                 self._stepped(index, obs, rewards, terminateds, truncateds)
@@ -380,20 +381,13 @@ class VectorMultiAgentEnv:
         raise remote_error(f"env {index} raised", index, failure, others) from failure[3]
 
     def _replace_failed_resets(self, commands: list[tuple[str, Any]], results: list[Any]) -> None:
-        """Same-step autoresets that raised: the step's results stay, the env is rebuilt (or,
-        with ``on_error="raise"``, the call raises and the vector needs ``reset()``)."""
+        """Same-step autoresets that raised (``on_error="rebuild"`` only): the step's results
+        stay, and the env is rebuilt for the next episode."""
         failed = {
             index: result[1].text
             for index, result in enumerate(results)
-            if commands[index][0] == "step_reset" and isinstance(result[1], ResetFailure)
+            if commands[index][0] == "step_reset_isolated" and isinstance(result[1], ResetFailure)
         }
-        if not failed:
-            return
-        if self.on_error != "rebuild":
-            index = min(failed)
-            self._needs_reset = [True] * self.num_envs
-            self._was_reset = False
-            raise VectorEnvError(f"env {index} raised in the reset after its episode ended:\n{failed[index]}", index)
         for index, first_obs in self._rebuild(failed).items():
             results[index] = (results[index][0], first_obs)
 

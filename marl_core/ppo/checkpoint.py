@@ -78,9 +78,10 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
             os.replace(path, old)
             os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
+        for stale in path.parent.glob(f".{path.name}.old-*"):  # ours, and any a killed writer left
+            shutil.rmtree(stale, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and old.exists() and not path.exists():
@@ -89,20 +90,26 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
     return path
 
 
-def _recover(path: Path) -> None:
-    """Put back a checkpoint that a process killed in the middle of replacing it left aside."""
+def _recover(path: Path) -> Path:
+    """Put back a checkpoint that a process killed in the middle of replacing it left aside;
+    return where the checkpoint is (``path``, or the one aside where it cannot be moved back)."""
     if path.exists():
-        return
+        return path
     aside = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
-    if aside:
-        logger.warning("%s was being replaced when its writer stopped; restoring the previous checkpoint %s",
-                       path, aside[-1].name)
+    if not aside:
+        return path
+    logger.warning("%s was being replaced when its writer stopped; restoring the previous checkpoint %s",
+                   path, aside[-1].name)
+    try:
         os.replace(aside[-1], path)
+    except OSError:  # a read-only directory, say: read it where it is
+        return aside[-1]
+    return path
 
 
 def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PPO:
     """Build ``cls`` from the checkpoint at ``path``; ``overrides`` replace config fields."""
-    _recover(path)
+    path = _recover(path)
     config_file, state_file = path / "config.json", path / "state.pt"
     if not config_file.is_file() or not state_file.is_file():
         raise CheckpointError(f"{path} is not a checkpoint: expected {config_file.name} and {state_file.name} in it")

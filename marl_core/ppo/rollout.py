@@ -14,8 +14,9 @@ last action at once. When the batch is full, every
 open trajectory ships all but its last action, bootstrapped with that action's value, and keeps
 the last action for the next batch, so no reward is lost at batch boundaries.
 
-An env that raises is rebuilt by the vector (``on_error="rebuild"``), its episode dropped and
-counted (``num_env_errors``); the other envs go on.
+An env that raises is rebuilt by the vector (``on_error="rebuild"``) and counted
+(``num_env_errors``); the other envs go on. A step that raises drops its episode; a reset that
+raises after an episode ended keeps that episode, and the rebuilt env starts the next one.
 """
 
 from __future__ import annotations
@@ -234,7 +235,7 @@ class Sampler:
             self._failures_in_a_row[index] += 1
             failures = self._failures_in_a_row[index]
             last_line = next((line for line in reversed(text.strip().splitlines()) if line.strip()), "")
-            logger.info("env %d of runner %d raised (%s); it was rebuilt and its episode dropped",
+            logger.info("env %d of runner %d raised (%s); it was rebuilt",
                            index, self.worker_index, last_line)
             if failures >= self.max_env_errors_in_a_row:
                 raise EnvContractError(f"env {index} of runner {self.worker_index} failed {failures} times in a row; "
@@ -358,6 +359,10 @@ class Sampler:
         all_terminated = bool(terminateds.get(ALL, False))
         all_done = all_terminated or bool(truncateds.get(ALL, False))
         ended = self.ended[index]
+        back = [a for a in obs if a in ended]
+        if back:
+            raise EnvContractError(f"agents {back} of env {index} terminated or truncated earlier in the episode "
+                                   "but are in its obs dict again; an agent that ended never comes back")
         if not all_done:
             # An agent that ends before its episode ships all but its last action (bootstrapped with
             # that action's value); the last one waits for the end, so later rewards still count.

@@ -235,6 +235,13 @@ def test_exported_games_pickle_deep_copy_and_load_in_another_process() -> None:
     for action in (2, 0, 1):
         state.apply_action(action)
     assert done.stdout.decode().split(maxsplit=1) == ["test_pickled_kuhn", f"{state.returns()}\n"]
+    # A game whose name another export took over still copies and unpickles as itself.
+    first = to_openspiel(RockPaperScissors, name="test_pickled_reused_name")
+    to_openspiel(TicTacToe, name="test_pickled_reused_name")
+    for again in (pickle.loads(pickle.dumps(first)), copy.copy(first)):
+        assert again.get_type().dynamics == pyspiel.GameType.Dynamics.SIMULTANEOUS
+        assert again.num_distinct_actions() == 3
+    assert pyspiel.load_game("test_pickled_reused_name").num_distinct_actions() == 9
 
 
 def test_the_utility_type_of_a_wrapped_game_carries_over_and_solvers_accept_it() -> None:

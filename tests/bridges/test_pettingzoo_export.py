@@ -207,6 +207,10 @@ def test_to_aec_common_infos_belong_to_the_current_episode():
     env = to_aec(CommonOnFirstEpisode())
     env.reset(seed=0)
     assert env.common_infos == {"episode": 1}
+    env.step(0)  # buffered: the MultiAgentEnv has not stepped
+    assert env.common_infos == {"episode": 1}
+    env.step(1)  # the MultiAgentEnv's step gave no common infos
+    assert env.common_infos == {}
     env.reset(seed=1)
     assert env.common_infos == {}
 

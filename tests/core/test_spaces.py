@@ -139,7 +139,9 @@ def test_sampling_integer_boxes_up_to_the_dtype_extremes(dtype: type) -> None:
     rng = np.random.default_rng(0)
     full = spaces.Box(info.min, info.max, (64,), dtype)
     narrow = spaces.Box(np.full(4, info.max - 1, dtype), np.full(4, info.max, dtype), dtype=dtype)
-    for space in (full, narrow):
+    one_sided = [] if info.min == 0 else [  # far from 0 on the bounded side
+        spaces.Box(info.max // 2, np.inf, (8,), dtype), spaces.Box(-np.inf, info.min // 2, (8,), dtype)]
+    for space in (full, narrow, *one_sided):
         action = sample_action(space, rng)
         assert action.dtype == np.dtype(dtype) and space.contains(action)
     assert set(sample_action(narrow, rng).tolist()) <= {int(info.max) - 1, int(info.max)}
@@ -161,8 +163,18 @@ def test_spaces_round_trip_through_json() -> None:
         spaces.MultiBinary([2, 3]),
         spaces.Text(12, min_length=1, charset="abc"),
         spaces.Tuple([spaces.Discrete(2), masked_space(spaces.Box(0.0, 1.0, (2,)), 4)]),
+        spaces.Box(-np.inf, np.inf, (3,), np.int64),
+        spaces.Box(np.array([0, -np.inf]), np.array([5, 7]), dtype=np.int32),
+        spaces.Dict([("pos", spaces.Box(0.0, 1.0, (2,))), ("goal", spaces.Discrete(3))]),  # not sorted
+        spaces.Dict([(1, spaces.Discrete(2)), (0, spaces.Discrete(3))]),
     ]:
-        assert space_from_json(json.loads(json.dumps(space_to_json(space)))) == space
+        back = space_from_json(json.loads(json.dumps(space_to_json(space), sort_keys=True)))
+        assert back == space
+        if isinstance(space, spaces.Dict):  # == ignores the order, the model's inputs do not
+            assert list(back.spaces) == list(space.spaces)
+        if isinstance(space, spaces.Box):
+            assert (back.bounded_below == space.bounded_below).all()
+            assert (back.bounded_above == space.bounded_above).all()
     assert space_to_json(spaces.Sequence(spaces.Discrete(2))) is None
     assert space_to_json(spaces.Tuple([spaces.Discrete(2), spaces.Graph(spaces.Discrete(2), None)])) is None
 

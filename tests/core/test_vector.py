@@ -310,8 +310,10 @@ def test_a_failing_same_step_reset_keeps_the_ended_episode_results(mode: str, nu
     with VectorMultiAgentEnv([RockPaperScissors, EndsThenResetFails], mode, num_workers=num_workers,
                              autoreset_mode="same_step") as venv:
         venv.reset(seed=0)
-        with pytest.raises(VectorEnvError, match="env 1 raised in the reset after its episode ended"):
+        with pytest.raises(VectorEnvError, match="env 1 raised RuntimeError: reset refused after the episode") as error:
             venv.step(moves)
+        assert error.value.__cause__ is not None  # the env's exception (or, async, the worker's copy)
+        assert mode == "sync" or "reset refused" in error.value.remote_traceback
         with pytest.raises(ResetNeededError):
             venv.step(moves)
 

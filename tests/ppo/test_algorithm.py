@@ -84,6 +84,7 @@ def test_checkpoint_is_replaced_atomically_and_bad_paths_fail(tmp_path):
         algo.train()
         algo.save(tmp_path / "ck")
         algo.train()
+        (tmp_path / ".ck.old-deadbeef").mkdir()  # left by a writer killed after its second rename
         algo.save(tmp_path / "ck")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]  # no temporary or old copies left
     with pytest.raises(CheckpointError, match="is not a checkpoint"):

@@ -93,6 +93,26 @@ class PaysTheFallen(MultiAgentEnv):
         return obs, {"a": 1.0, "b": 1.0}, terminateds, truncateds, {}
 
 
+class TheFallenReturn(PaysTheFallen):
+    """:class:`PaysTheFallen` whose ``a`` shows up in the obs dict again after it ended."""
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step({x: a for x, a in action_dict.items() if x != "a"}
+                                                                    if self.t >= 1 else action_dict)
+        if self.t == 2:
+            obs["a"] = np.full(1, 2.0, np.float32)
+        return obs, rewards, terminateds, truncateds, infos
+
+
+def test_an_agent_that_comes_back_after_its_end_is_an_error():
+    probe = PaysTheFallen()
+    spec = LearnedSpec(probe.observation_spaces["a"], probe.action_spaces["a"], dict(DEFAULT_MODEL), 1.0, 1.0)
+    sampler = Sampler(TheFallenReturn, {}, 1, seed=0)
+    install_policies(sampler, {"p": spec}, lambda agent_id, episode: "p", {"p"})
+    with pytest.raises(EnvContractError, match=r"agents \['a'\] of env 0 terminated or truncated earlier"):
+        sampler.sample(6)
+
+
 @pytest.mark.parametrize("truncate", [False, True])
 def test_rewards_after_an_agents_own_end_are_credited_to_its_last_action(truncate):
     probe = PaysTheFallen()
