@@ -141,8 +141,17 @@ def load_game(game: str | pyspiel.Game) -> pyspiel.Game:
         raise UnsupportedEnvError(f"OpenSpiel game {game!r} does not load: {error}") from error
 
 
-def _provides(game_type: Any, kind: ObservationType) -> bool:
-    return bool(getattr(game_type, f"provides_{kind}"))
+def _provides(game: pyspiel.Game, kind: ObservationType) -> bool:
+    """Whether ``game`` provides ``kind``; a tensor whose declared shape holds nothing does not count."""
+    if not getattr(game.get_type(), f"provides_{kind}"):
+        return False
+    if kind.endswith("_tensor"):
+        try:
+            shape = getattr(game, f"{kind}_shape")()
+        except _pyspiel().SpielError:  # declared, but the game cannot tell its shape
+            return False
+        return len(shape) > 0 and int(np.prod(shape)) > 0
+    return True
 
 
 def choose_observation_type(game: pyspiel.Game, requested: ObservationType = "auto") -> ObservationType:
@@ -159,14 +168,15 @@ def choose_observation_type(game: pyspiel.Game, requested: ObservationType = "au
             raise UnsupportedEnvError(
                 f"unknown observation_type {requested!r}; expected one of {['auto', *_AUTO_ORDER]}"
             )
-        if not _provides(game_type, requested):
-            offered = [kind for kind in _AUTO_ORDER if _provides(game_type, kind)]
+        if not _provides(game, requested):
+            offered = [kind for kind in _AUTO_ORDER if _provides(game, kind)]
             raise UnsupportedEnvError(
-                f"OpenSpiel game {game_type.short_name!r} does not provide {requested}; it provides {offered}"
+                f"OpenSpiel game {game_type.short_name!r} does not provide {requested} (or declares it empty); "
+                f"it provides {offered}"
             )
         return requested
     for kind in _AUTO_ORDER:
-        if _provides(game_type, kind):
+        if _provides(game, kind):
             return kind
     raise UnsupportedEnvError(f"OpenSpiel game {game_type.short_name!r} provides no observation at all")
 

@@ -117,6 +117,9 @@ def test_refuses_what_it_cannot_represent() -> None:
         OpenSpielEnv(42)  # type: ignore[arg-type]
     with pytest.raises(UnsupportedEnvError, match="max_steps"):
         OpenSpielEnv("kuhn_poker", max_steps=0)
+    with pytest.raises(UnsupportedEnvError, match=r"does not provide information_state_tensor \(or declares it empty\)"):
+        OpenSpielEnv("python_dynamic_routing", observation_type="information_state_tensor")  # declared as []
+    assert OpenSpielEnv("python_dynamic_routing").observation_type == "observation_tensor"
     over = OpenSpielEnv("start_at(game=tic_tac_toe(),history=0;3;1;4;2)")  # x has won before anyone acts
     with pytest.raises(UnsupportedEnvError, match=r"ended during reset\(\).*returns \[1\.0, -1\.0\]"):
         over.reset(seed=0)
