@@ -150,8 +150,22 @@ def _provides(game: pyspiel.Game, kind: ObservationType) -> bool:
             shape = getattr(game, f"{kind}_shape")()
         except _pyspiel().SpielError:  # declared, but the game cannot tell its shape
             return False
-        return len(shape) > 0 and int(np.prod(shape)) > 0
+        if len(shape) == 0:  # a Python game's []: one number, or (python_dynamic_routing) none at all
+            return _observer_size(game, kind) == 1
+        return int(np.prod(shape)) > 0
     return True
+
+
+def _observer_size(game: pyspiel.Game, kind: ObservationType) -> int | None:
+    """The size of the tensor of ``game``'s observer for ``kind`` (None: no observer)."""
+    from open_spiel.python.observation import make_observation
+
+    iig = _pyspiel().IIGObservationType(perfect_recall=True) if kind == "information_state_tensor" else None
+    try:
+        observer = make_observation(game, iig)
+    except _pyspiel().SpielError:
+        return None
+    return None if observer is None or observer.tensor is None else int(observer.tensor.size)
 
 
 def choose_observation_type(game: pyspiel.Game, requested: ObservationType = "auto") -> ObservationType:

@@ -294,8 +294,9 @@ def _define(
 
 def _exported_game(export: dict[str, Any]) -> pyspiel.Game:
     """The game that :func:`to_openspiel` exported with the arguments ``export``: the registered
-    one when it is still that export, else exported here (unpickling in another process), else
-    (another export now holds its name) built again without registering it."""
+    one when it was exported with equal arguments (factories compare as Python compares them:
+    functions by identity), else exported here (unpickling in another process), else (another
+    export holds its name now) built again without registering it."""
     registered = _REGISTERED.get(export["name"])
     if registered is None:
         return to_openspiel(**export)

@@ -368,8 +368,10 @@ def _number_json(value: Any) -> Any:
 
 def _array_from_json(data: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
     """Box bounds from :func:`_array_json`: a scalar (Box broadcasts it) or an array of ``shape``."""
+    if isinstance(data, str):  # an unbounded side: a scalar infinity, which gymnasium maps for any dtype
+        return float(data)
     if not isinstance(data, list):
-        return float(data) if isinstance(data, str) else data
+        return np.full(shape, data, dtype=dtype)
     values = [float(x) if isinstance(x, str) else x for x in data]
     # An integer box with unbounded entries: a float array, whose infinities gymnasium understands.
     infinite = any(isinstance(x, float) and not np.isfinite(x) for x in values)
@@ -392,16 +394,14 @@ def space_to_json(space: spaces.Space) -> dict[str, Any] | None:
     if isinstance(space, spaces.Text):
         return {"type": "Text", "max_length": space.max_length, "min_length": space.min_length,
                 "charset": "".join(sorted(space.character_set))}
-    if isinstance(space, (spaces.Tuple, spaces.Dict)):
-        items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)
-        parts = {str(key): space_to_json(sub) for key, sub in items}
-        if any(part is None for part in parts.values()):
-            return None
-        if isinstance(space, spaces.Tuple):
-            return {"type": "Tuple", "spaces": list(parts.values())}
+    if isinstance(space, spaces.Tuple):
+        parts = [space_to_json(sub) for sub in space.spaces]
+        return None if any(part is None for part in parts) else {"type": "Tuple", "spaces": parts}
+    if isinstance(space, spaces.Dict):
         if not all(isinstance(key, (str, int)) for key in space.spaces):
             return None
-        return {"type": "Dict", "spaces": [[key, parts[str(key)]] for key in space.spaces]}  # pairs: order and key types
+        pairs = [[key, space_to_json(sub)] for key, sub in space.spaces.items()]  # pairs: order and key types
+        return None if any(part is None for _, part in pairs) else {"type": "Dict", "spaces": pairs}
     return None
 
 

@@ -146,8 +146,6 @@ class VectorMultiAgentEnv:
         self.mode = mode
         self.on_error = on_error
         self.autoreset_mode = autoreset_mode
-        self._step_command = "step" if autoreset_mode != "same_step" else (
-            "step_reset_isolated" if on_error == "rebuild" else "step_reset")
         self.reset_results: list[tuple[dict[AgentID, Any], dict[AgentID, Any]] | None] = [None] * len(env_fns)
         self.max_rebuild_attempts = max_rebuild_attempts
         self.num_envs = len(env_fns)
@@ -230,6 +228,8 @@ class VectorMultiAgentEnv:
             raise VectorEnvError(
                 f"step() needs one action dict per env ({self.num_envs}), received {len(action_list)}"
             )
+        step_command = "step" if self.autoreset_mode != "same_step" else (
+            "step_reset_isolated" if self.on_error == "rebuild" else "step_reset")
         commands: list[tuple[str, Any]] = []
         for index, actions in enumerate(action_list):
             if self._needs_reset[index]:
@@ -237,7 +237,7 @@ class VectorMultiAgentEnv:
                 continue
             if self.check_actions:
                 self._validate(index, actions)
-            commands.append((self._step_command, actions))
+            commands.append((step_command, actions))
         results = self._run_all(commands)
         failed = {index for index, _ in self.last_failures}
         self._replace_failed_resets(commands, results)

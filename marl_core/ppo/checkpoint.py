@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -80,7 +81,7 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             os.replace(tmp, path)
         else:
             os.replace(tmp, path)
-        for stale in path.parent.glob(f".{path.name}.old-*"):  # ours, and any a killed writer left
+        for stale in _aside(path):  # ours, and any a killed writer left
             shutil.rmtree(stale, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -90,12 +91,18 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
     return path
 
 
+def _aside(path: Path) -> list[Path]:
+    """The copies of the checkpoint ``path`` set aside while replacing it (exact names only)."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.old-[0-9a-f]{{8}}")
+    return [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)] if path.parent.is_dir() else []
+
+
 def _recover(path: Path) -> Path:
     """Put back a checkpoint that a process killed in the middle of replacing it left aside;
     return where the checkpoint is (``path``, or the one aside where it cannot be moved back)."""
     if path.exists():
         return path
-    aside = sorted(path.parent.glob(f".{path.name}.old-*"), key=lambda p: p.stat().st_mtime)
+    aside = sorted(_aside(path), key=lambda p: p.stat().st_mtime)
     if not aside:
         return path
     logger.warning("%s was being replaced when its writer stopped; restoring the previous checkpoint %s",

@@ -367,10 +367,10 @@ class Sampler:
             # An agent that ends before its episode ships all but its last action (bootstrapped with
             # that action's value); the last one waits for the end, so later rewards still count.
             for agent_id in obs:
-                if (terminateds.get(agent_id) or truncateds.get(agent_id)) and agent_id in trajectories:
+                if terminateds.get(agent_id) or truncateds.get(agent_id):
                     ended[agent_id] = (bool(terminateds.get(agent_id)), obs[agent_id])
-                    trajectory = trajectories[agent_id]
-                    if len(trajectory.rewards) > 1:
+                    trajectory = trajectories.get(agent_id)
+                    if trajectory is not None and len(trajectory.rewards) > 1:
                         self._ship(episode.agent_to_policy[agent_id], trajectory, out, len(trajectory.rewards) - 1,
                                    trajectory.values[-1], terminated=False)
         for agent_id in list(trajectories) if all_done else ():

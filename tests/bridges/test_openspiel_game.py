@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pyspiel
 import pytest
@@ -263,6 +264,31 @@ def test_the_utility_type_of_a_wrapped_game_carries_over_and_solvers_accept_it()
         to_openspiel(TicTacToe, name="test_constant_sum_without_sum", utility="constant_sum")
     with pytest.raises(UnsupportedEnvError, match="utility must be"):
         to_openspiel(TicTacToe, name="test_bad_utility", utility="cooperative")  # type: ignore[arg-type]
+
+
+class ScalarObservations(RockPaperScissors):
+    """Rock-paper-scissors observing one number (a 0-d Box) instead of the opponent's move."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.observation_spaces = {a: gym.spaces.Box(-1.0, 3.0, (), np.float32) for a in self.possible_agents}
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = super().reset(seed=seed, options=options)
+        return {a: np.float32(o) for a, o in obs.items()}, infos
+
+    def step(self, action_dict):
+        obs, *rest = super().step(action_dict)
+        return ({a: np.float32(o) for a, o in obs.items()}, *rest)
+
+
+def test_a_zero_dimensional_observation_keeps_its_tensor_through_export() -> None:
+    env = OpenSpielEnv(to_openspiel(ScalarObservations, name="test_scalar_observations"))
+    assert env.observation_type == "observation_tensor"
+    obs, _ = env.reset(seed=0)
+    obs, *_ = env.step({"player_0": 2, "player_1": 0})
+    assert obs["player_0"]["observation"].shape == () and float(obs["player_0"]["observation"]) == 0.0
+    assert float(obs["player_1"]["observation"]) == 2.0
 
 
 def test_load_game_by_name_and_re_export() -> None:

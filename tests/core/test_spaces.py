@@ -167,6 +167,9 @@ def test_spaces_round_trip_through_json() -> None:
         spaces.Box(np.array([0, -np.inf]), np.array([5, 7]), dtype=np.int32),
         spaces.Dict([("pos", spaces.Box(0.0, 1.0, (2,))), ("goal", spaces.Discrete(3))]),  # not sorted
         spaces.Dict([(1, spaces.Discrete(2)), (0, spaces.Discrete(3))]),
+        spaces.Dict([(1, spaces.Discrete(2)), ("1", spaces.Discrete(3))]),
+        spaces.Box(0, 1, (2,), np.bool_),
+        spaces.Tuple([spaces.Dict([("b", spaces.Discrete(2)), ("a", spaces.Box(-1.0, 1.0, (), np.float16))])]),
     ]:
         back = space_from_json(json.loads(json.dumps(space_to_json(space), sort_keys=True)))
         assert back == space

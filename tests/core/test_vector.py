@@ -316,6 +316,12 @@ def test_a_failing_same_step_reset_keeps_the_ended_episode_results(mode: str, nu
         assert mode == "sync" or "reset refused" in error.value.remote_traceback
         with pytest.raises(ResetNeededError):
             venv.step(moves)
+    with VectorMultiAgentEnv([RockPaperScissors, EndsThenResetFails], mode, num_workers=num_workers,
+                             autoreset_mode="same_step") as venv:
+        venv.on_error = "rebuild"  # read at every step
+        venv.reset(seed=0)
+        assert venv.step(moves)[1][1] == {"player1": 1, "player2": -1}
+        assert [index for index, _ in venv.last_failures] == [1]
 
 
 def connect_four() -> MultiAgentEnv:

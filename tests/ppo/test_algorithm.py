@@ -86,7 +86,11 @@ def test_checkpoint_is_replaced_atomically_and_bad_paths_fail(tmp_path):
         algo.train()
         (tmp_path / ".ck.old-deadbeef").mkdir()  # left by a writer killed after its second rename
         algo.save(tmp_path / "ck")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]  # no temporary or old copies left
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]  # no temporary or old copies left
+        (tmp_path / ".ck1.old-deadbeef").mkdir()  # another checkpoint's copy: a glob "[1]" would match it
+        for _ in range(2):
+            algo.save(tmp_path / "ck[1]")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".ck1.old-deadbeef", "ck", "ck[1]"]
     with pytest.raises(CheckpointError, match="is not a checkpoint"):
         PPO.from_checkpoint(tmp_path / "missing")
 

@@ -104,11 +104,13 @@ class TheFallenReturn(PaysTheFallen):
         return obs, rewards, terminateds, truncateds, infos
 
 
-def test_an_agent_that_comes_back_after_its_end_is_an_error():
+@pytest.mark.parametrize("trained", [True, False])
+def test_an_agent_that_comes_back_after_its_end_is_an_error(trained):
     probe = PaysTheFallen()
     spec = LearnedSpec(probe.observation_spaces["a"], probe.action_spaces["a"], dict(DEFAULT_MODEL), 1.0, 1.0)
     sampler = Sampler(TheFallenReturn, {}, 1, seed=0)
-    install_policies(sampler, {"p": spec}, lambda agent_id, episode: "p", {"p"})
+    policies = {"p": spec, "fixed": lambda observation: 0}
+    install_policies(sampler, policies, lambda agent_id, episode: "p" if trained or agent_id == "b" else "fixed", {"p"})
     with pytest.raises(EnvContractError, match=r"agents \['a'\] of env 0 terminated or truncated earlier"):
         sampler.sample(6)
 
