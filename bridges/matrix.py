@@ -352,13 +352,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="rows run at once, each in its own process")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a row may take")
     parser.add_argument("--only", default=None, help="run only cases whose id contains this text")
-    parser.add_argument("--output", default="compat_matrix.md", help="where to write the Markdown")
+    parser.add_argument("--output", default="compat_matrix.md",
+                        help="where to write the Markdown; a partial run (--subset fast, --only) replaces "
+                        "its rows in an existing file and keeps the others")
     args = parser.parse_args(argv)
-    cases, missing = load_cases()
-    if args.subset == "fast":
-        cases = fast_subset(cases)
+    all_cases, missing = load_cases()
+    cases = fast_subset(all_cases) if args.subset == "fast" else all_cases
     if args.only:
         cases = [case for case in cases if args.only in case.id]
+    if not cases:
+        print(f"marl-matrix: no case id contains {args.only!r}; nothing run, {args.output} left as it is",
+              file=sys.stderr)
+        return 2
     started = time.monotonic()
 
     def progress(row: Row) -> None:
@@ -366,10 +371,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{row.case}: {row.errors or '-'} errors, {row.overhead or '-'} overhead; {status[:100]}", flush=True)
 
     rows = run_all(cases, jobs=args.jobs, timeout=args.timeout, progress=progress)
-    text = render(rows, subset=args.subset, missing=missing, seconds=time.monotonic() - started)
-    Path(args.output).write_text(text, encoding="utf-8")
+    subset = args.subset if not args.only else f"{args.subset}, --only {args.only}"
+    output = Path(args.output)
+    if len(cases) < len(all_cases) and output.is_file():
+        rows, subset = _merged(output, rows, all_cases, subset)
+    text = render(rows, subset=subset, missing=missing, seconds=time.monotonic() - started)
+    output.write_text(text, encoding="utf-8")
     print(f"wrote {args.output}: {len(rows)} rows")
     return 0
+
+
+def _merged(output: Path, rows: list[Row], cases: Sequence[Case], subset: str) -> tuple[list[Row], str]:
+    """The rows of the matrix file ``output`` with ``rows`` (a partial run) in place of their old
+    versions, in case-table order; and the subset label that says so."""
+    try:
+        kept = {row.case: row for row in read_rows(output.read_text(encoding="utf-8"))}
+    except ValueError:  # not a matrix file: write the partial run alone
+        return rows, subset
+    kept.update({row.case: row for row in rows})
+    order = {case.id: index for index, case in enumerate(cases)}
+    merged = sorted(kept.values(), key=lambda row: (order.get(row.case, len(order)), row.case))
+    return merged, f"{len(rows)} rows rerun ({subset}), the other {len(merged) - len(rows)} kept from the last run"
 
 
 if __name__ == "__main__":

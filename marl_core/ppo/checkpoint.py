@@ -120,10 +120,19 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
     config_file, state_file = path / "config.json", path / "state.pt"
     if not config_file.is_file() or not state_file.is_file():
         raise CheckpointError(f"{path} is not a checkpoint: expected {config_file.name} and {state_file.name} in it")
-    config = PPOConfig.from_json_dict(json.loads(config_file.read_text()), **overrides)
+    try:
+        data = json.loads(config_file.read_text())
+    except ValueError as error:
+        raise CheckpointError(f"{config_file} is not valid JSON (a damaged checkpoint?): {error}") from error
+    if not isinstance(data, dict) or ("env" not in data and "env" not in overrides):
+        raise CheckpointError(f"{config_file} holds no trainer config (no 'env' entry): a damaged checkpoint?")
+    config = PPOConfig.from_json_dict(data, **overrides)
     if config.env is None:
         raise CheckpointError("the saved env was not importable by name; pass env=... to from_checkpoint")
-    state = torch.load(state_file, weights_only=True, map_location="cpu")
+    try:
+        state = torch.load(state_file, weights_only=True, map_location="cpu")
+    except (RuntimeError, EOFError, OSError, ValueError) as error:  # torch's errors on a damaged file
+        raise CheckpointError(f"{state_file} cannot be read (a damaged checkpoint?): {error}") from error
     if state.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"checkpoint format {state.get('format')!r}; this version reads {FORMAT_VERSION}")
     algo = cls(config)

@@ -75,7 +75,10 @@ def wilson_interval(successes: int, trials: int, z: float = Z_95) -> tuple[float
     denominator = 1.0 + z2 / trials
     center = (p + z2 / (2 * trials)) / denominator
     half = z / denominator * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials))
-    return max(0.0, center - half), min(1.0, center + half)
+    # At 0% and 100% the interval ends exactly at the estimate (rounding would leave it a hair off).
+    low = 0.0 if successes == 0 else max(0.0, center - half)
+    high = 1.0 if successes == trials else min(1.0, center + half)
+    return low, high
 
 
 def parse_opponent(spec: str) -> tuple[str, int]:

@@ -171,27 +171,62 @@ _MCTS_BOT: list[Any] = []  # (game, bot), built on first use in each process
 def _state_from_board(game: Any, board: np.ndarray) -> Any:
     """An OpenSpiel Connect-4 state with ``board``'s pieces (None if no move order is found).
 
-    Moves are replayed x first, alternating, each player taking the leftmost column whose next
-    cell holds one of its pieces; the history differs from the real one, the position does not.
+    The history differs from the real one, the position does not: a depth-first search finds a
+    move order, x first and alternating, that drops each piece on its cell and completes no four
+    before the last move (the game would have ended there). Positions already searched (known by
+    their column heights) are not searched again.
     """
+    order = _move_order(board)
+    if order is None:
+        return None
     state = game.new_initial_state()
-    heights = [0] * board.shape[2]
-    pieces = (board[0], board[1])
-    for move in range(int(board[0].sum() + board[1].sum())):
-        mine = pieces[move % 2]
-        column = next((c for c, h in enumerate(heights) if h < board.shape[1] and mine[h, c]), None)
-        if column is None:
-            return None
+    for column in order:
         state.apply_action(column)
-        heights[column] += 1
     return state
+
+
+def _move_order(board: np.ndarray) -> list[int] | None:
+    """The columns of a move order that builds ``board`` (see :func:`_state_from_board`)."""
+    _, rows, cols = board.shape
+    pieces = (board[0], board[1])
+    total = int(board[0].sum() + board[1].sum())
+    target = [int(board[0][:, c].sum() + board[1][:, c].sum()) for c in range(cols)]
+    placed = (np.zeros((rows, cols), bool), np.zeros((rows, cols), bool))
+    heights, order, dead = [0] * cols, [], set()
+
+    def search(move: int) -> bool:
+        if move == total:
+            return True
+        key = tuple(heights)
+        if key in dead:
+            return False
+        side = move % 2
+        for column in range(cols):
+            row = heights[column]
+            if row >= target[column] or not pieces[side][row, column]:
+                continue
+            if move < total - 1 and _wins_at(placed[side], row, column):
+                continue
+            placed[side][row, column] = True
+            heights[column] += 1
+            order.append(column)
+            if search(move + 1):
+                return True
+            order.pop()
+            heights[column] -= 1
+            placed[side][row, column] = False
+        dead.add(key)
+        return False
+
+    return order if search(0) else None
 
 
 def mcts_legal_action(observation: Mapping[str, Any]) -> int:
     """The league's MCTS player: OpenSpiel's ``MCTSBot`` (``MCTS_SIMULATIONS``, random rollouts).
 
     It searches from a state rebuilt from the board (:func:`_state_from_board`); when no move
-    order rebuilds it, it plays as :func:`tactical_legal_action`.
+    order rebuilds it (a board no game reaches) or the game is over, it plays as
+    :func:`tactical_legal_action`.
     """
     if not _MCTS_BOT:
         import pyspiel

@@ -41,21 +41,38 @@ class _Quit(Exception):
     """The person asked to stop, or the input ended."""
 
 
-def load_policy(checkpoint: str | Path, policy_id: str = "main") -> tuple[PolicyFn, Callable[[], None]]:
+def load_policy(
+    checkpoint: str | Path, policy_id: str = "main", env_factory: Callable[[], Any] = make_connect4_env
+) -> tuple[PolicyFn, Callable[[], None]]:
     """The greedy policy ``policy_id`` from a trainer checkpoint, and a function that releases it.
 
     Raises:
-        CheckpointError: the path is not a checkpoint of the trainer, or lacks ``policy_id``.
+        CheckpointError: the path is not a checkpoint of the trainer, or its policy observes
+            something else than the env of ``env_factory`` (a checkpoint of another game).
+        ConfigError: the checkpoint has no policy ``policy_id``.
     """
     import torch
 
+    from marl_core.errors import CheckpointError
     from marl_core.ppo import PPO
 
     # One observation at a time: a second torch thread only adds contention. Sampling settings of
     # the training run do not matter here, so no env runner (and no Ray) is started.
     torch.set_num_threads(1)
     algo = PPO.from_checkpoint(str(checkpoint), num_env_runners=0, num_envs_per_env_runner=1)
-    policy = algo.get_policy_callable(policy_id, explore=False)
+    try:
+        policy = algo.get_policy_callable(policy_id, explore=False)
+        env = env_factory()
+        expected = env.get_observation_space(env.possible_agents[0])
+        observes = getattr(algo.policies[policy_id], "observation_space", expected)
+        if observes != expected:
+            raise CheckpointError(
+                f"policy {policy_id!r} of {checkpoint} observes {observes}, but this game's players observe "
+                f"{expected}: a checkpoint of another game?"
+            )
+    except BaseException:
+        algo.stop()
+        raise
     return policy, algo.stop
 
 
@@ -192,8 +209,14 @@ def _opponent_arg(text: str) -> str:
 
 
 def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def _non_negative(text: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected an integer of 0 or more (seeds cannot be negative), got {text!r}")
     return int(text)
 
 
@@ -214,7 +237,7 @@ def eval_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--games", type=_positive, default=100, help="games per opponent (default: 100)")
     parser.add_argument("--policy", default="main", help="policy id in the checkpoint (default: main)")
-    parser.add_argument("--seed", type=int, default=0, help="base seed of the games (default: 0)")
+    parser.add_argument("--seed", type=_non_negative, default=0, help="base seed of the games (default: 0)")
     return parser
 
 

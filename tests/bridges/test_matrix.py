@@ -99,3 +99,27 @@ def test_fast_subset_regenerates_the_committed_rows(tmp_path: Path) -> None:
     for row in fresh:
         assert row.case in committed, f"{row.case} is missing from compat_matrix.md: regenerate it with marl-matrix"
         assert row.deterministic() == committed[row.case].deterministic()
+
+
+def test_a_partial_run_replaces_its_rows_and_keeps_the_others(tmp_path: Path, monkeypatch, capsys) -> None:
+    import bridges.matrix as matrix
+
+    cases = [
+        Case("test/first", "marl_core", "examples.rock_paper_scissors:RockPaperScissors", max_steps=20),
+        Case("test/second", "marl_core", "examples.rock_paper_scissors:RockPaperScissors", max_steps=20),
+    ]
+    monkeypatch.setattr(matrix, "load_cases", lambda: (cases, []))
+    output = tmp_path / "matrix.md"
+    assert main(["--jobs", "1", "--output", str(output)]) == 0
+    first, _ = read_rows(output.read_text(encoding="utf-8"))
+    marked = Row(**{**first.__dict__, "bridged_us": "12345.0"})  # tells the kept row from a rerun one
+    output.write_text(output.read_text(encoding="utf-8").replace(first.markdown(), marked.markdown()), encoding="utf-8")
+    assert main(["--jobs", "1", "--only", "second", "--output", str(output)]) == 0
+    text = output.read_text(encoding="utf-8")
+    rows = read_rows(text)
+    assert [row.case for row in rows] == ["test/first", "test/second"] and rows[0] == marked
+    assert "1 rows rerun (all, --only second), the other 1 kept from the last run" in text
+    before = output.read_text(encoding="utf-8")
+    assert main(["--only", "no_such_case", "--output", str(output)]) == 2
+    assert "no case id contains 'no_such_case'" in capsys.readouterr().err
+    assert output.read_text(encoding="utf-8") == before

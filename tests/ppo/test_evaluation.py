@@ -51,6 +51,11 @@ def test_wilson_interval_without_trials_is_everything():
     assert wilson_interval(0, 0) == (0.0, 1.0)
 
 
+def test_wilson_interval_ends_exactly_at_0_and_100_percent():
+    for trials in range(1, 2001):
+        assert wilson_interval(0, trials)[0] == 0.0 and wilson_interval(trials, trials)[1] == 1.0
+
+
 @pytest.mark.parametrize(("successes", "trials"), [(-1, 5), (6, 5), (0, -1)])
 def test_wilson_interval_rejects_impossible_counts(successes, trials):
     with pytest.raises(ValueError, match="successes"):

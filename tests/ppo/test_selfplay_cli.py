@@ -94,3 +94,37 @@ def test_marl_play_as_a_process_with_piped_input(checkpoint):
     assert "'abc' is not a column" in done.stdout and "The policy plays column" in done.stdout
     assert done.stdout.rstrip().endswith("Bye. You won 0, drew 0, lost 0.")
     assert "Traceback" not in done.stderr
+
+
+def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, capsys):
+    import shutil
+
+    from marl_core.ppo import PPOConfig
+
+    broken_json = shutil.copytree(checkpoint, tmp_path / "broken_json")
+    (broken_json / "config.json").write_text('{"x":')
+    broken_state = shutil.copytree(checkpoint, tmp_path / "broken_state")
+    with open(broken_state / "state.pt", "r+b") as state:
+        state.truncate(100)
+    empty = shutil.copytree(checkpoint, tmp_path / "empty")
+    (empty / "config.json").write_text("{}")
+    with PPOConfig().environment("marl_core.ppo.selfplay:make_env", env_config={"game": "tic_tac_toe"}).env_runners(
+            num_env_runners=0).multi_agent(policies={"main": None}, policy_mapping_fn=_everyone_main).build() as algo:
+        other_game = algo.save(tmp_path / "tic_tac_toe")
+    expected = {broken_json: "config.json is not valid JSON", broken_state: "state.pt cannot be read",
+                empty: "holds no trainer config", other_game: "a checkpoint of another game?"}
+    for path, words in expected.items():
+        assert eval_main([str(path), "--games", "2"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"marl-eval: cannot load {path}: ") and words in err
+
+
+def _everyone_main(agent_id, episode, **kwargs):
+    return "main"
+
+
+def test_eval_refuses_a_negative_seed(checkpoint, capsys):
+    with pytest.raises(SystemExit) as caught:
+        eval_main([str(checkpoint), "--seed", "-5"])
+    assert caught.value.code == 2
+    assert "seeds cannot be negative" in capsys.readouterr().err

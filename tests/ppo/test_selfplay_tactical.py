@@ -164,6 +164,34 @@ def test_mcts_player_rebuilds_the_position_and_takes_a_win():
     assert mcts_legal_action(play([0, 6, 1, 6, 2, 6])) == 3
 
 
+def test_every_reachable_position_is_rebuilt_for_the_mcts_player():
+    import pyspiel
+
+    from marl_core.ppo.selfplay import _state_from_board
+
+    game = pyspiel.load_game("connect_four")
+    rng = np.random.default_rng(0)
+    histories = [[6, 6, 4]]  # leftmost-first replay puts x in column 4 first and then finds no o
+    for _ in range(300):
+        state, history = game.new_initial_state(), []
+        for _ in range(int(rng.integers(0, 42))):
+            if state.is_terminal():
+                break
+            history.append(int(rng.choice(state.legal_actions())))
+            state.apply_action(history[-1])
+        histories.append(history)
+    for history in histories:
+        state = game.new_initial_state()
+        for column in history:
+            state.apply_action(column)
+        if state.is_terminal():
+            continue
+        board = np.asarray(state.observation_tensor(0)).reshape(3, 6, 7) > 0.5
+        rebuilt = _state_from_board(game, board)
+        assert rebuilt is not None, history
+        assert str(rebuilt) == str(state) and rebuilt.current_player() == state.current_player()
+
+
 def test_self_league_plays_main_against_itself_and_trains_both_seats():
     from marl_core.ppo.selfplay import main_vs_fixed_self
 
