@@ -382,8 +382,7 @@ class OpenSpielEnv(MultiAgentEnv):
             logger.debug("the observer of %s does not fill its tensor; reading %s from the state", self.game,
                          self.observation_type)
             self._set_from = None
-            read = state.information_state_tensor if self.observation_type == "information_state_tensor" else state.observation_tensor
-            self._view[...] = np.asarray(read(player), np.float32).reshape(self._view.shape)
+            self._view[...] = self._tensor_of(state, player)
 
 
     def _observe(self, player: int) -> Any:
@@ -391,11 +390,13 @@ class OpenSpielEnv(MultiAgentEnv):
         if set_from is not None:
             set_from(self.state, player)
             return self._view.copy()
-        if self.observation_type == "observation_tensor":
-            return np.asarray(self.state.observation_tensor(player), np.float32).reshape(self._shape)
-        if self.observation_type == "information_state_tensor":
-            return np.asarray(self.state.information_state_tensor(player), np.float32).reshape(self._shape)
+        if self.observation_type.endswith("_tensor"):
+            return self._tensor_of(self.state, player)
         return getattr(self.state, self.observation_type)(player)
+
+    def _tensor_of(self, state: Any, player: int) -> np.ndarray:
+        """``player``'s observation tensor (of the type in use) read from ``state`` through pyspiel."""
+        return np.asarray(getattr(state, self.observation_type)(player), np.float32).reshape(self._shape)
 
     def _turn_of(self, player: int, legal: tuple[int, ...]) -> _Turn:
         """The :class:`_Turn` of ``player`` with the legal actions ``legal``, cached per player."""

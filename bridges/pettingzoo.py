@@ -45,7 +45,15 @@ from marl_core.errors import (
     ResetNeededError,
     UnexpectedActionError,
 )
-from marl_core.spaces import MASK_KEY, OBS_KEY, action_mask_size, check_action, is_masked, masked_space
+from marl_core.spaces import (
+    MASK_KEY,
+    OBS_KEY,
+    action_mask_of,
+    action_mask_size,
+    check_action,
+    is_masked,
+    masked_space,
+)
 
 if TYPE_CHECKING:
     from pettingzoo.utils.env import AECEnv, ParallelEnv
@@ -671,8 +679,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
         if info_masks:
             obs, infos = self._move_masks(obs, infos, info_masks)
         if self._track_masks:
-            self._masks = {a: o[MASK_KEY] for a, o in obs.items()
-                           if (type(o) is dict or isinstance(o, Mapping)) and MASK_KEY in o}
+            self._masks = {a: mask for a, o in obs.items() if (mask := action_mask_of(o)) is not None}
         if not infos.keys() <= obs.keys():
             infos = self._split_infos(obs, infos)
         return obs, infos  # type: ignore[return-value]

@@ -240,7 +240,8 @@ class VectorMultiAgentEnv:
             commands.append((step_command, actions))
         results = self._run_all(commands)
         failed = {index for index, _ in self.last_failures}
-        self._replace_failed_resets(commands, results)
+        if step_command == "step_reset_isolated":
+            self._replace_failed_resets(commands, results)
         obs_out: list[dict[AgentID, Any]] = []
         rewards_out: list[dict[AgentID, Any]] = []
         terminateds_out: list[dict[AgentID, Any]] = []

@@ -33,16 +33,18 @@ from marl_core.errors import ConfigError
 from marl_core.ppo.presets import PRESETS, load_preset
 
 
-def _positive(kind: type) -> Any:
-    """An argparse type: a number of ``kind`` above zero."""
+def number_arg(kind: type, *, minimum: float = 0, inclusive: bool = False, why: str = "") -> Any:
+    """An argparse type: a number of ``kind`` above ``minimum`` (or equal to it, with ``inclusive``);
+    ``why`` is added to the message of a number out of range."""
+    bound = f"{minimum} or more" if inclusive else f"above {minimum}"
 
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, received {text!r}") from None
-        if not value > 0:  # NaN fails too
-            raise argparse.ArgumentTypeError(f"expected a number above 0, received {text!r}")
+        if not (value >= minimum if inclusive else value > minimum):  # NaN fails both
+            raise argparse.ArgumentTypeError(f"expected a number {bound}{why}, received {text!r}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
@@ -53,15 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``marl-train``."""
     parser = argparse.ArgumentParser(prog="marl-train", description="Train a multi-agent PPO preset on Ray.")
     parser.add_argument("preset", choices=sorted(PRESETS), help="what to train")
-    parser.add_argument("--minutes", type=_positive(float), default=None, help="time budget (default: the preset's)")
-    parser.add_argument("--iterations", type=_positive(int), default=None, help="stop after this many iterations")
+    parser.add_argument("--minutes", type=number_arg(float), default=None, help="time budget (default: the preset's)")
+    parser.add_argument("--iterations", type=number_arg(int), default=None, help="stop after this many iterations")
     parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/PRESET-TIME)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default: the preset's)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field, e.g. training.lr=3e-4 (repeatable)")
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start one locally)")
-    parser.add_argument("--num-cpus", type=_positive(int), default=None, help="CPUs of the local Ray")
-    parser.add_argument("--checkpoint-every", type=_positive(int), default=10, help="iterations between checkpoints")
+    parser.add_argument("--num-cpus", type=number_arg(int), default=None, help="CPUs of the local Ray")
+    parser.add_argument("--checkpoint-every", type=number_arg(int), default=10, help="iterations between checkpoints")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 

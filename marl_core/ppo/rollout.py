@@ -359,7 +359,7 @@ class Sampler:
         all_terminated = bool(terminateds.get(ALL, False))
         all_done = all_terminated or bool(truncateds.get(ALL, False))
         ended = self.ended[index]
-        back = [a for a in obs if a in ended]
+        back = [a for a in obs if a in ended] if ended else None
         if back:
             raise EnvContractError(f"agents {back} of env {index} terminated or truncated earlier in the episode "
                                    "but are in its obs dict again; an agent that ended never comes back")

@@ -23,6 +23,7 @@ import numpy as np
 
 from marl_core.env import ALL
 from marl_core.errors import OpponentSpecError
+from marl_core.ppo.cli import number_arg
 from marl_core.ppo.evaluation import (
     PolicyFn,
     evaluate,
@@ -208,18 +209,6 @@ def _opponent_arg(text: str) -> str:
     return text.strip().lower()
 
 
-def _positive(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return int(text)
-
-
-def _non_negative(text: str) -> int:
-    if not (text.isascii() and text.isdigit()):
-        raise argparse.ArgumentTypeError(f"expected an integer of 0 or more (seeds cannot be negative), got {text!r}")
-    return int(text)
-
-
 def eval_parser() -> argparse.ArgumentParser:
     """The argument parser of ``marl-eval``."""
     parser = argparse.ArgumentParser(
@@ -235,9 +224,10 @@ def eval_parser() -> argparse.ArgumentParser:
         help="'random' or 'mcts:N' (OpenSpiel MCTSBot, N simulations per move); repeat for several "
         "(default: random)",
     )
-    parser.add_argument("--games", type=_positive, default=100, help="games per opponent (default: 100)")
+    parser.add_argument("--games", type=number_arg(int), default=100, help="games per opponent (default: 100)")
     parser.add_argument("--policy", default="main", help="policy id in the checkpoint (default: main)")
-    parser.add_argument("--seed", type=_non_negative, default=0, help="base seed of the games (default: 0)")
+    parser.add_argument("--seed", type=number_arg(int, inclusive=True, why=" (seeds cannot be negative)"), default=0,
+                        help="base seed of the games (default: 0)")
     return parser
 
 
