@@ -272,8 +272,10 @@ def _end_flags(done: bool, terminateds: Mapping[AgentID, Any], truncateds: Mappi
     """The ``"__all__"`` flags: the episode is truncated when an agent ending now was cut short."""
     if not done:
         return False, False
-    cut_short = any(flag and not terminateds.get(agent_id, False) for agent_id, flag in truncateds.items())
-    return not cut_short, cut_short
+    for agent_id, flag in truncateds.items():
+        if flag and not terminateds.get(agent_id, False):
+            return False, True
+    return True, False
 
 
 class _PettingZooBase(MultiAgentEnv):
@@ -692,8 +694,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
         truncs: Mapping[AgentID, Any],
     ) -> ObsDict:
         """Obs of agents neither acting nor ending now break our contract: keep them out."""
-        keep = set(live) | {a for a in obs if terms.get(a) or truncs.get(a)}
-        stale = [a for a in obs if a not in keep]
+        live_set = set(live)
+        stale = [a for a in obs if a not in live_set and not (terms.get(a) or truncs.get(a))]
         if not stale:
             return obs  # type: ignore[return-value]
         logger.warning(
@@ -702,7 +704,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
             self.env,
             stale,
         )
-        return {a: o for a, o in obs.items() if a in keep}
+        return {a: o for a, o in obs.items() if a not in stale}
 
     @staticmethod
     def _move_masks(

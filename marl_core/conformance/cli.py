@@ -61,8 +61,7 @@ def _parser() -> argparse.ArgumentParser:
         action="extend",
         default=[],
         metavar="RULE",
-        choices=sorted(RULES),
-        help="rule ids not to check",
+        help="rule ids not to check (see --list-rules)",
     )
     parser.add_argument("--list-rules", action="store_true", help="print the rule catalog and exit")
     return parser
@@ -95,16 +94,39 @@ def load_target(spec: str) -> Any:
     return obj
 
 
+def _split_skip(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Take the target back from ``--skip``, whose list also swallows a target written after it
+    (``marl-check --skip pickle mypkg:Env``), and refuse unknown rule ids (exit status 2).
+
+    Rule ids never contain ``:`` and a target always does, so the split is unambiguous.
+    """
+    rules = []
+    for value in args.skip:
+        if value not in RULES and ":" in value and args.target is None:
+            args.target = value
+        else:
+            rules.append(value)
+    unknown = [value for value in rules if value not in RULES]
+    if unknown:
+        parser.error(
+            f"--skip: unknown rule id(s) {', '.join(map(repr, unknown))}; the ids are: {', '.join(sorted(RULES))}"
+        )
+    args.skip = rules
+
+
 def _fail(message: str, as_json: bool, target: str | None) -> int:
     print(f"marl-check: {message}", file=sys.stderr)
     if as_json:
-        print(json.dumps({"target": target, "ok": False, "error": message}, indent=2))
+        # The report's keys that mean something without a report: "findings" stays iterable.
+        print(json.dumps({"target": target, "ok": False, "error": message, "findings": []}, indent=2))
     return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _split_skip(parser, args)
     if args.list_rules:
         print(catalog_markdown(), end="")
         return 0

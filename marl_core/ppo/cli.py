@@ -4,6 +4,7 @@ Usage::
 
     marl-train rps --minutes 1 --out runs/rps
     marl-train pistonball --iterations 20 --set training.lr=3e-4 --set num_envs_per_env_runner=2
+    marl-train connect4 --resume runs/connect4-20261123-101500/final --minutes 10
 
 The run directory gets ``progress.csv``, TensorBoard files under ``tb/``, ``learning_curve.png``,
 a checkpoint every ``--checkpoint-every`` iterations (``checkpoint/``), the final checkpoint in
@@ -11,7 +12,10 @@ a checkpoint every ``--checkpoint-every`` iterations (``checkpoint/``), the fina
 
 Ctrl-C (or SIGTERM, as schedulers send) lets the current iteration finish, then saves the final
 checkpoint and exits with 130 (143 for SIGTERM); a second signal interrupts at once (the final
-checkpoint is still saved). Stopping between
+checkpoint is still saved). ``--resume CHECKPOINT`` continues such a run: the checkpoint's config,
+weights, optimizer states, counters and RNG states, with ``--set``, ``--seed``, ``--ray-address``
+and ``--num-cpus`` applied on top; ``--minutes`` and ``--iterations`` then count from there.
+Resumed into its old run directory, a run appends to its ``progress.csv``. Stopping between
 iterations, not wherever the interrupt lands, keeps the logs' writer threads and the checkpoint
 consistent.
 """
@@ -65,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-cpus", type=number_arg(int), default=None, help="CPUs of the local Ray")
     parser.add_argument("--checkpoint-every", type=number_arg(int), default=10, help="iterations between checkpoints")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT",
+                        help="continue the run saved in this checkpoint (a checkpoint/ or final/ directory)")
     return parser
 
 
@@ -88,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     preset = load_preset(args.preset)
     config = preset.build_config()
+    changed: set[str] = set()  # the fields the command line set: a resumed run takes them too
     for item in args.overrides:
         key, sep, value = item.partition("=")
         if not sep:
@@ -98,21 +105,32 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as error:
             print(f"marl-train: --set {item}: {error}", file=sys.stderr)
             return 2
-    if args.seed is not None:
-        config.seed = args.seed
-    if args.ray_address is not None:
-        config.ray_address = args.ray_address
-    if args.num_cpus is not None:
-        config.num_cpus = args.num_cpus
+        changed.add(key.strip().split(".")[-1])
+    for name in ("seed", "ray_address", "num_cpus"):
+        if getattr(args, name) is not None:
+            setattr(config, name, getattr(args, name))
+            changed.add(name)
     minutes = args.minutes if args.minutes is not None else (None if args.iterations else preset.default_minutes)
     out = args.out or Path("runs") / f"{preset.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"marl-train {preset.name}: writing to {out}")
     start = time.monotonic()
     deadline = start + 60 * minutes if minutes is not None else math.inf
-    algo = config.build()
-    algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs
-    run_log = RunLogger(out)
+    if args.resume is not None:
+        algo = _resume(preset.name, config, args.resume, {name: getattr(config, name) for name in changed})
+        if algo is None:
+            return 2
+    else:
+        algo = config.build()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"marl-train {preset.name}: writing to {out}"
+              + (f" (resumed from {args.resume} at iteration {algo.iteration})" if args.resume else ""))
+        algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs
+        for hook in preset.start:
+            hook(algo)
+        run_log = RunLogger(out, resume=args.resume is not None)
+    except BaseException:
+        algo.stop()
+        raise
     bar = tqdm(total=args.iterations, disable=args.no_progress, unit="it", dynamic_ncols=True)
     status = 0
     try:
@@ -124,6 +142,27 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         algo.stop()
     return status
+
+
+def _resume(preset: str, config: Any, checkpoint: Path, changed: dict[str, Any]) -> Any:
+    """The algorithm saved at ``checkpoint`` with the ``changed`` fields; None (after saying why)
+    when it cannot be loaded or trains another env than the preset."""
+    from marl_core.errors import CheckpointError
+    from marl_core.ppo.algorithm import PPO
+    from marl_core.ppo.config import reference_of
+
+    try:
+        algo = PPO.from_checkpoint(checkpoint, **changed)
+    except (CheckpointError, ConfigError) as error:
+        print(f"marl-train: cannot resume from {checkpoint}: {error}", file=sys.stderr)
+        return None
+    saved, wanted = reference_of(algo.config.env), reference_of(config.env)
+    if saved is not None and wanted is not None and saved != wanted:
+        algo.stop()
+        print(f"marl-train: {checkpoint} trains env {saved}, but preset {preset!r} trains {wanted}",
+              file=sys.stderr)
+        return None
+    return algo
 
 
 class StopRequest:
@@ -190,8 +229,8 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
 
 def _iterate(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: Any, out: Path,
              deadline: float, stop: StopRequest) -> None:
-    while (time.monotonic() < deadline and not stop.requested
-           and (args.iterations is None or algo.iteration < args.iterations)):
+    last = math.inf if args.iterations is None else algo.iteration + args.iterations
+    while time.monotonic() < deadline and not stop.requested and algo.iteration < last:
         result = algo.train()
         for callback in preset.callbacks:
             callback(algo, result)

@@ -313,12 +313,15 @@ class EvaluationPoint:
         minutes: wall-clock minutes since the run started (evaluation time included).
         env_steps: environment steps sampled by the trainer so far.
         results: match results by opponent spec.
+        seed: the seed the matches were played with (``evaluate(..., seed=seed)`` replays them);
+            None when unknown.
     """
 
     iteration: int
     minutes: float
     env_steps: int
     results: Mapping[str, MatchResult] = field(default_factory=dict)
+    seed: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (one line of ``evaluation.jsonl``)."""
@@ -327,6 +330,7 @@ class EvaluationPoint:
             "minutes": self.minutes,
             "env_steps": self.env_steps,
             "results": {spec: asdict(match) for spec, match in self.results.items()},
+            "seed": self.seed,
         }
 
     @classmethod
@@ -338,7 +342,9 @@ class EvaluationPoint:
             fields["wins_by_seat"] = tuple(fields.get("wins_by_seat", (0, 0)))
             fields["games_by_seat"] = tuple(fields.get("games_by_seat", (0, 0)))
             results[spec] = MatchResult(**fields)
-        return cls(int(data["iteration"]), float(data["minutes"]), int(data["env_steps"]), results)
+        seed = data.get("seed")
+        return cls(int(data["iteration"]), float(data["minutes"]), int(data["env_steps"]), results,
+                   None if seed is None else int(seed))
 
 
 def save_history(points: Sequence[EvaluationPoint], path: str | Path) -> Path:

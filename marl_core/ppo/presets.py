@@ -35,6 +35,9 @@ class Preset:
         build_config: the default config (command-line overrides are applied after).
         callbacks: called after every ``algo.train()`` with ``(algo, result)``; they may add
             entries to ``result`` (logged like the rest) and add or remove policies.
+        start: called once with the algorithm before its first iteration, whether it is new or
+            restored from a checkpoint (``--resume``): callbacks' state that lives outside the
+            checkpoint is rebuilt from it there.
         final: called once at the end with ``(algo, out_dir)``; its dict is printed and saved.
         default_minutes: the time budget when neither ``--minutes`` nor ``--iterations`` is given.
     """
@@ -43,6 +46,7 @@ class Preset:
     description: str
     build_config: Callable[[], PPOConfig]
     callbacks: tuple[Callable[[PPO, dict], None], ...] = ()
+    start: tuple[Callable[[PPO], None], ...] = ()
     final: Callable[[PPO, Path], dict[str, Any]] | None = None
     default_minutes: float = 5.0
 

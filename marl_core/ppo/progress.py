@@ -34,15 +34,35 @@ def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-class RunLogger:
-    """Writes ``progress.csv``, TensorBoard event files (``tb/``) and ``learning_curve.png``."""
+def _number(text: str) -> Any:
+    """A CSV cell back as the int or float it was written from; other text stays text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
-    def __init__(self, out_dir: str | Path, tensorboard: bool = True) -> None:
+
+class RunLogger:
+    """Writes ``progress.csv``, TensorBoard event files (``tb/``) and ``learning_curve.png``.
+
+    With ``resume=True`` the rows already in ``progress.csv`` are kept (read back as numbers
+    where they are numbers): new rows follow them, and the learning curve shows both.
+    """
+
+    def __init__(self, out_dir: str | Path, tensorboard: bool = True, *, resume: bool = False) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.out_dir / "progress.csv"
         self.rows: list[dict[str, Any]] = []
         self.columns: list[str] = []
+        if resume and self.csv_path.is_file():
+            with self.csv_path.open(newline="") as handle:
+                reader = csv.DictReader(handle)
+                self.columns = list(reader.fieldnames or [])
+                self.rows = [{k: _number(v) for k, v in row.items() if k is not None and v not in ("", None)}
+                             for row in reader]
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter

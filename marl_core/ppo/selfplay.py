@@ -66,6 +66,7 @@ from marl_core.ppo.evaluation import (
     EvaluationPoint,
     evaluate,
     flat_metrics,
+    load_history,
     opponent_label,
     plot_history,
     save_history,
@@ -327,8 +328,12 @@ class SelfPlayLeague:
         """The league: the random player and the current snapshots."""
         return (*self.fixed, *self.snapshots)
 
-    def _adopt(self, algo: PPO) -> None:
-        """Take over snapshots that ``algo`` already holds (an algorithm restored from a checkpoint)."""
+    def attach(self, algo: PPO) -> None:
+        """Take over the snapshots that ``algo`` already holds and play against them from now on.
+
+        Call it before training an algorithm restored from a checkpoint (``marl-train --resume``
+        does); otherwise the first iteration plays the saved first mapping, without snapshots.
+        """
         found = sorted((int(m.group(1)), pid) for pid in algo.policies if (m := _SNAPSHOT.match(pid)))
         fixed = tuple(pid for pid in (RANDOM, TACTICAL, MCTS) if pid in algo.policies) or self.fixed
         fixed += (MAIN,) * self.fixed.count(MAIN)
@@ -339,7 +344,7 @@ class SelfPlayLeague:
 
     def __call__(self, algo: PPO, result: dict[str, Any]) -> None:
         """After every iteration: maybe add a snapshot; report the league under ``result["league"]``."""
-        self._adopt(algo)
+        self.attach(algo)
         metrics = result.get("policies", {}).get(MAIN, {})
         self.episodes_since_snapshot += int(metrics.get("num_episodes", 0))
         mean = float(metrics.get("episode_return_mean", float("nan")))
@@ -386,7 +391,8 @@ class Connect4Evaluation:
         strong_opponents: ``(spec, games)`` of the slow opponents, played every
             ``strong_every_minutes``.
         final_opponents: ``(spec, games)`` played by :meth:`final`.
-        seed: base seed of the games (each evaluation uses new games: seed + 10000 * count).
+        seed: base seed of the games (each evaluation uses new games: seed + 10000 * its number;
+            :meth:`attach` numbers a resumed run's evaluations after the ones it played).
         out_dir: where ``evaluation.jsonl`` and ``win_rate.png`` go once known (set by ``final``
             at the latest).
     """
@@ -404,17 +410,34 @@ class Connect4Evaluation:
     seconds_evaluating: float = 0.0
     last_evaluation: float = field(default_factory=time.perf_counter)
     last_strong_evaluation: float = field(default_factory=time.perf_counter)
+    first_number: int = 0
+
+    def attach(self, algo: PPO) -> None:
+        """Before the first iteration. For an algorithm restored at iteration ``i``: number its
+        evaluations from ``i + 1`` on, past every evaluation its run played (at most one per
+        iteration plus the final one), so a resumed run plays new games; and when it resumes
+        in its old run directory (``algo.out_dir``), keep the evaluations already written there.
+        """
+        if not algo.iteration:
+            return
+        self.first_number = algo.iteration + 1
+        out_dir = getattr(algo, "out_dir", None)
+        if out_dir is not None and (Path(out_dir) / "evaluation.jsonl").is_file():
+            self.out_dir = Path(out_dir)
+            self.history = load_history(self.out_dir / "evaluation.jsonl") + self.history
 
     def _run(self, algo: PPO, opponents: Sequence[tuple[str, int]]) -> EvaluationPoint:
         start = time.perf_counter()
         policy = algo.get_policy_callable(MAIN, explore=False)
-        results = evaluate(policy, opponents, seed=self.seed + 10_000 * len(self.history))
+        seed = self.seed + 10_000 * (self.first_number + len(self.history))
+        results = evaluate(policy, opponents, seed=seed)
         self.seconds_evaluating += time.perf_counter() - start
         point = EvaluationPoint(
             iteration=int(algo.iteration),
             minutes=(time.perf_counter() - self.started) / 60.0,
             env_steps=int(algo.env_steps_lifetime),
             results=results,
+            seed=seed,
         )
         self.history.append(point)
         if self.out_dir is not None:
@@ -560,6 +583,7 @@ def connect4_preset(**options: Any) -> Preset:
         "evaluated against random moves and MCTS on separate games.",
         build_config=functools.partial(laptop_config, **options),
         callbacks=(league, evaluation),
+        start=(league.attach, evaluation.attach),
         final=evaluation.final,
         default_minutes=5.0,
     )

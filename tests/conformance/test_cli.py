@@ -60,14 +60,25 @@ def test_unbuildable_target_exits_2_saying_why(target: str, reason: str, capsys:
 
 def test_unbuildable_target_with_json_prints_the_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["no_such_module_here:Env", "--json"]) == 2
-    assert json.loads(capsys.readouterr().out)["ok"] is False
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is False and data["findings"] == [] and "no_such_module_here" in data["error"]
 
 
 def test_unknown_rule_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["examples.rock_paper_scissors:RockPaperScissors", "--skip", "rewards.finite"])
     assert exited.value.code == 2
-    assert "invalid choice" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown rule id(s) 'rewards.finite'" in err and "rewards.numeric" in err
+
+
+def test_target_after_skip_is_the_target(capsys: pytest.CaptureFixture[str]) -> None:
+    # --skip takes several ids; the target written after them must not be swallowed as one.
+    status = main(["--skip", "rewards.numeric", "pickle", "tests.fixtures.broken_envs:NanReward"])
+    assert status == 0
+    assert "skipped rules: rewards.numeric, pickle" in capsys.readouterr().out
+    assert main(["--skip", "pickle", "tests.fixtures.broken_envs:NanReward"]) == 1
+    assert "error rewards.numeric" in capsys.readouterr().out
 
 
 def test_list_rules_prints_the_catalog(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from marl_core.errors import ConfigError
 from marl_core.ppo import PPO, PPOConfig
@@ -49,6 +50,44 @@ def test_train_two_iterations_with_overrides(tmp_path, capsys):
     restored = PPO.from_checkpoint(tmp_path / "final")
     assert restored.iteration == 2
     restored.stop()
+
+
+def test_resume_continues_the_run_and_appends_to_its_logs(tmp_path, capsys):
+    base = ["--out", str(tmp_path), "--no-progress", "--set", "num_env_runners=0",
+            "--set", "train_batch_size=80", "--set", "num_envs_per_env_runner=2"]
+    assert main(["rps", "--iterations", "2", *base]) == 0
+    saved = torch.load(tmp_path / "final" / "state.pt", weights_only=True)
+    capsys.readouterr()
+    # --iterations counts from the checkpoint; --set applies on top of the saved config.
+    assert main(["rps", "--resume", str(tmp_path / "final"), "--iterations", "2", *base,
+                 "--set", "training.lr=0.0005"]) == 0
+    assert "resumed from" in capsys.readouterr().out
+    rows = list(csv.DictReader((tmp_path / "progress.csv").read_text().splitlines()))
+    assert [row["training_iteration"] for row in rows] == ["1", "2", "3", "4"]
+    steps = [int(row["num_env_steps_sampled_lifetime"]) for row in rows]
+    assert steps == [80, 160, 240, 320]
+    restored = PPO.from_checkpoint(tmp_path / "final")
+    try:
+        assert restored.iteration == 4 and restored.config.lr == 0.0005
+        assert restored.env_steps_lifetime == 320
+        learned = restored.get_weights(["learned"])["learned"]
+        assert any(not torch.equal(torch.as_tensor(learned[k]), v) for k, v in saved["policies"]["learned"]["module"].items())
+    finally:
+        restored.stop()
+
+
+def test_resume_refuses_what_it_cannot_continue(tmp_path, capsys):
+    assert main(["rps", "--resume", str(tmp_path / "nothing"), "--out", str(tmp_path / "run")]) == 2
+    assert f"cannot resume from {tmp_path / 'nothing'}" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    assert main(["rps", "--iterations", "1", "--out", str(tmp_path / "rps"), "--no-progress",
+                 "--set", "num_env_runners=0", "--set", "train_batch_size=40"]) == 0
+    capsys.readouterr()
+    status = main(["pistonball", "--resume", str(tmp_path / "rps" / "final"), "--out", str(tmp_path / "pb")])
+    err = capsys.readouterr().err
+    assert status == 2 and "trains env examples.rock_paper_scissors:RockPaperScissors" in err
+    assert "preset 'pistonball' trains marl_core.ppo.presets:pistonball_env" in err
+    assert not (tmp_path / "pb").exists()
 
 
 def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):

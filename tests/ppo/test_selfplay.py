@@ -173,9 +173,29 @@ def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path):
         assert "(6 games" in summary["random"] and "(2 games" in summary["mcts10"]
         points = load_history(tmp_path / "run" / "evaluation.jsonl")
         assert [p.iteration for p in points] == [2, 3, 3] and points[2].env_steps == algo.env_steps_lifetime
+        assert [p.seed for p in points] == [1_000_000, 1_010_000, 1_020_000]
         assert (tmp_path / "run" / "win_rate.png").read_bytes()[:4] == b"\x89PNG"
+        path = algo.save(tmp_path / "run" / "final")
     finally:
         algo.stop()
+    # Resumed in its run directory: the old evaluations stay, and the new ones play new games.
+    restored = PPO.from_checkpoint(path)
+    try:
+        restored.out_dir = tmp_path / "run"
+        resumed = Connect4Evaluation(final_opponents=(("random", 2),))
+        resumed.attach(restored)
+        resumed.final(restored, tmp_path / "run")
+        points = load_history(tmp_path / "run" / "evaluation.jsonl")
+        assert [p.iteration for p in points] == [2, 3, 3, 3]
+        assert points[-1].seed == 1_000_000 + 10_000 * (3 + 1 + 3)  # numbered after iteration 3 and 3 old points
+        assert len({p.seed for p in points}) == 4
+        # Resumed elsewhere: numbered after the restored iteration, nothing to load.
+        elsewhere = Connect4Evaluation(final_opponents=(("random", 2),))
+        restored.out_dir = tmp_path / "elsewhere"
+        elsewhere.attach(restored)
+        assert elsewhere.first_number == 4 and elsewhere.history == []
+    finally:
+        restored.stop()
 
 
 def test_checkpoint_with_snapshots_loads_by_name_and_acts_as_main(tmp_path):
@@ -200,12 +220,15 @@ def test_checkpoint_with_snapshots_loads_by_name_and_acts_as_main(tmp_path):
         obs, _ = env.reset(seed=0)
         action = restored.compute_actions(obs, policy_id=MAIN, explore=False)["player_0"]
         assert 0 <= int(action) < 7
-        # A league callback on the restored algorithm takes over its snapshots.
+        # Attached before training, a league on the restored algorithm takes over its snapshots, so
+        # the first iteration already plays them (the checkpoint keeps only the first mapping).
+        assert restored.config.policy_mapping_fn is main_vs_random
         again = SelfPlayLeague(threshold=2.0)
-        result = result_with(0.0, 10)
-        again(restored, result)
+        again.attach(restored)
         assert again.snapshots == ["main_v1"] and again.next_version == 2
         assert restored.config.policy_mapping_fn == LeagueMapping((RANDOM, "main_v1"), 0)
+        again(restored, result_with(0.0, 10))
+        assert again.snapshots == ["main_v1"] and again.next_version == 2
     finally:
         restored.stop()
 
