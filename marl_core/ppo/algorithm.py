@@ -91,6 +91,7 @@ class PPO:
         self.config = config
         self.env_creator = config.env_creator()
         self.out_dir: Path | None = None
+        self.restored_from: Path | None = None  # the checkpoint this algorithm was loaded from
         if config.torch_threads is not None:
             torch.set_num_threads(int(config.torch_threads))
         self.device = torch.device(

@@ -165,6 +165,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         algo.rng.bit_generator.state = json.loads(state["rng_numpy"])
         torch.set_rng_state(state["rng_torch"])
         algo._sync_state()
+        algo.restored_from = path
     except BaseException:
         algo.stop()
         raise

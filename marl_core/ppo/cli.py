@@ -15,7 +15,8 @@ checkpoint and exits with 130 (143 for SIGTERM); a second signal interrupts at o
 checkpoint is still saved). ``--resume CHECKPOINT`` continues such a run: the checkpoint's config,
 weights, optimizer states, counters and RNG states, with ``--set``, ``--seed``, ``--ray-address``
 and ``--num-cpus`` applied on top; ``--minutes`` and ``--iterations`` then count from there.
-Resumed into its old run directory, a run appends to its ``progress.csv``. Stopping between
+Resumed into its old run directory (``--out``), it continues that directory's logs from the
+checkpoint's iteration (rows of later iterations are trained again, so they are dropped). Stopping between
 iterations, not wherever the interrupt lands, keeps the logs' writer threads and the checkpoint
 consistent.
 """
@@ -127,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs
         for hook in preset.start:
             hook(algo)
-        run_log = RunLogger(out, resume=args.resume is not None)
+        run_log = RunLogger(out, resume_at=algo.iteration if args.resume is not None else None)
+    except (OSError, ValueError) as error:  # a run directory whose logs cannot be continued
+        algo.stop()
+        print(f"marl-train: cannot continue the logs in {out}: {error}", file=sys.stderr)
+        return 2
     except BaseException:
         algo.stop()
         raise

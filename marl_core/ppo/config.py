@@ -337,12 +337,12 @@ class PPOConfig:
             if key == "policies":
                 value = {pid: _policy_from_json(pid, entry) for pid, entry in value.items()}
             elif key in ("env", "policy_mapping_fn") and value is not None:
-                value = resolve(value)
+                value = _resolve_saved(value, key)
             elif key == "model" and "module" in value:
                 if value["module"] is None:
                     raise CheckpointError("the saved model module factory was not importable by name; pass "
                                           "model={'module': factory, ...} to from_checkpoint")
-                value = {**value, "module": resolve(value["module"])}
+                value = {**value, "module": _resolve_saved(value["module"], "model")}
             elif key == "policy_mapping_fn":
                 raise CheckpointError(
                     "the saved policy_mapping_fn was not importable by name; pass "
@@ -377,6 +377,18 @@ def resolve(reference: Any) -> Any:
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _resolve_saved(reference: str, key: str) -> Any:
+    """:func:`resolve` for a name read from a checkpoint: a name that no longer imports (code
+    renamed or moved since the save) is a :class:`CheckpointError` saying what to pass instead."""
+    try:
+        return resolve(reference)
+    except (ImportError, AttributeError) as error:
+        raise CheckpointError(
+            f"the checkpoint names {reference!r} ({key}), which does not import now ({type(error).__name__}: "
+            f"{error}); pass {key}=... to from_checkpoint"
+        ) from error
 
 
 def _json_default(value: Any) -> Any:
@@ -429,7 +441,7 @@ def _policy_from_json(policy_id: str, data: Mapping[str, Any]) -> Any:
             if model["module"] is None:
                 raise CheckpointError(f"the model module factory of policy {policy_id!r} was not importable by "
                                       "name when saved; pass policies={...} with it to from_checkpoint")
-            model["module"] = resolve(model["module"])
+            model["module"] = _resolve_saved(model["module"], "policies")
         saved = {name: data.get(name) for name in ("observation_space", "action_space")}
         if data.get("has_spaces") and saved == {"observation_space": None, "action_space": None}:
             raise CheckpointError(f"the spaces of policy {policy_id!r} were not saved in this older checkpoint; "
@@ -445,4 +457,4 @@ def _policy_from_json(policy_id: str, data: Mapping[str, Any]) -> Any:
             f"fixed policy {policy_id!r} was not importable by name when saved; pass "
             f"policies={{...}} with it to from_checkpoint"
         )
-    return resolve(data["ref"])
+    return _resolve_saved(data["ref"], "policies")

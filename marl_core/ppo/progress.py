@@ -47,27 +47,55 @@ def _number(text: str) -> Any:
 class RunLogger:
     """Writes ``progress.csv``, TensorBoard event files (``tb/``) and ``learning_curve.png``.
 
-    With ``resume=True`` the rows already in ``progress.csv`` are kept (read back as numbers
-    where they are numbers): new rows follow them, and the learning curve shows both.
+    ``resume_at=i`` continues the logs of a run restored from a checkpoint taken at iteration
+    ``i``: the rows of iterations up to ``i`` already in ``progress.csv`` are kept (read back as
+    numbers where they are numbers) and new rows follow them; rows of later iterations (trained
+    after that checkpoint, and trained again now) and a last line cut short by a crash are
+    dropped, and TensorBoard hides its events from there on (``purge_step``).
+
+    Raises:
+        ValueError: ``progress.csv`` cannot be read back (not UTF-8 CSV).
     """
 
-    def __init__(self, out_dir: str | Path, tensorboard: bool = True, *, resume: bool = False) -> None:
+    def __init__(self, out_dir: str | Path, tensorboard: bool = True, *, resume_at: int | None = None) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.out_dir / "progress.csv"
         self.rows: list[dict[str, Any]] = []
         self.columns: list[str] = []
-        if resume and self.csv_path.is_file():
-            with self.csv_path.open(newline="") as handle:
-                reader = csv.DictReader(handle)
-                self.columns = list(reader.fieldnames or [])
-                self.rows = [{k: _number(v) for k, v in row.items() if k is not None and v not in ("", None)}
-                             for row in reader]
+        purge_step = None
+        if resume_at is not None and self.csv_path.is_file():
+            self._read_back(resume_at)
+            self._write_csv(self.rows, mode="w")
+            purge_step = int(self.rows[-1].get("num_env_steps_sampled_lifetime", 0)) + 1 if self.rows else 0
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(self.out_dir / "tb"))
+            self.writer = SummaryWriter(str(self.out_dir / "tb"), purge_step=purge_step)
+
+    def _read_back(self, resume_at: int) -> None:
+        try:
+            text = self.csv_path.read_text(encoding="utf-8")
+            lines = text.splitlines(keepends=True)
+            if lines and not lines[-1].endswith("\n"):
+                logger.warning("%s: its last line was cut short; dropped", self.csv_path)
+                lines.pop()
+            reader = csv.DictReader(lines)
+            columns = list(reader.fieldnames or [])
+            rows = [{k: _number(v) for k, v in row.items() if k is not None and v not in ("", None)}
+                    for row in reader]
+        except (UnicodeDecodeError, csv.Error) as error:
+            raise ValueError(f"{self.csv_path} cannot be read back: {error}") from error
+        if not columns:
+            logger.warning("%s has no header line to continue; starting it again", self.csv_path)
+            return
+        kept = [row for row in rows if not isinstance(row.get("training_iteration"), int)
+                or row["training_iteration"] <= resume_at]
+        if len(kept) < len(rows):
+            logger.warning("%s: dropped %d rows after iteration %d, which is trained again from its checkpoint",
+                           self.csv_path, len(rows) - len(kept), resume_at)
+        self.columns, self.rows = columns, kept
 
     def log(self, result: Mapping[str, Any]) -> None:
         """Append one iteration's result to the CSV and TensorBoard."""

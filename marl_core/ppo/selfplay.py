@@ -391,8 +391,8 @@ class Connect4Evaluation:
         strong_opponents: ``(spec, games)`` of the slow opponents, played every
             ``strong_every_minutes``.
         final_opponents: ``(spec, games)`` played by :meth:`final`.
-        seed: base seed of the games (each evaluation uses new games: seed + 10000 * its number;
-            :meth:`attach` numbers a resumed run's evaluations after the ones it played).
+        seed: base seed of the games; each evaluation plays new ones: ``seed + 10000 * (2 * i)``
+            after iteration ``i``, ``seed + 10000 * (2 * i + 1)`` for the final one.
         out_dir: where ``evaluation.jsonl`` and ``win_rate.png`` go once known (set by ``final``
             at the latest).
     """
@@ -410,26 +410,35 @@ class Connect4Evaluation:
     seconds_evaluating: float = 0.0
     last_evaluation: float = field(default_factory=time.perf_counter)
     last_strong_evaluation: float = field(default_factory=time.perf_counter)
-    first_number: int = 0
 
     def attach(self, algo: PPO) -> None:
-        """Before the first iteration. For an algorithm restored at iteration ``i``: number its
-        evaluations from ``i + 1`` on, past every evaluation its run played (at most one per
-        iteration plus the final one), so a resumed run plays new games; and when it resumes
-        in its old run directory (``algo.out_dir``), keep the evaluations already written there.
+        """Before the first iteration of an algorithm restored from a checkpoint
+        (``algo.restored_from``): resumed in its old run directory (``algo.out_dir``), keep the
+        evaluations written there up to the restored iteration; the minutes go on from the last.
         """
-        if not algo.iteration:
+        if getattr(algo, "restored_from", None) is None:
             return
-        self.first_number = algo.iteration + 1
         out_dir = getattr(algo, "out_dir", None)
+        minutes = algo.time_total_s / 60.0
         if out_dir is not None and (Path(out_dir) / "evaluation.jsonl").is_file():
             self.out_dir = Path(out_dir)
-            self.history = load_history(self.out_dir / "evaluation.jsonl") + self.history
+            try:
+                saved = load_history(self.out_dir / "evaluation.jsonl")
+            except (ValueError, KeyError, TypeError) as error:  # damaged lines: json, fields
+                raise ValueError(f"{self.out_dir / 'evaluation.jsonl'} cannot be read back: {error}") from error
+            kept = [point for point in saved if point.iteration <= algo.iteration]
+            if len(kept) < len(saved):
+                logger.warning("evaluation.jsonl: dropped %d evaluations after iteration %d, which is trained "
+                               "again from its checkpoint", len(saved) - len(kept), algo.iteration)
+            self.history = kept + self.history
+            minutes = max([minutes, *(point.minutes for point in kept)])
+        self.started = time.perf_counter() - 60.0 * minutes
 
-    def _run(self, algo: PPO, opponents: Sequence[tuple[str, int]]) -> EvaluationPoint:
+    def _run(self, algo: PPO, opponents: Sequence[tuple[str, int]], final: bool = False) -> EvaluationPoint:
         start = time.perf_counter()
         policy = algo.get_policy_callable(MAIN, explore=False)
-        seed = self.seed + 10_000 * (self.first_number + len(self.history))
+        # Numbered by iteration, so a resumed run (or a chain of them) plays new games.
+        seed = self.seed + 10_000 * (2 * int(algo.iteration) + int(final))
         results = evaluate(policy, opponents, seed=seed)
         self.seconds_evaluating += time.perf_counter() - start
         point = EvaluationPoint(
@@ -471,7 +480,7 @@ class Connect4Evaluation:
     def final(self, algo: PPO, out_dir: Path) -> dict[str, Any]:
         """The final evaluation: more games, stronger MCTS; returns one summary line per opponent."""
         self.out_dir = Path(out_dir)
-        point = self._run(algo, self.final_opponents)
+        point = self._run(algo, self.final_opponents, final=True)
         files = self.write(self.out_dir)
         summary: dict[str, Any] = {
             opponent_label(spec): match.summary() for spec, match in point.results.items()

@@ -52,24 +52,26 @@ def test_train_two_iterations_with_overrides(tmp_path, capsys):
     restored.stop()
 
 
-def test_resume_continues_the_run_and_appends_to_its_logs(tmp_path, capsys):
+def test_resume_continues_the_run_and_its_logs(tmp_path, capsys):
     base = ["--out", str(tmp_path), "--no-progress", "--set", "num_env_runners=0",
             "--set", "train_batch_size=80", "--set", "num_envs_per_env_runner=2"]
-    assert main(["rps", "--iterations", "2", *base]) == 0
+    assert main(["rps", "--iterations", "3", "--checkpoint-every", "2", *base]) == 0
     saved = torch.load(tmp_path / "final" / "state.pt", weights_only=True)
+    with (tmp_path / "progress.csv").open("a") as handle:
+        handle.write("4,0.")  # a crash while writing a row
     capsys.readouterr()
-    # --iterations counts from the checkpoint; --set applies on top of the saved config.
-    assert main(["rps", "--resume", str(tmp_path / "final"), "--iterations", "2", *base,
+    # From checkpoint/ (iteration 2): iteration 3 is trained again, its old row and the cut-off
+    # line go; --iterations counts from the checkpoint; --set applies on top of the saved config.
+    assert main(["rps", "--resume", str(tmp_path / "checkpoint"), "--iterations", "2", *base,
                  "--set", "training.lr=0.0005"]) == 0
     assert "resumed from" in capsys.readouterr().out
     rows = list(csv.DictReader((tmp_path / "progress.csv").read_text().splitlines()))
     assert [row["training_iteration"] for row in rows] == ["1", "2", "3", "4"]
-    steps = [int(row["num_env_steps_sampled_lifetime"]) for row in rows]
-    assert steps == [80, 160, 240, 320]
+    assert [int(row["num_env_steps_sampled_lifetime"]) for row in rows] == [80, 160, 240, 320]
     restored = PPO.from_checkpoint(tmp_path / "final")
     try:
         assert restored.iteration == 4 and restored.config.lr == 0.0005
-        assert restored.env_steps_lifetime == 320
+        assert restored.env_steps_lifetime == 320 and restored.restored_from == tmp_path / "final"
         learned = restored.get_weights(["learned"])["learned"]
         assert any(not torch.equal(torch.as_tensor(learned[k]), v) for k, v in saved["policies"]["learned"]["module"].items())
     finally:
@@ -83,11 +85,25 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, capsys):
     assert main(["rps", "--iterations", "1", "--out", str(tmp_path / "rps"), "--no-progress",
                  "--set", "num_env_runners=0", "--set", "train_batch_size=40"]) == 0
     capsys.readouterr()
-    status = main(["pistonball", "--resume", str(tmp_path / "rps" / "final"), "--out", str(tmp_path / "pb")])
+    final = tmp_path / "rps" / "final"
+    status = main(["pistonball", "--resume", str(final), "--out", str(tmp_path / "pb")])
     err = capsys.readouterr().err
     assert status == 2 and "trains env examples.rock_paper_scissors:RockPaperScissors" in err
     assert "preset 'pistonball' trains marl_core.ppo.presets:pistonball_env" in err
     assert not (tmp_path / "pb").exists()
+    # Logs that cannot be read back: exit 2, nothing overwritten.
+    (tmp_path / "rps" / "progress.csv").write_bytes(b"\xff\xfe\x00garbage")
+    assert main(["rps", "--resume", str(final), "--iterations", "1", "--out", str(tmp_path / "rps"),
+                 "--no-progress"]) == 2
+    assert "cannot continue the logs" in capsys.readouterr().err
+    assert (tmp_path / "rps" / "progress.csv").read_bytes() == b"\xff\xfe\x00garbage"
+    # A name in the checkpoint that no longer imports (code renamed since the save): exit 2, saying which.
+    config = json.loads((final / "config.json").read_text())
+    config["policy_mapping_fn"] = "marl_core.ppo.presets:renamed_mapping_fn"
+    (final / "config.json").write_text(json.dumps(config))
+    assert main(["rps", "--resume", str(final), "--out", str(tmp_path / "renamed")]) == 2
+    err = capsys.readouterr().err
+    assert "'marl_core.ppo.presets:renamed_mapping_fn' (policy_mapping_fn), which does not import now" in err
 
 
 def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):

@@ -163,6 +163,7 @@ def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path):
             evaluation.every_minutes = 0.0  # the first call is too soon; from then on, every time
             if len(results) == 2:
                 evaluation.strong_every_minutes = 0.0  # the third also plays the strong opponents
+                algo.save(tmp_path / "run" / "checkpoint")
         assert "evaluation" not in results[0]
         metrics = results[1]["evaluation"]
         assert metrics["random/games"] == 4 and metrics["mcts5/games"] == 2 and "mcts8/games" not in metrics
@@ -173,29 +174,40 @@ def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path):
         assert "(6 games" in summary["random"] and "(2 games" in summary["mcts10"]
         points = load_history(tmp_path / "run" / "evaluation.jsonl")
         assert [p.iteration for p in points] == [2, 3, 3] and points[2].env_steps == algo.env_steps_lifetime
-        assert [p.seed for p in points] == [1_000_000, 1_010_000, 1_020_000]
+        # Seeds by iteration (2i, and 2i + 1 for the final one): a resumed run plays new games.
+        assert [p.seed for p in points] == [1_040_000, 1_060_000, 1_070_000]
         assert (tmp_path / "run" / "win_rate.png").read_bytes()[:4] == b"\x89PNG"
         path = algo.save(tmp_path / "run" / "final")
     finally:
         algo.stop()
-    # Resumed in its run directory: the old evaluations stay, and the new ones play new games.
+    # Resumed in its run directory: the evaluations up to the checkpoint stay, minutes go on.
     restored = PPO.from_checkpoint(path)
     try:
         restored.out_dir = tmp_path / "run"
         resumed = Connect4Evaluation(final_opponents=(("random", 2),))
         resumed.attach(restored)
+        assert [p.iteration for p in resumed.history] == [2, 3, 3]
+        restored.train()
         resumed.final(restored, tmp_path / "run")
         points = load_history(tmp_path / "run" / "evaluation.jsonl")
-        assert [p.iteration for p in points] == [2, 3, 3, 3]
-        assert points[-1].seed == 1_000_000 + 10_000 * (3 + 1 + 3)  # numbered after iteration 3 and 3 old points
-        assert len({p.seed for p in points}) == 4
-        # Resumed elsewhere: numbered after the restored iteration, nothing to load.
-        elsewhere = Connect4Evaluation(final_opponents=(("random", 2),))
+        assert [p.iteration for p in points] == [2, 3, 3, 4] and points[-1].seed == 1_090_000
+        assert points[-1].minutes >= points[2].minutes
+        # Resumed elsewhere: nothing to load.
+        elsewhere = Connect4Evaluation()
         restored.out_dir = tmp_path / "elsewhere"
         elsewhere.attach(restored)
-        assert elsewhere.first_number == 4 and elsewhere.history == []
+        assert elsewhere.history == []
     finally:
         restored.stop()
+    # From the iteration-2 checkpoint: the later evaluations are trained again, so they go.
+    earlier = PPO.from_checkpoint(tmp_path / "run" / "checkpoint")
+    try:
+        earlier.out_dir = tmp_path / "run"
+        again = Connect4Evaluation()
+        again.attach(earlier)
+        assert [p.iteration for p in again.history] == [2]
+    finally:
+        earlier.stop()
 
 
 def test_checkpoint_with_snapshots_loads_by_name_and_acts_as_main(tmp_path):
