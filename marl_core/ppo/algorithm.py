@@ -61,6 +61,8 @@ class PPO:
         - **Seeding**: ``config.seed`` seeds the model initialization (per policy id), the action
           sampling of each runner, every env's first reset (runner r, env i: seed + 1000 r + i) and
           the minibatch order, so a seeded run repeats (on the same machine and torch build).
+          A run restored from a checkpoint samples on the next stream (:attr:`sampling_stream`):
+          new env seeds, exploration draws and episode ids, not the first run's again.
         - **Envs**: each runner (the driver with ``num_env_runners=0``) steps one
           :class:`~marl_core.vector.VectorMultiAgentEnv` of ``num_envs_per_env_runner`` envs
           (``config.vector_mode``: ``"sync"`` or ``"async"``), one batched forward pass per policy
@@ -73,13 +75,17 @@ class PPO:
     Attributes:
         out_dir: the run's output folder when ``marl-train`` runs it (set before the first
             iteration, so callbacks can write next to the logs), None otherwise.
+        restored_from: the checkpoint this algorithm was loaded from (None: built new).
+        sampling_stream: 0 for a new run, one more at each restore from a checkpoint.
     """
 
-    def __init__(self, config: PPOConfig, *, runners: RunnerGroup | None = None) -> None:
+    def __init__(self, config: PPOConfig, *, runners: RunnerGroup | None = None, sampling_stream: int = 0) -> None:
         """Build from ``config``; ``runners``, when given, are this config's runners, already started
         (:meth:`PPOConfig.build` starts them before torch loads, so both happen at once).
+        ``sampling_stream`` selects the samplers' random streams (see "Seeding" above).
         """
         self.runners = runners
+        self.sampling_stream = int(sampling_stream)
         self.sampler: Sampler | None = None
         try:
             self._setup(config.copy())
@@ -91,7 +97,7 @@ class PPO:
         self.config = config
         self.env_creator = config.env_creator()
         self.out_dir: Path | None = None
-        self.restored_from: Path | None = None  # the checkpoint this algorithm was loaded from
+        self.restored_from: Path | None = None
         if config.torch_threads is not None:
             torch.set_num_threads(int(config.torch_threads))
         self.device = torch.device(
@@ -105,7 +111,7 @@ class PPO:
         self.time_total_s = 0.0
         self._build_mapping_fn = config.policy_mapping_fn
         if self.runners is None and config.num_env_runners > 0:  # first: actors start while models build
-            self.runners = RunnerGroup.for_config(config, self.env_creator)
+            self.runners = RunnerGroup.for_config(config, self.env_creator, stream=self.sampling_stream)
         self._build(config)
 
     def _build(self, config: PPOConfig) -> None:
@@ -129,7 +135,7 @@ class PPO:
         self._state_version = 0
         if config.num_env_runners == 0:
             self.sampler = Sampler(self.env_creator, config.env_config, config.num_envs_per_env_runner,
-                                   worker_index=0, seed=config.seed,
+                                   worker_index=0, seed=config.seed, stream=self.sampling_stream,
                                    max_env_errors_in_a_row=config.max_env_errors_in_a_row,
                                    vector_mode=config.vector_mode, vector_num_workers=config.vector_num_workers)
         self._sync_state()

@@ -68,6 +68,7 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             "num_env_errors_lifetime": algo.num_env_errors_lifetime,
             "time_total_s": algo.time_total_s,
             "to_train": list(algo.to_train),
+            "sampling_stream": algo.sampling_stream,
             "policies": policies,
             "recent_returns": {p: [float(x) for x in r] for p, r in algo._returns.items()},
             "recent_lengths": {p: [float(x) for x in r] for p, r in algo._lengths.items()},
@@ -135,7 +136,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         raise CheckpointError(f"{state_file} cannot be read (a damaged checkpoint?): {error}") from error
     if state.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"checkpoint format {state.get('format')!r}; this version reads {FORMAT_VERSION}")
-    algo = cls(config)
+    algo = cls(config, sampling_stream=int(state.get("sampling_stream", 0)) + 1)
     try:
         missing = sorted(set(state["policies"]) - set(algo.policies))
         if missing:

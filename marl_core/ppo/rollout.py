@@ -39,6 +39,10 @@ from marl_core.vector import VectorMultiAgentEnv, gather, scatter
 
 logger = logging.getLogger(__name__)
 
+# How far a restored run's env seeds move per sampling stream: past every seed of the streams
+# before it (seed + 1000 * runner + env index) for fewer than 10,000 runners.
+STREAM_SEED_STEP = 10_000_019
+
 PolicyID = str
 
 
@@ -123,25 +127,35 @@ class Sampler:
         vector_num_workers: ``"async"`` only: worker processes (default: one per env).
         torch_threads: torch's thread count in this process, set when a policy with a custom
             torch module is first built here (None: leave torch's setting alone).
+        stream: 0 for a new run; a run restored from a checkpoint passes one more than the run
+            it was saved from, so it samples anew: env seeds move by ``STREAM_SEED_STEP * stream``,
+            the action draws use another generator and episode ids start at ``stream << 32``
+            (their parity, which seats Connect-4's players, still alternates).
     """
 
     def __init__(self, env_creator: Callable[[dict], Any], env_config: Mapping[str, Any], num_envs: int,
                  *, worker_index: int = 0, seed: int | None = 0, max_env_errors_in_a_row: int = 10,
                  vector_mode: str = "sync", vector_num_workers: int | None = None,
-                 torch_threads: int | None = None) -> None:
+                 torch_threads: int | None = None, stream: int = 0) -> None:
         self.env_creator = env_creator
         self.env_config = dict(env_config)
         self.worker_index = worker_index
         self.seed = seed
+        self.stream = stream
         self.max_env_errors_in_a_row = max_env_errors_in_a_row
-        self.rng = np.random.default_rng((0 if seed is None else seed) * 7919 + worker_index)
+        if seed is None:
+            self.rng = np.random.default_rng()  # not seeded: fresh entropy
+        elif stream:
+            self.rng = np.random.default_rng([seed, worker_index, stream])
+        else:
+            self.rng = np.random.default_rng(seed * 7919 + worker_index)
         self.torch_threads = torch_threads
         self.policies: dict[PolicyID, Any] = {}
         self._fixed: frozenset[PolicyID] = frozenset()
         self.specs: dict[PolicyID, LearnedSpec] = {}
         self.to_train: set[PolicyID] = set()
         self.mapping_fn: Callable[..., PolicyID] | None = None
-        self._episode_counter = 0
+        self._episode_counter = stream << 32
         self.num_env_errors = 0
         factory = functools.partial(_make_env, env_creator, self.env_config)
         # Actions come from the policies (masked) or from fixed callables; the envs check them.
@@ -213,7 +227,7 @@ class Sampler:
         self.ending[index] = set()
 
     def _start(self) -> None:
-        seed = None if self.seed is None else self.seed + 1000 * self.worker_index
+        seed = None if self.seed is None else self.seed + 1000 * self.worker_index + STREAM_SEED_STEP * self.stream
         obs_list, _ = self.vector.reset(seed=seed)
         self._count_failures()
         for index, obs in enumerate(obs_list):
@@ -451,14 +465,14 @@ class EnvRunner:
 
     def __init__(self, env_creator_blob: bytes, env_config: dict, num_envs: int, worker_index: int,
                  seed: int | None, max_env_errors_in_a_row: int, log_level: str, vector_mode: str = "sync",
-                 vector_num_workers: int | None = None, torch_threads: int = 1) -> None:
+                 vector_num_workers: int | None = None, torch_threads: int = 1, stream: int = 0) -> None:
         import cloudpickle
 
         logging.basicConfig(level=log_level)
         self.sampler = Sampler(cloudpickle.loads(env_creator_blob), env_config, num_envs, worker_index=worker_index,
                                seed=seed, max_env_errors_in_a_row=max_env_errors_in_a_row,
                                vector_mode=vector_mode, vector_num_workers=vector_num_workers,
-                               torch_threads=torch_threads)
+                               torch_threads=torch_threads, stream=stream)
         self.state_version = -1
 
     def set_state(self, version: int, blob: bytes) -> int:

@@ -27,7 +27,7 @@ class RunnerGroup:
     def __init__(self, env_creator: Callable[[dict], Any], env_config: dict, num_runners: int, num_envs: int,
                  *, seed: int | None, ray_address: str | None, num_cpus: int | None, max_restarts: int,
                  max_env_errors_in_a_row: int, log_level: str, vector_mode: str = "sync",
-                 vector_num_workers: int | None = None, torch_threads: int = 1) -> None:
+                 vector_num_workers: int | None = None, torch_threads: int = 1, stream: int = 0) -> None:
         import cloudpickle
         import ray
 
@@ -46,7 +46,7 @@ class RunnerGroup:
         self._creator_blob = cloudpickle.dumps(env_creator)
         self._args = (env_config, num_envs)
         self._seed, self._max_env_errors, self._log_level = seed, max_env_errors_in_a_row, log_level
-        self._vector = (vector_mode, vector_num_workers, torch_threads)
+        self._vector = (vector_mode, vector_num_workers, torch_threads, stream)
         self.max_restarts = max_restarts
         self._next_worker_index = 1
         self.runners = [self._make() for _ in range(num_runners)]
@@ -54,13 +54,15 @@ class RunnerGroup:
         self.num_restarts = 0
 
     @classmethod
-    def for_config(cls, config: PPOConfig, env_creator: Callable[[dict], Any]) -> RunnerGroup:
-        """The ``config.num_env_runners`` runners of ``config``, each stepping envs of ``env_creator``."""
+    def for_config(cls, config: PPOConfig, env_creator: Callable[[dict], Any], *, stream: int = 0) -> RunnerGroup:
+        """The ``config.num_env_runners`` runners of ``config``, each stepping envs of ``env_creator``
+        on sampling stream ``stream`` (see :class:`~marl_core.ppo.rollout.Sampler`)."""
         return cls(env_creator, config.env_config, config.num_env_runners, config.num_envs_per_env_runner,
                    seed=config.seed, ray_address=config.ray_address, num_cpus=config.num_cpus,
                    max_restarts=config.max_runner_restarts, max_env_errors_in_a_row=config.max_env_errors_in_a_row,
                    log_level=config.log_level, vector_mode=config.vector_mode,
-                   vector_num_workers=config.vector_num_workers, torch_threads=int(config.sampling_torch_threads))
+                   vector_num_workers=config.vector_num_workers, torch_threads=int(config.sampling_torch_threads),
+                   stream=stream)
 
     def _make(self) -> Any:
         index = self._next_worker_index

@@ -50,6 +50,29 @@ def test_same_seed_gives_the_same_first_iteration_loss():
     assert losses[0] != losses[2]
 
 
+def test_a_restored_run_samples_on_a_new_stream(tmp_path):
+    with _rps_config().build() as algo:
+        algo.train()
+        first_ids = {episode.id_ for episode in algo.sampler.episodes}
+        path = algo.save(tmp_path / "ck")
+    with _rps_config().build() as fresh:
+        fresh_draws = fresh.sampler.rng.random(4)
+    with PPO.from_checkpoint(path) as restored:
+        assert restored.sampling_stream == 1 and restored.restored_from == path
+        # New exploration draws and new episode ids, not the first run's again.
+        assert not np.array_equal(restored.sampler.rng.random(4), fresh_draws)
+        restored.train()
+        ids = {episode.id_ for episode in restored.sampler.episodes}
+        assert all(i >> 32 == 1 for i in ids) and all(i >> 32 == 0 for i in first_ids)
+        # Seats still alternate with the id's parity.
+        assert {i % 2 for i in ids} == {0, 1}
+        second = restored.save(tmp_path / "ck2")
+    with PPO.from_checkpoint(second) as again:
+        assert again.sampling_stream == 2
+    with PPO.from_checkpoint(path) as twice:  # the same checkpoint twice: the same stream (a repeatable resume)
+        assert twice.sampling_stream == 1
+
+
 def test_save_and_restore_round_trip(tmp_path):
     algo = _rps_config().build()
     algo.train()

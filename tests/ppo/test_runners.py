@@ -150,3 +150,28 @@ def test_build_starts_the_runners_before_torch_loads_and_stops_them_when_it_fail
         "failed: True",
         "Ray up after the failed build: False",
     ]
+
+
+def test_restored_runners_sample_on_a_new_stream(tmp_path):
+    import cloudpickle
+    import ray
+
+    from marl_core.ppo import PPO
+
+    algo = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1, batch=80).build()
+    try:
+        algo.train()
+        path = algo.save(tmp_path / "ck")
+    finally:
+        algo.stop()
+    restored = PPO.from_checkpoint(path)
+    try:
+        assert restored.sampling_stream == 1
+        blob = cloudpickle.dumps(restored._runner_state())
+        samples = restored.runners.sample(restored._state_version, blob, restored.get_weights(), 80)
+        ids = {episode["episode_id"] for sample in samples for episode in sample["episodes"]}
+        # Runner 1 on stream 1: (1 << 40) + (1 << 32) + its episode count.
+        assert ids and all(i >> 32 == (1 << 8) + 1 for i in ids)
+    finally:
+        restored.stop()
+    assert not ray.is_initialized()
