@@ -104,6 +104,10 @@ class CheckpointError(MultiAgentEnvError):
     """A checkpoint that is missing, incomplete or does not match the config."""
 
 
+class RunLogError(MultiAgentEnvError):
+    """The logs in a run directory cannot be read back to continue them (``marl-train --resume``)."""
+
+
 class DependencyNotInstalled(ImportError):
     """An optional dependency needed by the requested feature is missing."""
 

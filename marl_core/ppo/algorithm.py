@@ -62,7 +62,8 @@ class PPO:
           sampling of each runner, every env's first reset (runner r, env i: seed + 1000 r + i) and
           the minibatch order, so a seeded run repeats (on the same machine and torch build).
           A run restored from a checkpoint samples on the next stream (:attr:`sampling_stream`):
-          new env seeds, exploration draws and episode ids, not the first run's again.
+          new env seeds, exploration draws and episode ids, not the first run's again (fixed
+          policies with a generator of their own keep drawing from it).
         - **Envs**: each runner (the driver with ``num_env_runners=0``) steps one
           :class:`~marl_core.vector.VectorMultiAgentEnv` of ``num_envs_per_env_runner`` envs
           (``config.vector_mode``: ``"sync"`` or ``"async"``), one batched forward pass per policy

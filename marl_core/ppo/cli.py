@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from marl_core.errors import ConfigError
+from marl_core.errors import ConfigError, RunLogError
 from marl_core.ppo.presets import PRESETS, load_preset
 
 
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         for hook in preset.start:
             hook(algo)
         run_log = RunLogger(out, resume_at=algo.iteration if args.resume is not None else None)
-    except (OSError, ValueError) as error:  # a run directory whose logs cannot be continued
+    except (OSError, RunLogError) as error:  # a run directory whose logs cannot be continued
         algo.stop()
         print(f"marl-train: cannot continue the logs in {out}: {error}", file=sys.stderr)
         return 2

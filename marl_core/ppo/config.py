@@ -384,7 +384,7 @@ def _resolve_saved(reference: str, key: str) -> Any:
     renamed or moved since the save) is a :class:`CheckpointError` saying what to pass instead."""
     try:
         return resolve(reference)
-    except (ImportError, AttributeError) as error:
+    except (ImportError, AttributeError, ValueError) as error:  # ValueError: an empty module name
         raise CheckpointError(
             f"the checkpoint names {reference!r} ({key}), which does not import now ({type(error).__name__}: "
             f"{error}); pass {key}=... to from_checkpoint"

@@ -348,17 +348,29 @@ class EvaluationPoint:
 
 
 def save_history(points: Sequence[EvaluationPoint], path: str | Path) -> Path:
-    """Write ``points`` as JSON lines to ``path`` and return it."""
+    """Write ``points`` as JSON lines to ``path`` (replaced atomically) and return it."""
+    from marl_core.ppo.progress import write_text_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(point.to_json()) + "\n" for point in points))
-    return path
+    return write_text_atomic(path, "".join(json.dumps(point.to_json()) + "\n" for point in points))
 
 
 def load_history(path: str | Path) -> list[EvaluationPoint]:
-    """Read points written by :func:`save_history`."""
-    lines = Path(path).read_text().splitlines()
-    return [EvaluationPoint.from_json(json.loads(line)) for line in lines if line.strip()]
+    """Read points written by :func:`save_history` (a last line cut short by a crash is dropped).
+
+    Raises:
+        RunLogError: a line is not an evaluation point.
+    """
+    from marl_core.errors import RunLogError
+    from marl_core.ppo.progress import complete_lines
+
+    path = Path(path)
+    try:
+        text = complete_lines(path.read_text(encoding="utf-8"), path)
+        return [EvaluationPoint.from_json(json.loads(line)) for line in text.split("\n") if line.strip()]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        raise RunLogError(f"{path} cannot be read back: {type(error).__name__}: {error}") from error
 
 
 def plot_history(points: Sequence[EvaluationPoint], path: str | Path, title: str = "") -> Path:

@@ -13,13 +13,39 @@ Example:
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import math
+import os
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from marl_core.errors import RunLogError
+
 logger = logging.getLogger(__name__)
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file renamed into place: a crash leaves
+    the old file or the new one, never a part of either."""
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    try:
+        with tmp.open("w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def complete_lines(text: str, path: Path) -> str:
+    """``text`` up to its last newline: a last line that a crash cut short is dropped (with a warning)."""
+    if text and not text.endswith("\n"):
+        logger.warning("%s: its last line was cut short; dropped", path)
+        return text[: text.rfind("\n") + 1]
+    return text
 
 
 def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -54,7 +80,7 @@ class RunLogger:
     dropped, and TensorBoard hides its events from there on (``purge_step``).
 
     Raises:
-        ValueError: ``progress.csv`` cannot be read back (not UTF-8 CSV).
+        RunLogError: ``progress.csv`` cannot be read back (not UTF-8 CSV).
     """
 
     def __init__(self, out_dir: str | Path, tensorboard: bool = True, *, resume_at: int | None = None) -> None:
@@ -66,8 +92,12 @@ class RunLogger:
         purge_step = None
         if resume_at is not None and self.csv_path.is_file():
             self._read_back(resume_at)
-            self._write_csv(self.rows, mode="w")
-            purge_step = int(self.rows[-1].get("num_env_steps_sampled_lifetime", 0)) + 1 if self.rows else 0
+            buffer = io.StringIO()
+            self._write_rows(buffer, self.rows, header=True)
+            write_text_atomic(self.csv_path, buffer.getvalue())
+            # log() numbers TensorBoard steps by env steps (by row count without them).
+            steps = self.rows[-1].get("num_env_steps_sampled_lifetime", len(self.rows)) if self.rows else 0
+            purge_step = int(steps) + 1 if self.rows else 0
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -76,17 +106,14 @@ class RunLogger:
 
     def _read_back(self, resume_at: int) -> None:
         try:
-            text = self.csv_path.read_text(encoding="utf-8")
-            lines = text.splitlines(keepends=True)
-            if lines and not lines[-1].endswith("\n"):
-                logger.warning("%s: its last line was cut short; dropped", self.csv_path)
-                lines.pop()
-            reader = csv.DictReader(lines)
+            with self.csv_path.open(encoding="utf-8", newline="") as handle:
+                text = complete_lines(handle.read(), self.csv_path)
+            reader = csv.DictReader(io.StringIO(text, newline=""))
             columns = list(reader.fieldnames or [])
             rows = [{k: _number(v) for k, v in row.items() if k is not None and v not in ("", None)}
                     for row in reader]
         except (UnicodeDecodeError, csv.Error) as error:
-            raise ValueError(f"{self.csv_path} cannot be read back: {error}") from error
+            raise RunLogError(f"{self.csv_path} cannot be read back: {error}") from error
         if not columns:
             logger.warning("%s has no header line to continue; starting it again", self.csv_path)
             return
@@ -116,10 +143,13 @@ class RunLogger:
 
     def _write_csv(self, rows: list[dict[str, Any]], mode: str) -> None:
         with self.csv_path.open(mode, newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=self.columns)
-            if mode == "w":
-                writer.writeheader()
-            writer.writerows(rows)
+            self._write_rows(handle, rows, header=mode == "w")
+
+    def _write_rows(self, handle: Any, rows: list[dict[str, Any]], header: bool) -> None:
+        writer = csv.DictWriter(handle, fieldnames=self.columns)
+        if header:
+            writer.writeheader()
+        writer.writerows(rows)
 
     def plot(self, path: str | Path | None = None, title: str = "") -> Path:
         """Save the learning curve (episode return mean per policy against env steps)."""

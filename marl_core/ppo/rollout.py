@@ -130,7 +130,8 @@ class Sampler:
         stream: 0 for a new run; a run restored from a checkpoint passes one more than the run
             it was saved from, so it samples anew: env seeds move by ``STREAM_SEED_STEP * stream``,
             the action draws use another generator and episode ids start at ``stream << 32``
-            (their parity, which seats Connect-4's players, still alternates).
+            (their parity, which seats Connect-4's players, still alternates). Fixed policies
+            with a generator of their own (Connect-4's random player) draw from it as before.
     """
 
     def __init__(self, env_creator: Callable[[dict], Any], env_config: Mapping[str, Any], num_envs: int,

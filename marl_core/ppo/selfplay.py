@@ -391,8 +391,10 @@ class Connect4Evaluation:
         strong_opponents: ``(spec, games)`` of the slow opponents, played every
             ``strong_every_minutes``.
         final_opponents: ``(spec, games)`` played by :meth:`final`.
-        seed: base seed of the games; each evaluation plays new ones: ``seed + 10000 * (2 * i)``
-            after iteration ``i``, ``seed + 10000 * (2 * i + 1)`` for the final one.
+        seed: base seed of the games, numbered by iteration so that each iteration's evaluation
+            plays new games: ``seed + 10000 * (2 * i)`` after iteration ``i``, ``seed + 10000 *
+            (2 * i + 1)`` for the final one (a model evaluated again at its iteration, say a run
+            resumed and stopped at once, plays the same games again).
         out_dir: where ``evaluation.jsonl`` and ``win_rate.png`` go once known (set by ``final``
             at the latest).
     """
@@ -415,6 +417,9 @@ class Connect4Evaluation:
         """Before the first iteration of an algorithm restored from a checkpoint
         (``algo.restored_from``): resumed in its old run directory (``algo.out_dir``), keep the
         evaluations written there up to the restored iteration; the minutes go on from the last.
+
+        Raises:
+            RunLogError: ``evaluation.jsonl`` there cannot be read back.
         """
         if getattr(algo, "restored_from", None) is None:
             return
@@ -422,10 +427,7 @@ class Connect4Evaluation:
         minutes = algo.time_total_s / 60.0
         if out_dir is not None and (Path(out_dir) / "evaluation.jsonl").is_file():
             self.out_dir = Path(out_dir)
-            try:
-                saved = load_history(self.out_dir / "evaluation.jsonl")
-            except (ValueError, KeyError, TypeError) as error:  # damaged lines: json, fields
-                raise ValueError(f"{self.out_dir / 'evaluation.jsonl'} cannot be read back: {error}") from error
+            saved = load_history(self.out_dir / "evaluation.jsonl")
             kept = [point for point in saved if point.iteration <= algo.iteration]
             if len(kept) < len(saved):
                 logger.warning("evaluation.jsonl: dropped %d evaluations after iteration %d, which is trained "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from marl_core.errors import MultiAgentEnvError, OpponentSpecError
+from marl_core.errors import MultiAgentEnvError, OpponentSpecError, RunLogError
 from marl_core.ppo.evaluation import (
     EvaluationPoint,
     MatchResult,
@@ -195,6 +195,18 @@ def test_history_round_trips_through_json_lines(tmp_path):
     path = save_history(points, tmp_path / "deep" / "evaluation.jsonl")
     assert len(path.read_text().splitlines()) == 2
     assert load_history(path) == points
+    assert [p.name for p in path.parent.iterdir()] == ["evaluation.jsonl"]  # no temporary file left
+
+
+def test_history_drops_a_cut_off_last_line_and_names_a_damaged_one(tmp_path, caplog):
+    points = _points()
+    path = save_history(points, tmp_path / "evaluation.jsonl")
+    path.write_text(path.read_text() + '{"iteration": 3, "minu')  # a crash while writing
+    assert load_history(path) == points
+    assert "cut short" in caplog.text
+    path.write_text('{"iteration": 1}\n')
+    with pytest.raises(RunLogError, match=r"evaluation\.jsonl cannot be read back: KeyError"):
+        load_history(path)
 
 
 def test_chart_is_a_png(tmp_path):

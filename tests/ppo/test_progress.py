@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
+from marl_core.errors import RunLogError
 from marl_core.ppo.progress import RunLogger, flatten
 
 
@@ -31,3 +34,30 @@ def test_flatten_keeps_numbers_and_strings_only():
 
     flat = flatten({"a": {"b": np.float32(1.5), "c": [1, 2]}, "d": "x", "e": True})
     assert flat == {"a/b": 1.5, "d": "x", "e": True}
+
+
+def test_resumed_log_keeps_rows_up_to_the_checkpoint(tmp_path, caplog):
+    run_log = RunLogger(tmp_path, tensorboard=False)
+    for iteration in (1, 2, 3):
+        run_log.log(_result(iteration, note="form\x0cfeed and, comma"))
+    run_log.close()
+    with (tmp_path / "progress.csv").open("a") as handle:
+        handle.write("4,40")  # a crash while writing row 4
+    resumed = RunLogger(tmp_path, tensorboard=False, resume_at=2)  # restored at iteration 2
+    assert "cut short" in caplog.text and "dropped 1 rows after iteration 2" in caplog.text
+    assert [row["training_iteration"] for row in resumed.rows] == [1, 2]
+    assert resumed.rows[1]["note"] == "form\x0cfeed and, comma"  # read back whole, not split at \x0c
+    assert resumed.rows[1]["policies/main/episode_return_mean"] == 0.2
+    resumed.log(_result(3))
+    with (tmp_path / "progress.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["training_iteration"] for row in rows] == ["1", "2", "3"]
+    assert [row["note"] for row in rows] == ["form\x0cfeed and, comma"] * 2 + [""]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["progress.csv"]  # no temporary file left
+
+
+def test_resumed_log_that_cannot_be_read_is_an_error_and_stays(tmp_path):
+    (tmp_path / "progress.csv").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(RunLogError, match=r"progress\.csv cannot be read back"):
+        RunLogger(tmp_path, tensorboard=False, resume_at=3)
+    assert (tmp_path / "progress.csv").read_bytes() == b"\xff\xfe\x00"
