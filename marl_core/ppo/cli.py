@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if algo is None:
             return 2
     else:
+        out.mkdir(parents=True, exist_ok=True)
         algo = config.build()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         for hook in preset.start:
             hook(algo)
         run_log = RunLogger(out, resume_at=algo.iteration if args.resume is not None else None)
-    except (OSError, RunLogError) as error:  # a run directory whose logs cannot be continued
+    except RunLogError as error:  # a resumed run directory whose logs cannot be continued
         algo.stop()
         print(f"marl-train: cannot continue the logs in {out}: {error}", file=sys.stderr)
         return 2

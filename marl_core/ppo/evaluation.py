@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from marl_core.env import AgentID
-from marl_core.errors import OpponentSpecError
+from marl_core.errors import OpponentSpecError, RunLogError
+from marl_core.ppo.progress import complete_lines, write_text_atomic
 from marl_core.rollout import RandomPolicy, rollout
 
 logger = logging.getLogger(__name__)
@@ -349,8 +350,6 @@ class EvaluationPoint:
 
 def save_history(points: Sequence[EvaluationPoint], path: str | Path) -> Path:
     """Write ``points`` as JSON lines to ``path`` (replaced atomically) and return it."""
-    from marl_core.ppo.progress import write_text_atomic
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_text_atomic(path, "".join(json.dumps(point.to_json()) + "\n" for point in points))
@@ -362,14 +361,11 @@ def load_history(path: str | Path) -> list[EvaluationPoint]:
     Raises:
         RunLogError: a line is not an evaluation point.
     """
-    from marl_core.errors import RunLogError
-    from marl_core.ppo.progress import complete_lines
-
     path = Path(path)
     try:
         text = complete_lines(path.read_text(encoding="utf-8"), path)
         return [EvaluationPoint.from_json(json.loads(line)) for line in text.split("\n") if line.strip()]
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise RunLogError(f"{path} cannot be read back: {type(error).__name__}: {error}") from error
 
 

@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,17 @@ def write_text_atomic(path: Path, text: str) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def keep_until(entries: list[Any], iteration: int, iteration_of: Callable[[Any], Any], path: Path) -> list[Any]:
+    """The entries of a run's log (``path``) up to ``iteration``, a resumed run's checkpoint: the
+    later ones are trained again from there, so they go (with a warning)."""
+    kept = [entry for entry in entries
+            if not isinstance(iteration_of(entry), int) or iteration_of(entry) <= iteration]
+    if len(kept) < len(entries):
+        logger.warning("%s: dropped %d entries after iteration %d, which is trained again from its checkpoint",
+                       path, len(entries) - len(kept), iteration)
+    return kept
 
 
 def complete_lines(text: str, path: Path) -> str:
@@ -79,8 +90,11 @@ class RunLogger:
     after that checkpoint, and trained again now) and a last line cut short by a crash are
     dropped, and TensorBoard hides its events from there on (``purge_step``).
 
+    The file is rewritten whole (when a column is added) through a temporary file, so a crash
+    never leaves a part of it.
+
     Raises:
-        RunLogError: ``progress.csv`` cannot be read back (not UTF-8 CSV).
+        RunLogError: ``progress.csv`` cannot be read back (unreadable, or not UTF-8 CSV).
     """
 
     def __init__(self, out_dir: str | Path, tensorboard: bool = True, *, resume_at: int | None = None) -> None:
@@ -92,9 +106,7 @@ class RunLogger:
         purge_step = None
         if resume_at is not None and self.csv_path.is_file():
             self._read_back(resume_at)
-            buffer = io.StringIO()
-            self._write_rows(buffer, self.rows, header=True)
-            write_text_atomic(self.csv_path, buffer.getvalue())
+            self._rewrite()
             # log() numbers TensorBoard steps by env steps (by row count without them).
             steps = self.rows[-1].get("num_env_steps_sampled_lifetime", len(self.rows)) if self.rows else 0
             purge_step = int(steps) + 1 if self.rows else 0
@@ -112,17 +124,13 @@ class RunLogger:
             columns = list(reader.fieldnames or [])
             rows = [{k: _number(v) for k, v in row.items() if k is not None and v not in ("", None)}
                     for row in reader]
-        except (UnicodeDecodeError, csv.Error) as error:
+        except (OSError, UnicodeDecodeError, csv.Error) as error:
             raise RunLogError(f"{self.csv_path} cannot be read back: {error}") from error
         if not columns:
             logger.warning("%s has no header line to continue; starting it again", self.csv_path)
             return
-        kept = [row for row in rows if not isinstance(row.get("training_iteration"), int)
-                or row["training_iteration"] <= resume_at]
-        if len(kept) < len(rows):
-            logger.warning("%s: dropped %d rows after iteration %d, which is trained again from its checkpoint",
-                           self.csv_path, len(rows) - len(kept), resume_at)
-        self.columns, self.rows = columns, kept
+        self.columns = columns
+        self.rows = keep_until(rows, resume_at, lambda row: row.get("training_iteration"), self.csv_path)
 
     def log(self, result: Mapping[str, Any]) -> None:
         """Append one iteration's result to the CSV and TensorBoard."""
@@ -131,9 +139,10 @@ class RunLogger:
         new = [key for key in row if key not in self.columns]
         if new:
             self.columns.extend(new)
-            self._write_csv(list(self.rows), mode="w")
+            self._rewrite()
         else:
-            self._write_csv([row], mode="a")
+            with self.csv_path.open("a", newline="") as handle:
+                self._write_rows(handle, [row], header=False)
         if self.writer is not None:
             step = int(row.get("num_env_steps_sampled_lifetime", len(self.rows)))
             for key, value in row.items():
@@ -141,9 +150,11 @@ class RunLogger:
                     self.writer.add_scalar(key, value, step)
             self.writer.flush()
 
-    def _write_csv(self, rows: list[dict[str, Any]], mode: str) -> None:
-        with self.csv_path.open(mode, newline="") as handle:
-            self._write_rows(handle, rows, header=mode == "w")
+    def _rewrite(self) -> None:
+        """The whole file again (a wider header), replaced atomically."""
+        buffer = io.StringIO(newline="")
+        self._write_rows(buffer, self.rows, header=True)
+        write_text_atomic(self.csv_path, buffer.getvalue())
 
     def _write_rows(self, handle: Any, rows: list[dict[str, Any]], header: bool) -> None:
         writer = csv.DictWriter(handle, fieldnames=self.columns)

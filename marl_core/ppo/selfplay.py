@@ -71,6 +71,7 @@ from marl_core.ppo.evaluation import (
     plot_history,
     save_history,
 )
+from marl_core.ppo.progress import keep_until
 
 if TYPE_CHECKING:
     from marl_core.ppo.algorithm import PPO
@@ -414,24 +415,23 @@ class Connect4Evaluation:
     last_strong_evaluation: float = field(default_factory=time.perf_counter)
 
     def attach(self, algo: PPO) -> None:
-        """Before the first iteration of an algorithm restored from a checkpoint
-        (``algo.restored_from``): resumed in its old run directory (``algo.out_dir``), keep the
-        evaluations written there up to the restored iteration; the minutes go on from the last.
+        """Before the first iteration: evaluations go to ``algo.out_dir`` (when set) as they are
+        played, so a run stopped early keeps them. For an algorithm restored from a checkpoint
+        (``algo.restored_from``) resumed in its old run directory, keep the evaluations written
+        there up to the restored iteration; the minutes go on from the last.
 
         Raises:
             RunLogError: ``evaluation.jsonl`` there cannot be read back.
         """
+        out_dir = getattr(algo, "out_dir", None)
+        if out_dir is not None:
+            self.out_dir = Path(out_dir)
         if getattr(algo, "restored_from", None) is None:
             return
-        out_dir = getattr(algo, "out_dir", None)
         minutes = algo.time_total_s / 60.0
-        if out_dir is not None and (Path(out_dir) / "evaluation.jsonl").is_file():
-            self.out_dir = Path(out_dir)
-            saved = load_history(self.out_dir / "evaluation.jsonl")
-            kept = [point for point in saved if point.iteration <= algo.iteration]
-            if len(kept) < len(saved):
-                logger.warning("evaluation.jsonl: dropped %d evaluations after iteration %d, which is trained "
-                               "again from its checkpoint", len(saved) - len(kept), algo.iteration)
+        if self.out_dir is not None and (self.out_dir / "evaluation.jsonl").is_file():
+            path = self.out_dir / "evaluation.jsonl"
+            kept = keep_until(load_history(path), algo.iteration, lambda point: point.iteration, path)
             self.history = kept + self.history
             minutes = max([minutes, *(point.minutes for point in kept)])
         self.started = time.perf_counter() - 60.0 * minutes

@@ -106,6 +106,13 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, capsys):
     assert "'marl_core.ppo.presets:renamed_mapping_fn' (policy_mapping_fn), which does not import now" in err
 
 
+def test_a_new_run_whose_out_dir_cannot_be_made_fails_before_starting(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(FileExistsError):
+        main(["rps", "--iterations", "1", "--out", str(tmp_path / "a-file"), "--no-progress",
+              "--set", "num_env_runners=0"])
+
+
 def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
     status = main(["rps", "--iterations", "1", "--out", str(tmp_path), "--set", "training.learning_rate=1"])
     assert status == 2 and "unknown config field 'training.learning_rate'" in capsys.readouterr().err

@@ -207,6 +207,9 @@ def test_history_drops_a_cut_off_last_line_and_names_a_damaged_one(tmp_path, cap
     path.write_text('{"iteration": 1}\n')
     with pytest.raises(RunLogError, match=r"evaluation\.jsonl cannot be read back: KeyError"):
         load_history(path)
+    path.write_text('{"iteration": 1, "minutes": 0.1, "env_steps": 5, "results": []}\n')
+    with pytest.raises(RunLogError, match="AttributeError"):
+        load_history(path)
 
 
 def test_chart_is_a_png(tmp_path):

@@ -44,7 +44,7 @@ def test_resumed_log_keeps_rows_up_to_the_checkpoint(tmp_path, caplog):
     with (tmp_path / "progress.csv").open("a") as handle:
         handle.write("4,40")  # a crash while writing row 4
     resumed = RunLogger(tmp_path, tensorboard=False, resume_at=2)  # restored at iteration 2
-    assert "cut short" in caplog.text and "dropped 1 rows after iteration 2" in caplog.text
+    assert "cut short" in caplog.text and "dropped 1 entries after iteration 2" in caplog.text
     assert [row["training_iteration"] for row in resumed.rows] == [1, 2]
     assert resumed.rows[1]["note"] == "form\x0cfeed and, comma"  # read back whole, not split at \x0c
     assert resumed.rows[1]["policies/main/episode_return_mean"] == 0.2

@@ -155,11 +155,15 @@ def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path):
         evaluation = Connect4Evaluation(every_minutes=10.0, opponents=(("random", 4), ("mcts:5", 2)),
                                         strong_every_minutes=10.0, strong_opponents=(("mcts:8", 2),),
                                         final_opponents=(("random", 6), ("mcts:10", 2)))
+        algo.out_dir = tmp_path / "run"
+        evaluation.attach(algo)  # a new run: evaluations reach the run directory as they are played
         results = []
         for _ in range(3):
             result = algo.train()
             evaluation(algo, result)
             results.append(result)
+            if len(results) == 2:
+                assert [p.iteration for p in load_history(tmp_path / "run" / "evaluation.jsonl")] == [2]
             evaluation.every_minutes = 0.0  # the first call is too soon; from then on, every time
             if len(results) == 2:
                 evaluation.strong_every_minutes = 0.0  # the third also plays the strong opponents
