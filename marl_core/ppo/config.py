@@ -306,7 +306,10 @@ class PPOConfig:
 
         numpy numbers and arrays become numbers and lists; any other value without a JSON form
         (inside ``env_config``, say) becomes ``{"__unsaved__": repr}``, and loading it back
-        raises :class:`CheckpointError` unless that field is passed again.
+        raises :class:`CheckpointError` unless that field is passed again. ``env_config``, which
+        reaches the env's code, comes back exactly: its tuples as tuples and its dicts with keys
+        that are not strings with those keys (marked ``{"__tuple__": [...]}`` and
+        ``{"__items__": [[key, value], ...]}``).
         """
         out: dict[str, Any] = {}
         for f in fields(self):
@@ -317,6 +320,8 @@ class PPOConfig:
                 value = {**value, "module": reference_of(value["module"])}
             elif callable(value) or f.name == "env":
                 value = reference_of(value)
+            elif f.name == "env_config":
+                value = _exact_to_json(value)
             out[f.name] = value
         return json.loads(json.dumps(out, default=_json_default))
 
@@ -336,6 +341,8 @@ class PPOConfig:
                 )
             if key == "policies":
                 value = {pid: _policy_from_json(pid, entry) for pid, entry in value.items()}
+            elif key == "env_config":
+                value = _exact_from_json(value)
             elif key in ("env", "policy_mapping_fn") and value is not None:
                 value = _resolve_saved(value, key)
             elif key == "model" and "module" in value:
@@ -398,6 +405,36 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, (np.generic, np.ndarray)):
         return value.tolist()
     return {"__unsaved__": repr(value)[:200]}
+
+
+_TUPLE, _ITEMS = "__tuple__", "__items__"
+
+
+def _exact_to_json(value: Any) -> Any:
+    """``value`` with its tuples and its dicts of non-string keys marked, so JSON keeps them."""
+    if isinstance(value, tuple):
+        return {_TUPLE: [_exact_to_json(v) for v in value]}
+    if isinstance(value, Mapping):
+        # A dict that looks like one of our markers is written as items too, so it reads back as itself.
+        if all(isinstance(k, str) for k in value) and not (len(value) == 1 and set(value) <= {_TUPLE, _ITEMS}):
+            return {k: _exact_to_json(v) for k, v in value.items()}
+        return {_ITEMS: [[_exact_to_json(k), _exact_to_json(v)] for k, v in value.items()]}
+    if isinstance(value, list):
+        return [_exact_to_json(v) for v in value]
+    return value
+
+
+def _exact_from_json(value: Any) -> Any:
+    """The inverse of :func:`_exact_to_json` (on JSON it did not write, the identity)."""
+    if isinstance(value, dict):
+        if len(value) == 1 and _TUPLE in value and isinstance(value[_TUPLE], list):
+            return tuple(_exact_from_json(v) for v in value[_TUPLE])
+        if len(value) == 1 and _ITEMS in value and isinstance(value[_ITEMS], list):
+            return {_exact_from_json(k): _exact_from_json(v) for k, v in value[_ITEMS]}
+        return {k: _exact_from_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_exact_from_json(v) for v in value]
+    return value
 
 
 def _unsaved_paths(value: Any, path: str) -> list[str]:

@@ -171,6 +171,21 @@ def test_checkpoints_keep_spec_spaces_and_refuse_what_they_could_not_save(tmp_pa
     assert saved["env_config"]["rounds"] == 3
 
 
+def test_env_config_comes_back_exactly():
+    # The env's own code reads env_config: tuples stay tuples, keys keep their types.
+    env_config = {"board": (6, 7), 3: "three", (1, 2): [1, (2,), {"deep": ()}], "flag": True,
+                  "plain": {"a": [1.5, None]}, "looks_like_a_marker": {"__tuple__": [1]}, "empty": {}}
+    config = _rps_config().environment(RockPaperScissors, env_config=env_config)
+    data = json.loads(json.dumps(config.to_json_dict()))
+    back = PPOConfig.from_json_dict(data)
+    assert back.env_config == env_config
+    assert type(back.env_config["board"]) is tuple and type(back.env_config[(1, 2)][1]) is tuple
+    assert back.env_config["looks_like_a_marker"] == {"__tuple__": [1]}
+    # Checkpoints written before, without markers, read as they did.
+    assert PPOConfig.from_json_dict({**data, "env_config": {"rounds": 3, "sizes": [1, 2]}}).env_config == {
+        "rounds": 3, "sizes": [1, 2]}
+
+
 def test_restoring_with_overrides_of_what_the_state_holds(tmp_path):
     env = RockPaperScissors()
     other = PolicySpec(observation_space=env.get_observation_space("player1"), action_space=env.get_action_space("player1"))
