@@ -120,10 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         if algo is None:
             return 2
     else:
-        out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)  # before Ray starts: a bad --out fails at once
         algo = config.build()
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        if args.resume is not None:
+            out.mkdir(parents=True, exist_ok=True)  # only once its checkpoint loaded
         print(f"marl-train {preset.name}: writing to {out}"
               + (f" (resumed from {args.resume} at iteration {algo.iteration})" if args.resume else ""))
         algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import logging
@@ -44,7 +45,7 @@ def keep_until(entries: list[Any], iteration: int, iteration_of: Callable[[Any],
     """The entries of a run's log (``path``) up to ``iteration``, a resumed run's checkpoint: the
     later ones are trained again from there, so they go (with a warning)."""
     kept = [entry for entry in entries
-            if not isinstance(iteration_of(entry), int) or iteration_of(entry) <= iteration]
+            if not isinstance(at := iteration_of(entry), int) or at <= iteration]
     if len(kept) < len(entries):
         logger.warning("%s: dropped %d entries after iteration %d, which is trained again from its checkpoint",
                        path, len(entries) - len(kept), iteration)
@@ -74,10 +75,8 @@ def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def _number(text: str) -> Any:
     """A CSV cell back as the int or float it was written from; other text stays text."""
     for kind in (int, float):
-        try:
+        with contextlib.suppress(ValueError):
             return kind(text)
-        except ValueError:
-            pass
     return text
 
 
@@ -108,8 +107,8 @@ class RunLogger:
             self._read_back(resume_at)
             self._rewrite()
             # log() numbers TensorBoard steps by env steps (by row count without them).
-            steps = self.rows[-1].get("num_env_steps_sampled_lifetime", len(self.rows)) if self.rows else 0
-            purge_step = int(steps) + 1 if self.rows else 0
+            last = self.rows[-1] if self.rows else {}
+            purge_step = int(last.get("num_env_steps_sampled_lifetime", len(self.rows))) + 1 if last else 0
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter

@@ -396,8 +396,8 @@ class Connect4Evaluation:
             plays new games: ``seed + 10000 * (2 * i)`` after iteration ``i``, ``seed + 10000 *
             (2 * i + 1)`` for the final one (a model evaluated again at its iteration, say a run
             resumed and stopped at once, plays the same games again).
-        out_dir: where ``evaluation.jsonl`` and ``win_rate.png`` go once known (set by ``final``
-            at the latest).
+        out_dir: where ``evaluation.jsonl`` and ``win_rate.png`` go once known (set by
+            :meth:`attach` from ``algo.out_dir``, by ``final`` at the latest).
     """
 
     every_minutes: float = 0.5
@@ -423,10 +423,9 @@ class Connect4Evaluation:
         Raises:
             RunLogError: ``evaluation.jsonl`` there cannot be read back.
         """
-        out_dir = getattr(algo, "out_dir", None)
-        if out_dir is not None:
-            self.out_dir = Path(out_dir)
-        if getattr(algo, "restored_from", None) is None:
+        if algo.out_dir is not None:
+            self.out_dir = Path(algo.out_dir)
+        if algo.restored_from is None:
             return
         minutes = algo.time_total_s / 60.0
         if self.out_dir is not None and (self.out_dir / "evaluation.jsonl").is_file():
@@ -451,8 +450,6 @@ class Connect4Evaluation:
             seed=seed,
         )
         self.history.append(point)
-        if self.out_dir is not None:
-            self.write(self.out_dir)
         return point
 
     def __call__(self, algo: PPO, result: dict[str, Any]) -> None:
@@ -466,6 +463,8 @@ class Connect4Evaluation:
             opponents += self.strong_opponents
             self.last_strong_evaluation = now
         point = self._run(algo, opponents)
+        if self.out_dir is not None:
+            self.write(self.out_dir)
         self.last_evaluation = time.perf_counter()
         result["evaluation"] = {**flat_metrics(point.results), "minutes": point.minutes,
                                 "seconds_evaluating": self.seconds_evaluating}
