@@ -2,7 +2,10 @@
 
 Exit status: 0 when no error was found (warnings allowed), 1 when errors were found, 2 when the
 target cannot be imported or built (the message says why) or the arguments are wrong. ``--json``
-prints the report as JSON for CI; otherwise it prints plain text (no colour codes).
+prints the report as JSON for CI; otherwise it prints plain text (no colour codes). With
+``--json``, a run that produces no report (exit status 2) prints
+``{"target", "ok": false, "error", "findings": []}`` (``"target"`` is null when the arguments
+do not parse).
 
 Example:
     >>> from marl_core.conformance.cli import main
@@ -21,7 +24,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from marl_core.conformance.collect import format_exception
 from marl_core.conformance.rules import RULES, catalog_markdown
@@ -33,8 +36,29 @@ class TargetImportError(Exception):
     """The ``MODULE:ATTR`` argument names nothing importable (the message says why)."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser; with ``--json`` its usage errors also print the JSON failure report."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if self.json_errors:
+            print(json.dumps(_failure(None, f"usage: {message}"), indent=2))
+        super().error(message)
+
+
+def _wants_json(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` asks for ``--json`` (abbreviations included), however the rest parses."""
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument("--json", action="store_true")
+    try:
+        return bool(probe.parse_known_args(argv)[0].json)
+    except SystemExit:  # "--j" is ambiguous for no parser: the real one reports it
+        return False
+
+
+def _parser() -> _Parser:
+    parser = _Parser(
         prog="marl-check",
         description="Check a multi-agent env against the marl-bridges contract and report every violation.",
         epilog="Exit status: 0 no errors, 1 errors found, 2 target cannot be imported or built.",
@@ -114,17 +138,24 @@ def _split_skip(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     args.skip = rules
 
 
+def _failure(target: str | None, message: str) -> dict[str, Any]:
+    """The JSON of a run that produced no report: the report's keys that mean something without
+    one, so that ``"findings"`` stays iterable for a CI parser."""
+    return {"target": target, "ok": False, "error": message, "findings": []}
+
+
 def _fail(message: str, as_json: bool, target: str | None) -> int:
     print(f"marl-check: {message}", file=sys.stderr)
     if as_json:
-        # The report's keys that mean something without a report: "findings" stays iterable.
-        print(json.dumps({"target": target, "ok": False, "error": message, "findings": []}, indent=2))
+        print(json.dumps(_failure(target, message), indent=2))
     return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
+    parser.json_errors = _wants_json(argv)
     args = parser.parse_args(argv)
     _split_skip(parser, args)
     if args.list_rules:

@@ -72,6 +72,32 @@ def test_unknown_rule_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
     assert "unknown rule id(s) 'rewards.finite'" in err and "rewards.numeric" in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (["--json", "--episodes", "x"], "invalid int value: 'x'"),
+        (["--jso", "--skip", "rewards.finite"], "unknown rule id(s) 'rewards.finite'"),
+        (["--json", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+    ],
+)
+def test_usage_error_with_json_prints_json(argv: list[str], reason: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # A CI parser reading --json output gets JSON even when the arguments are wrong.
+    with pytest.raises(SystemExit) as exited:
+        main(["examples.rock_paper_scissors:RockPaperScissors", *argv])
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert data["ok"] is False and data["findings"] == [] and data["target"] is None
+    assert reason in data["error"] and reason in err
+
+
+def test_usage_error_without_json_prints_no_json(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["examples.rock_paper_scissors:RockPaperScissors", "--episodes", "x"])
+    out, err = capsys.readouterr()
+    assert out == "" and "invalid int value" in err
+
+
 def test_target_after_skip_is_the_target(capsys: pytest.CaptureFixture[str]) -> None:
     # --skip takes several ids; the target written after them must not be swallowed as one.
     status = main(["--skip", "rewards.numeric", "pickle", "tests.fixtures.broken_envs:NanReward"])
