@@ -11,6 +11,26 @@ from collections.abc import Iterable
 from typing import Any
 
 
+def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
+    """An unpickled error: its message arguments and attributes, without calling ``cls.__init__``."""
+    error = cls.__new__(cls)
+    BaseException.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
+
+class _Picklable:
+    """Errors that pickle whatever their ``__init__`` takes.
+
+    Python pickles an exception as ``cls(*self.args)``, which fails for an ``__init__`` that takes
+    other arguments than its message. Errors raised in worker processes (a process pool, a Ray
+    actor) must cross back intact, so ours rebuild from their message and attributes instead.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, dict(vars(self)))  # type: ignore[attr-defined]
+
+
 def _names(agent_ids: Iterable[Any]) -> str:
     """Render agent ids as a short, stable list for error messages."""
     ids = list(agent_ids)
@@ -20,7 +40,7 @@ def _names(agent_ids: Iterable[Any]) -> str:
     return f"[{shown}]"
 
 
-class MultiAgentEnvError(ValueError):
+class MultiAgentEnvError(_Picklable, ValueError):
     """Base class: bad input to, or bad output from, a multi-agent env."""
 
 
@@ -108,7 +128,7 @@ class RunLogError(MultiAgentEnvError):
     """The logs in a run directory cannot be read back to continue them (``marl-train --resume``)."""
 
 
-class DependencyNotInstalled(ImportError):
+class DependencyNotInstalled(_Picklable, ImportError):
     """An optional dependency needed by the requested feature is missing."""
 
     def __init__(self, package: str, extra: str) -> None:

@@ -1,0 +1,64 @@
+"""Errors cross process boundaries intact: pickled (process pools, Ray actors) they keep their
+type, message and attributes."""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import cloudpickle
+import pytest
+
+from marl_core import errors
+
+# Constructor arguments of every error class whose __init__ takes more than a message.
+ARGUMENTS: dict[type[BaseException], tuple[Any, ...]] = {
+    errors.UnknownAgentError: ("ghost", ["a", "b"]),
+    errors.UnexpectedActionError: (["b"], ["a"]),
+    errors.MissingActionError: (["a"], ["b"]),
+    errors.InvalidActionError: ("a", "Discrete(3)", 7, "out of range"),
+    errors.IllegalActionError: ("a", 2, [0, 1], "square taken"),
+    errors.DependencyNotInstalled: ("open_spiel", "openspiel"),
+    errors.VectorEnvError: ("env 1 raised", 1, "Traceback ..."),
+    errors.ConformanceError: ("2 errors", ["finding"]),
+    errors.TargetBuildError: ("not an env", []),
+}
+ERROR_CLASSES = sorted(
+    (cls for _, cls in inspect.getmembers(errors, inspect.isclass)
+     if issubclass(cls, BaseException) and cls.__module__ == errors.__name__),
+    key=lambda cls: cls.__name__,
+)
+
+
+def test_every_error_class_is_covered() -> None:
+    assert len(ERROR_CLASSES) >= 19
+    assert set(ARGUMENTS) <= set(ERROR_CLASSES)
+
+
+@pytest.mark.parametrize("dumps", [pickle.dumps, cloudpickle.dumps], ids=["pickle", "cloudpickle"])
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda cls: cls.__name__)
+def test_error_survives_pickling(cls: type[BaseException], dumps: Any) -> None:
+    error = cls(*ARGUMENTS.get(cls, ("a message naming agent 'a'",)))
+    copy = pickle.loads(dumps(error))
+    assert type(copy) is cls
+    assert str(copy) == str(error) and copy.args == error.args
+    assert vars(copy) == vars(error)
+
+
+def _play_an_occupied_square() -> None:
+    from bridges.openspiel import OpenSpielEnv
+
+    env = OpenSpielEnv("tic_tac_toe")
+    env.reset(seed=0)
+    env.step({"player_0": 4})
+    env.step({"player_1": 4})
+
+
+def test_an_env_error_raised_in_a_worker_process_arrives_whole() -> None:
+    # Before errors pickled, this broke the pool ("terminated abruptly") and lost the message.
+    with ProcessPoolExecutor(1) as pool, pytest.raises(errors.IllegalActionError) as raised:
+        pool.submit(_play_an_occupied_square).result(timeout=120)
+    assert raised.value.agent_id == "player_1" and 4 not in raised.value.legal
+    assert "illegal action for agent 'player_1': received 4" in str(raised.value)
