@@ -89,13 +89,15 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
           step (a member without a reward counts 0), present whenever any member got one.
           ``infos[group]["individual_rewards"]`` maps every member to its reward summed since
           the group last appeared in the obs dict (for a group that acts every step, this step's
-          rewards), so nothing is lost when members are paid between the group's turns.
+          rewards), so nothing is lost when members are paid between the group's turns. Rewards
+          paid after the group has ended count in the group's reward only: an ended group gets
+          no more infos.
           ``infos[group]["member_infos"]`` holds the members' latest info dicts.
         - **Dead agents:** the group ends when all its members have ended: truncated if any
           member was truncated (and not terminated), terminated otherwise.
         - **"__all__":** passed through (always present in both dicts); groups still alive end
-          with it and get their final observation when any member got one, or when a member was
-          paid or got an info since the group last appeared (that observation holds the
+          with it and get their final observation when any member got an observation, a reward
+          (zero included) or an info since the group last appeared (that observation holds the
           members' latest observations, and the infos carry ``individual_rewards``).
         - **Chance, simultaneous moves, seeding:** those of the wrapped env.
         - **Masks** stay inside each member's slot: a group's Tuple observation holds each
@@ -155,6 +157,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         self._seen: set[AgentID] = set()
         self._pending_rewards: dict[str, dict[AgentID, float]] = {}
         self._pending_infos: dict[str, dict[AgentID, Any]] = {}
+        self._news: set[str] = set()  # groups whose members got anything since the group last appeared
 
     def _tuple_spaces(self, given: SpaceArg, kind: str, member_space: Any) -> dict[str, spaces.Tuple]:
         out = {}
@@ -202,6 +205,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         self._slots = {group: [copy.deepcopy(self._blanks[m]) for m in members] for group, members in self.groups.items()}
         self._pending_rewards = {group: dict.fromkeys(members, 0.0) for group, members in self.groups.items()}
         self._pending_infos = {group: {} for group in self.groups}
+        self._news = set()
         self._acting = None
         out_obs, out_infos, acting = self._translate(obs, infos, {}, {}, episode_over=False)
         self._acting = acting
@@ -222,6 +226,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                 continue
             out_rewards[group] = out_rewards.get(group, 0.0) + float(reward)
             self._pending_rewards[group][agent_id] += float(reward)
+            self._news.add(group)
         try:
             out_obs, out_infos, acting = self._translate(obs, infos, terminateds, truncateds, episode_over)
         except GroupingError:
@@ -282,6 +287,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                 self._seen.add(agent_id)
                 group = self._group_of[agent_id]
                 self._slots[group][self._slot_of[agent_id]] = obs[agent_id]
+                self._news.add(group)
                 if agent_id in infos:
                     self._pending_infos[group][agent_id] = infos[agent_id]
         out_obs: dict[AgentID, Any] = {}
@@ -311,8 +317,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                         acting.append(group)
         if episode_over:  # the last chance to deliver what members got since their group's last turn
             for group in self.groups:
-                pending = any(self._pending_rewards[group].values()) or self._pending_infos[group]
-                if pending and group not in out_obs and group not in self._groups_over:
+                if group in self._news and group not in out_obs and group not in self._groups_over:
                     out_obs[group] = tuple(self._slots[group])
                     asked_now[group] = []
         out_infos: dict[AgentID, Any] = {}
@@ -326,6 +331,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
             }
             self._pending_rewards[group] = dict.fromkeys(self.groups[group], 0.0)
             self._pending_infos[group] = {}
+            self._news.discard(group)
         self._asked = asked_now
         return out_obs, out_infos, acting
 

@@ -245,6 +245,46 @@ def test_individual_rewards_paid_after_a_groups_last_turn_arrive_at_the_end() ->
     assert returns == {"A": 4.0, "B": 4.0} and individual == {"p0": 4.0, "p1": 4.0}
 
 
+class EndsWhilePartnerWaits(MultiAgentEnv):
+    """``a``, ``b`` and ``c`` act; then ``a`` ends (final observation 1, paid ``final_reward``)
+    while ``b`` waits, and in the next step the episode ends with ``b`` still waiting."""
+
+    def __init__(self, final_reward: float) -> None:
+        super().__init__()
+        self.possible_agents = ["a", "b", "c"]
+        self.observation_spaces = {agent_id: spaces.Discrete(10) for agent_id in self.possible_agents}
+        self.action_spaces = {agent_id: spaces.Discrete(2) for agent_id in self.possible_agents}
+        self.final_reward = final_reward
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, list(self.possible_agents)
+        return dict.fromkeys(self.agents, 0), {}
+
+    def step(self, action_dict):
+        self.t += 1
+        if self.t == 1:
+            self.agents = ["b", "c"]
+            return ({"a": 1, "c": 1}, {"a": self.final_reward, "c": 1.0},
+                    {"a": True, ALL: False}, {ALL: False}, {})
+        self.agents = []
+        return {"c": 2}, {"c": 1.0}, {"c": True, ALL: True}, {ALL: False}, {}
+
+
+@pytest.mark.parametrize("final_reward", [0.0, 0.5])
+def test_a_members_final_observation_arrives_whatever_its_last_reward(final_reward: float) -> None:
+    # A member paid exactly 0 was paid: its final observation must not depend on the value.
+    env = EndsWhilePartnerWaits(final_reward).with_agent_groups({"team": ["a", "b"]})
+    env.reset(seed=0)
+    obs, rewards, _, _, _ = env.step({"team": (0, 0), "c": 0})
+    assert set(obs) == {"c"} and rewards["team"] == final_reward
+    obs, _, terminateds, truncateds, infos = env.step({"c": 0})
+    assert obs == {"c": 2, "team": (1, 0)}
+    assert terminateds["team"] is True and truncateds["team"] is False and terminateds[ALL] is True
+    assert infos["team"]["individual_rewards"] == {"a": final_reward, "b": 0.0}
+
+
 class MaskedMembersEndApart(MultiAgentEnv):
     """Simultaneous and masked; ``x`` ends after one step with a mask that allows nothing, ``y`` after three."""
 
