@@ -390,7 +390,8 @@ def space_to_json(space: spaces.Space) -> dict[str, Any] | None:
         return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(),
                 "dtype": space.dtype.str}
     if isinstance(space, spaces.MultiBinary):
-        return {"type": "MultiBinary", "n": list(space.shape)}
+        # An int n and a one-entry shape make spaces that gymnasium does not call equal.
+        return {"type": "MultiBinary", "n": space.n if isinstance(space.n, int) else list(space.shape)}
     if isinstance(space, spaces.Text):
         return {"type": "Text", "max_length": space.max_length, "min_length": space.min_length,
                 "charset": "".join(sorted(space.character_set))}

@@ -161,6 +161,8 @@ def test_spaces_round_trip_through_json() -> None:
         spaces.Discrete(5, start=-2),
         spaces.MultiDiscrete([3, 4], start=[1, 0]),
         spaces.MultiBinary([2, 3]),
+        spaces.MultiBinary(4),  # not equal to MultiBinary((4,)) for gymnasium
+        spaces.MultiBinary((4,)),
         spaces.Text(12, min_length=1, charset="abc"),
         spaces.Tuple([spaces.Discrete(2), masked_space(spaces.Box(0.0, 1.0, (2,)), 4)]),
         spaces.Box(-np.inf, np.inf, (3,), np.int64),
