@@ -96,7 +96,8 @@ class VectorMultiAgentEnv:
           a ``step()`` is reset (``seed=None``) within that same call, in its own process, so no
           call is spent on resets. The call returns the ended episode's final results as usual;
           :attr:`reset_results` holds ``(obs, infos)`` of the new episode for that env (None for
-          the others) and :attr:`acting` already lists the new episode's agents.
+          the others, and for every env after ``reset()``) and :attr:`acting` already lists the
+          new episode's agents.
         - :attr:`acting` lists, per env, the agents that must send an action to the next
           ``step()`` (empty for an env that will be reset).
         - Errors: bad input raises :class:`~marl_core.errors.VectorEnvError` naming the env,
@@ -216,6 +217,7 @@ class VectorMultiAgentEnv:
         for index, obs in enumerate(obs_list):
             self._started(index, obs)
         self.autoreset = [False] * self.num_envs
+        self.reset_results = [None] * self.num_envs
         self._was_reset = True
         return obs_list, [infos for _, infos in results]
 

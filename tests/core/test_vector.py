@@ -272,6 +272,9 @@ def test_same_step_autoreset_resets_ended_envs_within_the_step(mode: str, num_wo
         _, rewards_list, terminateds_list, _, _ = venv.step([{"player1": 1, "player2": 0}] * 2)
         assert rewards_list == [{"player1": 1, "player2": -1}] * 2
         assert terminateds_list[1][ALL] is True and venv.reset_results[1] is not None
+        # reset() starts new episodes everywhere: no env holds an autoreset result any more.
+        venv.reset(seed=1)
+        assert venv.reset_results == [None, None]
     with pytest.raises(VectorEnvError, match="autoreset_mode must be 'next_step' or 'same_step'"):
         VectorMultiAgentEnv([RockPaperScissors], autoreset_mode="never")  # type: ignore[arg-type]
 
