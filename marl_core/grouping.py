@@ -103,7 +103,8 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         - **Masks** stay inside each member's slot: a group's Tuple observation holds each
           member's canonical masked observation. ``RandomPolicy``, the checker and
           :func:`marl_core.spaces.sample_action_for` read each slot's mask; code that only reads
-          top-level masks does not, so construction logs a warning when a member is masked.
+          top-level masks does not (the PPO trainer, ``VectorMultiAgentEnv``'s action checks),
+          so construction logs a warning when a member is masked.
     """
 
     def __init__(

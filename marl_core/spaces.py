@@ -190,11 +190,14 @@ def check_action(
 ) -> None:
     """Raise unless ``action`` is in ``space`` and, for Discrete spaces, allowed by ``mask``.
 
+    A Tuple space takes a list as well as a tuple, as gymnasium's ``contains`` and grouped agents
+    (:class:`~marl_core.grouping.GroupAgentsWrapper`) do.
+
     Raises:
         InvalidActionError: the action is not in the space.
         IllegalActionError: the action is in the space but masked out.
     """
-    reason = why_not_contained(space, action)
+    reason = why_not_contained(space, _lists_as_tuples(space, action))
     if reason is not None:
         raise InvalidActionError(agent_id, f"an action in {space}", action, reason)
     if mask is not None and isinstance(space, spaces.Discrete):
@@ -202,6 +205,16 @@ def check_action(
         if not mask[index]:
             legal = [int(i) + int(space.start) for i in np.flatnonzero(mask)]
             raise IllegalActionError(agent_id, action, legal, hint="masked out by its action_mask")
+
+
+def _lists_as_tuples(space: spaces.Space, action: Any) -> Any:
+    """``action`` with the lists it holds at Tuple spaces read as tuples (for checking only)."""
+    if isinstance(space, spaces.Tuple) and isinstance(action, (list, tuple)) and len(action) == len(space.spaces):
+        return tuple(_lists_as_tuples(sub, item) for sub, item in zip(space.spaces, action, strict=True))
+    if isinstance(space, spaces.Dict) and isinstance(action, Mapping):
+        return {key: _lists_as_tuples(space.spaces[key], item) if key in space.spaces else item
+                for key, item in action.items()}
+    return action
 
 
 def check_action_dict(env: Any, action_dict: Mapping[AgentID, Any], acting: Iterable[AgentID]) -> None:

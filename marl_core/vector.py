@@ -66,7 +66,10 @@ class VectorMultiAgentEnv:
             processes (board games), or when there are more envs than CPU cores.
         check_actions: validate every action dict in this process before any env steps: the
             keys must be exactly the agents asked to act, every action inside its space and, for
-            masked Discrete actions, legal. A bad dict then raises with nothing stepped.
+            masked Discrete actions, legal. A bad dict then raises with nothing stepped. The
+            masks checked are the canonical top-level ones: a grouped agent's members keep
+            theirs inside the group's Tuple observation, and their legality is the env's to
+            check, when it steps.
         context: the multiprocessing start method of ``"async"`` mode (default: ``"forkserver"``
             where available, else ``"spawn"``).
         on_error: what an exception inside a sub-env's ``reset``/``step`` does: ``"raise"`` (the

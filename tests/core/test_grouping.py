@@ -20,6 +20,7 @@ from marl_core.errors import (
     SpaceError,
     UnexpectedActionError,
     UnknownAgentError,
+    VectorEnvError,
 )
 from marl_core.grouping import GroupAgentsWrapper
 from marl_core.rollout import RandomPolicy, play, rollout
@@ -475,6 +476,26 @@ def test_grouped_envs_vectorize_and_batch_as_tuples() -> None:
         }
         rewards_list = venv.step(scatter(actions, batches, 2))[1]
         assert all("pair" in rewards for rewards in rewards_list)
+
+
+def test_vectorized_grouped_env_takes_the_actions_the_grouped_env_takes() -> None:
+    # The grouped env takes a list for a group's Tuple action; the vector's checks must too.
+    def factory() -> MultiAgentEnv:
+        return HeterogeneousSpacesEnv().with_agent_groups({"pair": ["box", "discrete"]})
+
+    policy = RandomPolicy(factory(), seed=0)
+    box_action = np.zeros(2, np.float32)
+    with VectorMultiAgentEnv([factory], "sync") as venv:
+        (obs,), _ = venv.reset(seed=0)
+        actions = {agent_id: policy(agent_id, observation) for agent_id, observation in obs.items()}
+        (obs,), (rewards,) = venv.step([{**actions, "pair": [box_action, 1]}])[:2]
+        assert rewards["pair"] == 1.0  # box: -0.0, discrete: 1 == t % 3 at t = 1
+        actions = {agent_id: policy(agent_id, observation) for agent_id, observation in obs.items()}
+        (obs,) = venv.step([{**actions, "pair": (box_action, 2)}])[0]
+        actions = {agent_id: policy(agent_id, observation) for agent_id, observation in obs.items()}
+        with pytest.raises(VectorEnvError, match=r"env 0: invalid action for agent 'pair'.*at \[1\]: 7 is outside"):
+            venv.step([{**actions, "pair": [box_action, 7]}])
+        assert venv.step([{**actions, "pair": [box_action, 0]}])[1][0]["pair"] == 1.0  # nothing had stepped
 
 
 def _pistonball(max_cycles: int = 20) -> MultiAgentEnv:
