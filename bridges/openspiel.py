@@ -37,10 +37,9 @@ from marl_core.errors import (
     InvalidActionError,
     MissingActionError,
     ResetNeededError,
-    UnexpectedActionError,
     UnsupportedEnvError,
 )
-from marl_core.spaces import MASK_KEY, OBS_KEY, masked_space
+from marl_core.spaces import MASK_KEY, OBS_KEY, check_acting, masked_space
 
 if TYPE_CHECKING:
     import pyspiel
@@ -80,6 +79,7 @@ _MASK_CACHE_SIZE = 4096  # masks kept per env (shared out among its players), ke
 _GAME_OVER, _OUT_OF_STEPS = 0, 1  # how an episode ends: indexes of OpenSpielEnv._ends
 _OPENING_DEPTH = 2  # chance nodes at the start of a game that reset() samples from a memo
 _OPENINGS_SIZE = 1024  # nodes kept in that memo, per env
+_NAMED_LEGAL_ACTIONS = 10  # an illegal-action error names the legal actions when at most this many
 
 # A player about to act with given legal actions: (player, agent id, set of the legal actions, mask
 # of them). Kept per (player, legal actions), so a node the env has seen costs one lookup. A plain
@@ -554,7 +554,8 @@ class OpenSpielEnv(MultiAgentEnv):
         """Apply the acting players' actions, then resolve chance up to the next decision."""
         state = self.state
         player, agent_id, legal, _ = self._now
-        if player >= 0 and len(action_dict) == 1:  # a turn: the hot path, kept flat
+        # A turn: the hot path, kept flat (a dict first, the cheapest test, then any other Mapping).
+        if player >= 0 and (type(action_dict) is dict or isinstance(action_dict, Mapping)) and len(action_dict) == 1:
             action = action_dict.get(agent_id, _MISSING)
             if type(action) is not int or action not in legal:
                 if action is _MISSING:
@@ -646,13 +647,7 @@ class OpenSpielEnv(MultiAgentEnv):
 
     def _check_keys(self, action_dict: Mapping[AgentID, Any]) -> None:
         turn = self._now[0]
-        acting_ids = [self._ids[p] for p in ((turn,) if turn >= 0 else self._masks)]
-        unexpected = [agent_id for agent_id in action_dict if agent_id not in acting_ids]
-        if unexpected:
-            raise UnexpectedActionError(unexpected, acting_ids)
-        missing = [agent_id for agent_id in acting_ids if agent_id not in action_dict]
-        if missing:
-            raise MissingActionError(missing, list(action_dict))
+        check_acting(action_dict, [self._ids[p] for p in ((turn,) if turn >= 0 else self._masks)])
 
     def _legal(self, player: int, action: Any) -> int:
         """``action`` as an int, after checking its type and that it is legal for ``player``."""
@@ -672,10 +667,17 @@ class OpenSpielEnv(MultiAgentEnv):
         return action
 
     def _raise_illegal(self, player: int, action: int) -> None:
+        """Raise for an illegal ``action``, naming the legal ones (by name too, when few).
+
+        Only legal actions are described: some games cannot describe an illegal one, and chess
+        even crashes the interpreter trying.
+        """
         legal = self.state.legal_actions(player)
         hint = f"{self.game.get_type().short_name} has {self._num_actions} distinct actions"
-        if 0 <= action < self._num_actions:
-            hint = f"{self.state.action_to_string(player, action)!r} is not legal in this state"
+        if 0 <= action < self._num_actions and 0 < len(legal) <= _NAMED_LEGAL_ACTIONS:
+            hint = "by name: " + ", ".join(f"{a}={self.state.action_to_string(player, a)!r}" for a in legal)
+        elif 0 <= action < self._num_actions:
+            hint = ""
         raise IllegalActionError(self._ids[player], action, legal, hint=hint)
 
     def _apply_joint(self, joint: list[int]) -> None:

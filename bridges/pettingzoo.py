@@ -39,17 +39,13 @@ import numpy as np
 from gymnasium.utils import seeding
 
 from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
-from marl_core.errors import (
-    EnvContractError,
-    MissingActionError,
-    ResetNeededError,
-    UnexpectedActionError,
-)
+from marl_core.errors import EnvContractError, ResetNeededError
 from marl_core.spaces import (
     MASK_KEY,
     OBS_KEY,
     action_mask_of,
     action_mask_size,
+    check_acting,
     check_action,
     is_masked,
     masked_space,
@@ -381,12 +377,6 @@ class _PettingZooBase(MultiAgentEnv):
         """Close the wrapped env."""
         self.env.close()
 
-    def _raise_keys(self, action_dict: Mapping[AgentID, Any], acting: list[AgentID]) -> None:
-        unexpected = [a for a in action_dict if a not in acting]
-        if unexpected:
-            raise UnexpectedActionError(unexpected, acting)
-        raise MissingActionError([a for a in acting if a not in action_dict], list(action_dict))
-
     def __str__(self) -> str:
         return f"<{type(self).__name__}<{self.env}>>"
 
@@ -461,8 +451,11 @@ class PettingZooEnv(_PettingZooBase):
             raise ResetNeededError(
                 "step() called before reset() or after the episode ended; call reset() first"
             )
-        if len(action_dict) != 1 or agent_id not in action_dict:
-            self._raise_keys(action_dict, [agent_id])
+        # A dict first (the common case, cheapest test), then any other Mapping.
+        if not (type(action_dict) is dict or isinstance(action_dict, Mapping)) or (
+            len(action_dict) != 1 or agent_id not in action_dict
+        ):
+            check_acting(action_dict, [agent_id])  # raises with the precise reason
         action = action_dict[agent_id]
         self._check(agent_id, action, self._mask)
         env = self.env
@@ -576,7 +569,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
         fast = self._fast
         if fast is None:
             fast = self._fast = self._make_fast()
-        if fast and len(action_dict) == len(fast[0]):
+        if fast and (type(action_dict) is dict or isinstance(action_dict, Mapping)) and len(action_dict) == len(fast[0]):
             acting, acting_set, get, admits_all, env, env_step, copy = fast
             try:
                 actions = get(action_dict)
@@ -644,13 +637,13 @@ class ParallelPettingZooEnv(_PettingZooBase):
 
     def _validate(self, action_dict: Mapping[AgentID, Any], acting: list[AgentID]) -> None:
         """Raise unless ``action_dict`` holds exactly one valid, legal action per acting agent."""
-        if len(action_dict) != len(acting):
-            self._raise_keys(action_dict, acting)
+        if not isinstance(action_dict, Mapping) or len(action_dict) != len(acting):
+            check_acting(action_dict, acting)  # raises with the precise reason
         check, masks = self._check, self._masks
         for agent_id in acting:
             action = action_dict.get(agent_id, _MISSING)
             if action is _MISSING:
-                self._raise_keys(action_dict, acting)
+                check_acting(action_dict, acting)
             check(agent_id, action, masks.get(agent_id))
 
     def _adopt(

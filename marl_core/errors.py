@@ -80,6 +80,20 @@ class MissingActionError(MultiAgentEnvError):
         )
 
 
+class ActionDictError(MultiAgentEnvError, TypeError):
+    """``step()`` received something other than a dict of actions keyed by agent id (a bare
+    action, as a single-agent env takes, or a list)."""
+
+    def __init__(self, received: Any, acting: Iterable[Any]) -> None:
+        self.received = received
+        shown = repr(received)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        super().__init__(
+            f"step() takes a dict of actions keyed by agent id, received {type(received).__name__} "
+            f"{shown}; acting now: {_names(acting)}"
+        )
+
+
 class InvalidActionError(MultiAgentEnvError):
     """An action outside the agent's action space."""
 

@@ -42,13 +42,11 @@ from marl_core.env import (
 from marl_core.errors import (
     GroupingError,
     InvalidActionError,
-    MissingActionError,
     ResetNeededError,
     SpaceError,
-    UnexpectedActionError,
     UnknownAgentError,
 )
-from marl_core.spaces import is_masked
+from marl_core.spaces import check_acting, is_masked
 
 logger = logging.getLogger(__name__)
 
@@ -242,12 +240,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
 
     def _ungroup_actions(self, action_dict: Mapping[AgentID, Any]) -> dict[AgentID, Any]:
         acting = self._acting or []
-        unexpected = [a for a in action_dict if a not in acting]
-        if unexpected:
-            raise UnexpectedActionError(unexpected, acting)
-        missing = [a for a in acting if a not in action_dict]
-        if missing:
-            raise MissingActionError(missing, list(action_dict))
+        check_acting(action_dict, acting)
         inner: dict[AgentID, Any] = {}
         for agent_id in acting:
             action = action_dict[agent_id]

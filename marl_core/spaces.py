@@ -15,6 +15,7 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_core.errors import (
+    ActionDictError,
     IllegalActionError,
     InvalidActionError,
     MissingActionError,
@@ -235,10 +236,13 @@ def check_acting(action_dict: Mapping[AgentID, Any], acting: Iterable[AgentID]) 
     """Raise unless ``action_dict`` names exactly the agents in ``acting`` (values unchecked).
 
     Raises:
+        ActionDictError: ``action_dict`` is not a dict (a Mapping).
         UnexpectedActionError: an action for an agent not asked to act.
         MissingActionError: an agent asked to act without an action.
     """
     acting = list(acting)
+    if not isinstance(action_dict, Mapping):
+        raise ActionDictError(action_dict, acting)
     acting_set = set(acting)
     unexpected = [a for a in action_dict if a not in acting_set]
     if unexpected:

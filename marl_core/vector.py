@@ -326,8 +326,6 @@ class VectorMultiAgentEnv:
     def _validate(self, index: int, actions: Mapping[AgentID, Any]) -> None:
         acting = self.acting[index]
         try:
-            if not isinstance(actions, Mapping):
-                raise MultiAgentEnvError(f"a {type(actions).__name__} where a dict of actions was expected")
             check_acting(actions, acting)
             missing_spaces = [a for a in acting if a not in self._action_spaces[index]]
             if missing_spaces:

@@ -245,6 +245,36 @@ def test_illegal_action_lists_legal_ones_and_leaves_the_state_unchanged() -> Non
     assert env.state.history() == [4, 0]
 
 
+def test_illegal_action_names_the_legal_ones_when_few() -> None:
+    env = OpenSpielEnv("tic_tac_toe")
+    env.reset(seed=0)
+    env.step({"player_0": 4})
+    with pytest.raises(IllegalActionError, match=r"\(by name: 0='o\(0,0\)', 1='o\(0,1\)', .*8='o\(2,2\)'\)$"):
+        env.step({"player_1": 4})
+
+
+@pytest.mark.parametrize(
+    ("game", "seed", "moves", "illegal"),
+    [("chess", 1, 5, 3857), ("shogi", 0, 3, None), ("tarok", 0, 3, None), ("sheriff", 0, 0, 0)],
+)
+def test_illegal_action_in_games_that_cannot_describe_it(game: str, seed: int, moves: int, illegal: int | None) -> None:
+    # pyspiel cannot name these illegal actions: chess crashes the interpreter, shogi, tarok
+    # and sheriff raise their own errors. The bridge must not ask it to.
+    env = OpenSpielEnv(game)
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    for _ in range(moves):
+        obs = env.step({a: int(rng.choice(np.flatnonzero(o["action_mask"]))) for a, o in obs.items()})[0]
+    ((agent_id, observation),) = obs.items()
+    masked_out = np.flatnonzero(observation["action_mask"] == 0)
+    illegal = int(masked_out[len(masked_out) // 2]) if illegal is None else illegal
+    assert illegal in masked_out
+    history = env.state.history()
+    with pytest.raises(IllegalActionError, match=rf"illegal action for agent '{agent_id}': received {illegal}, legal actions now"):
+        env.step({agent_id: illegal})
+    assert env.state.history() == history
+
+
 @pytest.mark.parametrize(
     ("action", "error", "words"),
     [

@@ -16,6 +16,7 @@ from marl_core import errors
 # Constructor arguments of every error class whose __init__ takes more than a message.
 ARGUMENTS: dict[type[BaseException], tuple[Any, ...]] = {
     errors.UnknownAgentError: ("ghost", ["a", "b"]),
+    errors.ActionDictError: (4, ["a"]),
     errors.UnexpectedActionError: (["b"], ["a"]),
     errors.MissingActionError: (["a"], ["b"]),
     errors.InvalidActionError: ("a", "Discrete(3)", 7, "out of range"),
