@@ -23,10 +23,11 @@ Example:
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import string
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -87,6 +88,14 @@ _NAMED_LEGAL_ACTIONS = 10  # an illegal-action error names the legal actions whe
 # legal action; only the env reads it (users get copies).
 _Turn = tuple[int, AgentID, frozenset[int], np.ndarray | None]
 _NO_TURN: _Turn = (-1, "", frozenset(), None)  # nobody acts alone (a simultaneous node, or no episode)
+
+
+class _PythonGame(NamedTuple):
+    """How a copy of an env refers to a game written in Python: the module that registers it,
+    and its name with parameters (``str(game)``)."""
+
+    module: str
+    name: str
 
 
 def _reseeded(game: pyspiel.Game) -> bool:
@@ -692,13 +701,30 @@ class OpenSpielEnv(MultiAgentEnv):
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_view"] = state["_set_from"] = None
+        # The observer is rebuilt, its tensor's values carried over: some Python games' observers
+        # write only what changed (python_dynamic_routing writes one row per time step).
+        state["_set_from"] = None
+        state["_view"] = None if self._view is None else self._view.copy()
+        if type(self.game) is not _pyspiel().Game:
+            # A game written in Python: pyspiel copies it without the attributes its __init__
+            # sets (python_liars_poker's hand_length), so it travels by name, its state serialized.
+            state["game"] = _PythonGame(type(self.game).__module__, str(self.game))
+            state["state"] = None if self.state is None else self.state.serialize()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        game = state["game"]
+        if isinstance(game, _PythonGame):
+            importlib.import_module(game.module)  # registers the game, as importing it did here
+            state = {**state, "game": load_game(game.name)}
+            if state["state"] is not None:
+                state["state"] = state["game"].deserialize_state(state["state"])
         for name, value in state.items():  # setattr, not __dict__.update: keeps the compact layout
             setattr(self, name, value)
+        values = self._view
         self._setup_observations()
+        if values is not None and self._view is not None and self._view.shape == values.shape:
+            self._view[...] = values
 
     # Rendering ---------------------------------------------------------------------------------
 
