@@ -31,7 +31,13 @@ from typing import Any
 import gymnasium as gym
 
 from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
-from marl_core.errors import DependencyNotInstalled, EnvContractError, ResetNeededError, SpaceError
+from marl_core.errors import (
+    DependencyNotInstalled,
+    EnvContractError,
+    ResetNeededError,
+    SpaceError,
+    UnknownAgentError,
+)
 from marl_core.spaces import check_action_dict
 
 try:
@@ -152,8 +158,13 @@ class RLlibEnv(MultiAgentEnv):
 
     def _source_space(self, agent_id: AgentID, kind: str) -> gym.Space:
         source_id = self._to_source.get(agent_id, agent_id)
-        space = getattr(self.env, f"get_{kind}_space")(source_id)
+        try:
+            space = getattr(self.env, f"get_{kind}_space")(source_id)
+        except KeyError:  # RLlib looks the id up in its space dicts
+            space = None
         if space is None:
+            if agent_id not in self._to_source:
+                raise UnknownAgentError(agent_id, self.possible_agents, what=f"agent id (no {kind} space)")
             raise SpaceError(f"{type(self.env).__name__} has no {kind} space for agent {agent_id!r}")
         return space
 

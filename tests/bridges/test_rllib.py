@@ -22,6 +22,7 @@ from marl_core.errors import (
     ResetNeededError,
     SpaceError,
     UnexpectedActionError,
+    UnknownAgentError,
 )
 from tests.fixtures import rllib_seed_envs
 from tests.fixtures.envs import CORRECT_ENVS
@@ -167,6 +168,15 @@ def test_contract_breaks_of_the_rllib_env_are_named() -> None:
         env.step({"player1": 0, "player2": 0})
     with pytest.raises(EnvContractError, match="both map to 'agent_0'"):
         from_rllib(_CollidingIds())
+
+
+@pytest.mark.parametrize("kind", ["observation", "action"])
+def test_the_space_of_an_unknown_agent_is_an_unknown_agent_error(kind: str) -> None:
+    # RLlib's own lookup raises a bare KeyError here.
+    env = from_rllib(rllib_make_multi_agent("CartPole-v1")({"num_agents": 2}))
+    with pytest.raises(UnknownAgentError, match=rf"unknown agent id \(no {kind} space\) 'agent_7'; known: \['agent_0', 'agent_1'\]"):
+        getattr(env, f"get_{kind}_space")("agent_7")
+    assert getattr(env, f"get_{kind}_space")("agent_1") == getattr(gym.make("CartPole-v1"), f"{kind}_space")
 
 
 def test_from_rllib_rejects_other_objects() -> None:
