@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import cloudpickle
 import numpy as np
 import pyspiel
 from gymnasium import spaces
@@ -61,6 +62,10 @@ class _Spec:
     tensor_shape: tuple[int, ...] | None
     export: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # to_openspiel's arguments
     pool: list[MultiAgentEnv] = field(default_factory=list, compare=False, repr=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (with a serialized state) as its game's export, not with its envs.
+        return _spec_from, (cloudpickle.dumps(self.export),)
 
 
 def _no_argument(factory: Callable[..., MultiAgentEnv]) -> Callable[[], MultiAgentEnv]:
@@ -305,6 +310,18 @@ def _exported_game(export: dict[str, Any]) -> pyspiel.Game:
     return _EnvGame(*_define(**export), None)
 
 
+@functools.lru_cache(maxsize=64)
+def _exported_game_from(pickled_export: bytes) -> pyspiel.Game:
+    """:func:`_exported_game` of an export pickled with cloudpickle; one game per pickle, so
+    states deserialized again and again share their game."""
+    return _exported_game(cloudpickle.loads(pickled_export))
+
+
+def _spec_from(pickled_export: bytes) -> _Spec:
+    """The spec of the game :func:`_exported_game_from` gives."""
+    return _exported_game_from(pickled_export).spec
+
+
 class _EnvGame(pyspiel.Game):
     """An exported MultiAgentEnv (see :func:`to_openspiel`)."""
 
@@ -315,8 +332,9 @@ class _EnvGame(pyspiel.Game):
         self.spec = spec
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Pickled as its export: another process exports it again (the factory must be picklable).
-        return _exported_game, (self.spec.export,)
+        # Pickled as its export: another process exports it again. cloudpickle takes factories
+        # that pickle cannot name (a lambda), and names importable ones as pickle would.
+        return _exported_game_from, (cloudpickle.dumps(self.spec.export),)
 
     def __copy__(self) -> _EnvGame:
         return self  # games are immutable, as pyspiel's own
@@ -351,6 +369,10 @@ class _Position:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Position:
         return _Position(self.spec, self.sequential, self.replay)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled (pyspiel's serialize_state) as its history, as copied: the env is built again.
+        return _Position, (self.spec, self.sequential, self.replay)
 
     def __del__(self) -> None:
         # Envs of discarded positions are reset and reused: a reset env is as good as a new one.

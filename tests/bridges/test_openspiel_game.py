@@ -57,14 +57,29 @@ def test_round_trip_matches_pyspiel_tic_tac_toe_move_for_move() -> None:
 
 
 def test_random_sim_test_passes_on_exported_games() -> None:
-    pyspiel.random_sim_test(round_trip_game(), num_sims=10, serialize=False, verbose=False)
+    pyspiel.random_sim_test(round_trip_game(), num_sims=10, serialize=True, verbose=False)
     seeded = to_openspiel(TicTacToe, name="test_sim_tic_tac_toe", seeds=range(5), max_game_length=200)
-    pyspiel.random_sim_test(seeded, num_sims=10, serialize=False, verbose=False)
+    pyspiel.random_sim_test(seeded, num_sims=10, serialize=True, verbose=False)
     rps = to_openspiel(RockPaperScissors, name="test_sim_rps")
     assert rps.get_type().dynamics == pyspiel.GameType.Dynamics.SIMULTANEOUS
-    pyspiel.random_sim_test(rps, num_sims=5, serialize=False, verbose=False)
+    pyspiel.random_sim_test(rps, num_sims=5, serialize=True, verbose=False)
     irregular = to_openspiel(IrregularOrderEnv, name="test_sim_irregular", dynamics="simultaneous")
-    pyspiel.random_sim_test(irregular, num_sims=5, serialize=False, verbose=False)
+    pyspiel.random_sim_test(irregular, num_sims=5, serialize=True, verbose=False)
+
+
+def test_states_of_a_game_exported_from_a_lambda_pickle_and_play_on() -> None:
+    # pickle cannot name a lambda; the export goes with cloudpickle, and the env is not pickled.
+    game = round_trip_game()
+    state = game.new_initial_state()
+    for action in (4, 0, 2):
+        state.apply_action(action)
+    twin = pickle.loads(pickle.dumps(state))
+    assert twin.history() == [4, 0, 2] and twin.legal_actions() == state.legal_actions()
+    for action in (1, 6):  # x completes the diagonal 2-4-6
+        state.apply_action(action)
+        twin.apply_action(action)
+    assert twin.is_terminal() and state.is_terminal() and twin.returns() == state.returns() == [1.0, -1.0]
+    assert pickle.loads(pickle.dumps(game)).new_initial_state().legal_actions() == list(range(9))
 
 
 # MCTS -----------------------------------------------------------------------------------------
