@@ -284,7 +284,8 @@ class _PettingZooBase(MultiAgentEnv):
         super().__init__()
         self.metadata = dict(getattr(env, "metadata", {}) or {})
         possible = getattr(env, "possible_agents", None)
-        if mask_in_info is None:
+        detected = mask_in_info is None
+        if detected:
             mask_in_info = self._detect_info_masks()
             possible = possible if possible is not None else list(env.agents)
         elif possible is None:
@@ -299,6 +300,22 @@ class _PettingZooBase(MultiAgentEnv):
         self.observation_spaces = {a: self._observation_space(a) for a in self.possible_agents}
         self.action_spaces = {a: env.action_space(a) for a in self.possible_agents}
         self._check = _ActionChecker(self.get_action_space, check_legal)
+        # Found no mask in the infos of reset: watch the steps' infos for one, to say so.
+        self._watch_info_masks = detected and not mask_in_info and bool(
+            _masked_info_agents(self.possible_agents, env.observation_space, env.action_space)
+        )
+
+    def _late_info_mask(self, infos: Mapping[AgentID, Any]) -> None:
+        """Warn (once) when ``infos`` holds a mask that the spaces, fixed without one, leave unchecked."""
+        masked = [a for a, info in infos.items() if isinstance(info, Mapping) and MASK_KEY in info]
+        if masked:
+            self._watch_info_masks = False
+            logger.warning(
+                "%s put action masks in info for %s, but not in the infos of reset(), where %s looked "
+                "for them: the observation spaces have no mask and masked actions reach the env "
+                "unchecked. Pass mask_in_info=True to move the masks into the observations.",
+                self.env, masked, type(self).__name__,
+            )
 
     def _reset_env(
         self, seed: int | None, options: dict[str, Any] | None
@@ -390,7 +407,8 @@ class PettingZooEnv(_PettingZooBase):
             agent's action mask forbids (default). With False such actions reach the env, which
             decides what they mean (the classic games end the game with a penalty).
         mask_in_info: whether the env puts action masks in ``info["action_mask"]``. None (default)
-            finds out by resetting the env once at construction; True or False skips that reset.
+            finds out by resetting the env once at construction (and warns if a mask shows up in
+            info later, unchecked); True or False skips that reset.
 
     Semantics:
         - **Who acts:** the observation dict holds ``agent_selection``, the one agent that must act.
@@ -486,6 +504,8 @@ class PettingZooEnv(_PettingZooBase):
             truncated = env.truncations[agent_id]
             observation = env.observe(agent_id)
             info = env.infos[agent_id]
+            if self._watch_info_masks and info:
+                self._late_info_mask({agent_id: info})
             if info_masks and agent_id in info_masks:
                 observation, info = _with_mask(observation, info, info_masks[agent_id])
             obs[agent_id] = observation
@@ -517,7 +537,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
         check_legal: raise :class:`~marl_core.errors.IllegalActionError` for an action that the
             agent's action mask forbids (default); with False it reaches the env.
         mask_in_info: whether the env puts action masks in ``info["action_mask"]``. None (default)
-            finds out by resetting the env once at construction.
+            finds out by resetting the env once at construction (and warns if a mask shows up in
+            info later, unchecked).
 
     Semantics:
         - **Who acts:** every agent in ``env.agents``; the observation dict also holds agents that
@@ -569,7 +590,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
         fast = self._fast
         if fast is None:
             fast = self._fast = self._make_fast()
-        if fast and (type(action_dict) is dict or isinstance(action_dict, Mapping)) and len(action_dict) == len(fast[0]):
+        # Plain dicts only: reading a defaultdict with itemgetter would add the missing keys.
+        if fast and type(action_dict) is dict and len(action_dict) == len(fast[0]):
             acting, acting_set, get, admits_all, env, env_step, copy = fast
             try:
                 actions = get(action_dict)
@@ -577,6 +599,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
                 actions = None
             if actions is not None and admits_all(actions):
                 obs, rewards, terms, truncs, infos = env_step(dict(action_dict) if copy else action_dict)
+                if self._watch_info_masks:
+                    self._late_info_mask(infos)
                 # A frozenset on the right side: the cheapest exact key tests on small dicts.
                 if env.agents == acting and obs.keys() == acting_set and acting_set.issuperset(infos):
                     # The common step: the same agents act again, nobody ends, nothing moves.
@@ -608,6 +632,10 @@ class ParallelPettingZooEnv(_PettingZooBase):
             return obs, rewards, {**terms, ALL: False}, {**truncs, ALL: False}, infos
         all_terminated, all_truncated = _end_flags(True, terms, truncs)
         return obs, rewards, {**terms, ALL: all_terminated}, {**truncs, ALL: all_truncated}, infos
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The fast path's getters and tests are closures (plain pickle refuses them): rebuilt on use.
+        return {**self.__dict__, "_fast": None, "_last_fast": ()}
 
     def _make_fast(self) -> tuple[Any, ...]:
         """What the common step needs, built once per set of acting agents; empty for no fast path.
@@ -673,6 +701,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
         info_masks = self._info_masks
         if info_masks:
             obs, infos = self._move_masks(obs, infos, info_masks)
+        elif self._watch_info_masks:
+            self._late_info_mask(infos)
         if self._track_masks:
             self._masks = {a: mask for a, o in obs.items() if (mask := action_mask_of(o)) is not None}
         if not infos.keys() <= obs.keys():
@@ -739,12 +769,13 @@ def to_aec(env: MultiAgentEnv, *, check_legal: bool = True) -> AECEnv:
     return _to_aec(env, check_legal=check_legal)
 
 
-def to_parallel(env: MultiAgentEnv) -> ParallelEnv:
+def to_parallel(env: MultiAgentEnv, *, check_legal: bool = True) -> ParallelEnv:
     """A PettingZoo ``ParallelEnv`` built from a MultiAgentEnv in which every live agent acts at
     every step; see :mod:`bridges.pettingzoo_export`.
 
-    ``to_parallel(ParallelPettingZooEnv(parallel_env))`` returns ``parallel_env`` itself.
+    ``to_parallel(ParallelPettingZooEnv(parallel_env))`` returns ``parallel_env`` itself. Otherwise
+    ``step`` refuses an action that the agent's action mask forbids, unless ``check_legal`` is False.
     """
     from bridges.pettingzoo_export import to_parallel as _to_parallel
 
-    return _to_parallel(env)
+    return _to_parallel(env, check_legal=check_legal)

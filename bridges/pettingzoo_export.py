@@ -296,10 +296,13 @@ class MultiAgentParallelEnv(ParallelEnv):
           flag; an ended agent without a final observation gets its latest one.
         - **Seeding and chance:** ``reset(seed=s)`` resets the MultiAgentEnv with ``seed=s``.
         - **Masks** pass through in the Dict observations; ``"__common__"`` infos stay in infos.
+          With ``check_legal`` (the default), ``step`` refuses an action that the agent's mask
+          forbids, before the MultiAgentEnv steps.
     """
 
-    def __init__(self, env: MultiAgentEnv) -> None:
+    def __init__(self, env: MultiAgentEnv, *, check_legal: bool = True) -> None:
         self.env = env
+        self.check_legal = check_legal
         self.metadata = _metadata(env, parallelizable=True)
         self.render_mode = getattr(env, "render_mode", None)
         self.possible_agents = list(env.possible_agents)
@@ -330,8 +333,10 @@ class MultiAgentParallelEnv(ParallelEnv):
         if not acting:
             raise ResetNeededError("step() called before reset() or after the episode ended")
         check_acting(actions, acting)
+        observations = self._observations
         for agent_id in acting:
-            check_action(agent_id, self.action_space(agent_id), actions[agent_id])
+            mask = action_mask_of(observations.get(agent_id)) if self.check_legal else None
+            check_action(agent_id, self.action_space(agent_id), actions[agent_id], mask)
         obs, rewards, terminateds, truncateds, infos = self.env.step(dict(actions))
         all_terminated = bool(terminateds.get(ALL, False))
         all_truncated = bool(truncateds.get(ALL, False))
@@ -400,15 +405,16 @@ def to_aec(env: MultiAgentEnv, *, check_legal: bool = True) -> AECEnv:
     return MultiAgentAECEnv(env, check_legal=check_legal)
 
 
-def to_parallel(env: MultiAgentEnv) -> ParallelEnv:
+def to_parallel(env: MultiAgentEnv, *, check_legal: bool = True) -> ParallelEnv:
     """A PettingZoo ``ParallelEnv`` for a MultiAgentEnv in which every live agent acts at every step.
 
     ``to_parallel(ParallelPettingZooEnv(parallel_env))`` returns ``parallel_env`` itself; any other
     env is wrapped in a :class:`MultiAgentParallelEnv`, whose ``reset`` and ``step`` raise
-    :class:`~marl_core.errors.UnsupportedEnvError` naming the agents left out when the env takes turns.
+    :class:`~marl_core.errors.UnsupportedEnvError` naming the agents left out when the env takes
+    turns, and whose ``step`` refuses masked actions unless ``check_legal`` is False.
     """
     from bridges.pettingzoo import ParallelPettingZooEnv
 
     if type(env) is ParallelPettingZooEnv:
         return env.env
-    return MultiAgentParallelEnv(env)
+    return MultiAgentParallelEnv(env, check_legal=check_legal)
