@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from marl_core.conformance.collect import Collector, describe, is_hashable
+from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable
 from marl_core.env import ALL, COMMON
 from marl_core.spaces import action_mask_of, action_mask_size, why_not_contained
 
@@ -49,7 +49,7 @@ def lookup_spaces(env: Any, agent_ids: Iterable[Any], collector: Collector) -> t
         for table, kind in zip(found, ("observation", "action"), strict=True):
             try:
                 space = space_of(env, agent_id, kind)
-            except Exception as error:
+            except ENV_ERRORS as error:
                 collector.add(
                     "spaces.defined",
                     f"no {kind} space for agent {agent_id!r}: looking it up raised {describe(error)}",
@@ -91,7 +91,7 @@ def truthy(value: Any) -> bool:
     """``bool(value)``, or False for values without a truth value (reported as non-bool elsewhere)."""
     try:
         return bool(value)
-    except Exception:
+    except ENV_ERRORS:
         return False
 
 
@@ -205,8 +205,9 @@ class CallChecker:
         self._observations(frame, at)
         self._infos(frame, at)
         acting = [] if done else [a for a in frame.obs if a not in ending]
+        # Agents ending in a step that ends the episode may stay listed: nobody acts on that list.
+        self._agents_attr(frame, at, acting, set() if done else ending)
         self.dead |= ending
-        self._agents_attr(frame, at, acting)
         if not acting and not done:
             if all_missing:  # already an api.all-key finding; every agent ended: treat as over
                 return Verdict([], {}, True)
@@ -303,7 +304,7 @@ class CallChecker:
                 continue
             try:
                 reason = why_not_contained(space, observation)
-            except Exception as error:  # values so odd that even the diagnosis fails
+            except ENV_ERRORS as error:  # values so odd that even the diagnosis fails
                 reason = f"checking it against the space raised {describe(error)}"
             if reason is not None:
                 self.collector.add(
@@ -334,10 +335,10 @@ class CallChecker:
                     key="not a dict",
                 )
 
-    def _agents_attr(self, frame: Frame, at: str, acting: list[Any]) -> None:
+    def _agents_attr(self, frame: Frame, at: str, acting: list[Any], ending: set[Any]) -> None:
         try:
             agents = getattr(self.env, "agents", None)
-        except Exception as error:
+        except ENV_ERRORS as error:
             self.collector.add("ids.agents-attr", f"reading env.agents {at} raised", step=frame.step, error=error, key="raised")
             return
         if not isinstance(agents, (list, tuple)):
@@ -368,11 +369,13 @@ class CallChecker:
                     step=frame.step,
                     key="unknown",
                 )
-            elif agent_id in self.dead and agent_id not in frame.obs:  # in obs: a lifecycle.dead-agent finding
+            # Ended earlier and back in obs: a lifecycle.dead-agent finding. Ending now: it has ended.
+            elif agent_id in ending or (agent_id in self.dead and agent_id not in frame.obs):
+                when = "in this step" if agent_id in ending else "earlier"
                 self.collector.add(
                     "ids.agents-attr",
-                    f"env.agents {at} still lists {agent_id!r}, which terminated or truncated; env.agents "
-                    "lists the agents alive now",
+                    f"env.agents {at} still lists {agent_id!r}, which terminated or truncated {when}; "
+                    "env.agents lists the agents alive now",
                     agent=agent_id,
                     step=frame.step,
                     key="ended still listed",
@@ -392,7 +395,7 @@ class CallChecker:
             return None
         try:
             mask = action_mask_of(observation)
-        except Exception as error:
+        except ENV_ERRORS as error:
             self.collector.add(
                 "masks.valid",
                 f"action_mask of agent {agent_id!r} {at} is not an array: {describe(error)}",

@@ -10,6 +10,10 @@ from typing import Any
 from marl_core.conformance.report import Finding
 from marl_core.conformance.rules import RULES
 
+ENV_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit)
+"""What a call into the env's code may raise and the checker turns into a finding: any exception,
+and ``sys.exit()``, which would otherwise end the check as if it had passed."""
+
 MAX_PER_RULE = 10
 """Distinct findings kept per rule; further ones are summed up in one closing finding."""
 

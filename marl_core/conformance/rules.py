@@ -80,8 +80,9 @@ _CATALOG = (
         "ids.agents-attr",
         "error",
         "`possible_agents` is a non-empty list of unique ids; `env.agents` lists only known "
-        "agents that have not ended, and every agent in the obs dict is in `env.agents`, except "
-        "agents ending in this step.",
+        "agents that have not ended (an agent ending in a step is gone from it when the step "
+        "returns, unless the step ends the episode), and every agent in the obs dict is in "
+        "`env.agents`, except agents ending in this step.",
         "def reset(self, *, seed=None, options=None):\n"
         "    return {\"a\": obs_a, \"b\": obs_b}, {}  # self.agents never set: []",
         "Keep `self.agents` equal to the agents alive now: set it in `reset()`, add joiners and "

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from marl_core.conformance.checks import CallChecker, Frame, lookup_spaces, names
-from marl_core.conformance.collect import Collector, describe, is_hashable
+from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable
 from marl_core.conformance.determinism import (
     Episode,
     Record,
@@ -157,7 +157,7 @@ class _Run:
         try:
             data = cloudpickle.dumps(self.target.picklable)
             cloudpickle.loads(data)
-        except Exception as error:
+        except ENV_ERRORS as error:
             what = "the env factory" if self.target.factory is not None else "the env instance"
             message = f"{what} {self.target.name} does not survive a cloudpickle round trip"
             data = None
@@ -174,7 +174,7 @@ class _Run:
     def _possible_agents(self) -> list[Any]:
         try:
             possible = getattr(self.env, "possible_agents", None)
-        except Exception as error:
+        except ENV_ERRORS as error:
             self.collector.add("ids.agents-attr", "reading possible_agents raised", error=error, hint=_POSSIBLE_HINT)
             return []
         if not isinstance(possible, (list, tuple)) or not possible:
@@ -208,7 +208,7 @@ class _Run:
         self.checker.start_episode("reset() without arguments")
         try:
             result = self.env.reset()
-        except Exception as error:
+        except ENV_ERRORS as error:
             self.collector.add(
                 "api.reset", "reset() without arguments raised", step=0, error=error, hint=_RAISED_HINT, key="no arguments"
             )
@@ -226,7 +226,7 @@ class _Run:
         before = global_rng_state()
         try:
             result = self.env.reset(seed=seed, options=None)
-        except Exception as error:
+        except ENV_ERRORS as error:
             self.collector.add(
                 "api.reset", f"reset(seed={seed}, options=None) raised in {label}", step=0, error=error, hint=_RAISED_HINT, key="raised"
             )
@@ -254,7 +254,7 @@ class _Run:
             before = global_rng_state()
             try:
                 result = self.env.step(snapshot(actions))
-            except Exception as error:
+            except ENV_ERRORS as error:
                 self.collector.add(
                     "api.step",
                     f"step() raised at step {step} of {label} with actions {_short(actions)}",
@@ -295,7 +295,7 @@ class _Run:
                     actions[agent_id] = sample_action_for(space, observation, rng, agent_id)
                 else:
                     actions[agent_id] = sample_action(space, rng, verdict.masks.get(agent_id), agent_id)
-            except Exception as error:
+            except ENV_ERRORS as error:
                 self.collector.add(
                     "spaces.defined",
                     f"cannot sample an action for agent {agent_id!r} from its action space {space}",
@@ -334,17 +334,17 @@ class _Run:
             return
         try:
             fresh = self.target.factory()
-        except Exception as error:
+        except ENV_ERRORS as error:
             self.collector.add("determinism.seed", "building a second, fresh instance to compare with raised", error=error)
             return
         try:  # the same calls as on the explored instance, which started with a bare reset()
             fresh.reset()
-        except Exception as error:  # reported as api.reset for the explored instance already
+        except ENV_ERRORS as error:  # reported as api.reset for the explored instance already
             logger.debug("reset() of the fresh instance raised %s", describe(error))
         self._replay(fresh, explored, "on a second, fresh instance", leak=False)
         try:
             fresh.close()
-        except Exception as error:  # reported once, for the explored instance, by close.idempotent
+        except ENV_ERRORS as error:  # reported once, for the explored instance, by close.idempotent
             logger.debug("close() of the fresh instance raised %s", describe(error))
 
     def _replay(self, env: Any, explored: list[Episode], who: str, *, leak: bool) -> None:
@@ -360,7 +360,7 @@ class _Run:
                     else:
                         result = env.step(snapshot(episode.actions[step - 1]))
                         self.steps += 1
-                except Exception as error:
+                except ENV_ERRORS as error:
                     self._diverged(f"{call} of {label} raised {who}, where the first run did not", step, leak, error)
                     return
                 after = global_rng_state()
@@ -397,7 +397,7 @@ class _Run:
         for attempt in ("first", "second"):
             try:
                 self.env.close()
-            except Exception as error:
+            except ENV_ERRORS as error:
                 self.collector.add("close.idempotent", f"the {attempt} call of close() raised", error=error)
                 return
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from marl_core.conformance.collect import ENV_ERRORS
 from marl_core.env import MultiAgentEnv, accepts_config
 from marl_core.errors import TargetBuildError
 
@@ -66,7 +67,7 @@ def _probe(obj: Any, name: str, missing: Any = None) -> Any:
     """``getattr(obj, name, missing)``, where a property that raises counts as present."""
     try:
         return getattr(obj, name, missing)
-    except Exception:  # a broken property: the attribute exists; the checker reports the error later
+    except ENV_ERRORS:  # a broken property: the attribute exists; the checker reports the error later
         return True
 
 
@@ -80,7 +81,7 @@ def _name_of(obj: Any) -> str:
     if target is type(obj) and not isinstance(obj, MultiAgentEnv) and type(obj).__str__ is not object.__str__:
         try:
             text = str(obj)
-        except Exception:  # a broken __str__ does not stop the check
+        except ENV_ERRORS:  # a broken __str__ does not stop the check
             text = ""
         if text and len(text) <= 80 and "\n" not in text:
             name += f" {text}"
@@ -128,7 +129,7 @@ def _wrap(obj: Any) -> Any:
         )
     try:
         wrapped = wrap(obj)
-    except Exception as error:
+    except ENV_ERRORS as error:
         raise TargetBuildError(f"bridges.wrap cannot convert {_name_of(obj)}: {type(error).__name__}: {error}") from error
     still_missing = missing_protocol(wrapped)
     if still_missing:
@@ -149,7 +150,7 @@ def resolve(obj: Any) -> Target:
         built = _call_factory(obj)
     except TargetBuildError:
         raise
-    except Exception as error:
+    except ENV_ERRORS as error:
         raise TargetBuildError(
             f"calling {_name_of(obj)} to build the env raised {type(error).__name__}: {error}"
         ) from error
@@ -176,7 +177,7 @@ def copier(snapshot: bytes | None, instance: Any) -> tuple[Callable[[], Any] | N
         return (lambda: _wrap(cloudpickle.loads(snapshot))), None
     try:
         pristine = copy.deepcopy(instance)
-    except Exception as error:
+    except ENV_ERRORS as error:
         return None, f"it cannot be copied either ({type(error).__name__}: {error})"
 
     def fresh() -> Any:

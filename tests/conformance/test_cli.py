@@ -29,6 +29,14 @@ def test_errors_exit_1_with_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert "seed 7" in data["findings"][0]["message"]
 
 
+def test_an_env_calling_sys_exit_is_an_error_not_a_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    # SystemExit is no Exception: uncaught, it ended the check with status 0 and no report.
+    assert main(["tests.fixtures.broken_envs:ExitsInStep", "--json", "--episodes", "1"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [f["rule"] for f in data["findings"]] == ["api.step"]
+    assert "SystemExit: simulation diverged" in data["findings"][0]["message"]
+
+
 def test_warnings_only_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tests.fixtures.broken_envs:NeverEnds", "--max-steps", "10", "--episodes", "1"]) == 0
     assert "warning termination.bounded" in capsys.readouterr().out
