@@ -145,6 +145,8 @@ def _(space: spaces.MultiDiscrete, value: Any, path: str) -> str | None:
         return f"{_where(path)}shape {array.shape} but the space needs {space.shape}"
     if not np.issubdtype(array.dtype, np.integer):
         return f"{_where(path)}dtype {array.dtype} but the space needs integers"
+    if not np.can_cast(array.dtype, space.dtype):
+        return f"{_where(path)}dtype {array.dtype} but the space needs {space.dtype}"
     if not space.contains(array):
         return f"{_where(path)}{_short(value)} is outside {space}"
     return None

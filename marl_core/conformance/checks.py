@@ -8,6 +8,7 @@ trusted for sampling.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -312,7 +313,7 @@ class CallChecker:
                     f"observation of agent {agent_id!r} {at} is not in its space {space}: {reason}",
                     agent=agent_id,
                     step=frame.step,
-                    key=reason.split(":")[0] if reason.startswith("at ") else reason[:40],
+                    key=_kind_of(reason),
                 )
 
     def _infos(self, frame: Frame, at: str) -> None:
@@ -426,6 +427,16 @@ class CallChecker:
             return mask
         self.collector.add("masks.valid", f"agent {agent_id!r} must act {at} and has {problem}", agent=agent_id, step=step, key=problem[:30])
         return None
+
+
+_VALUES = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?|'[^']*'|\"[^\"]*\"")
+
+
+def _kind_of(reason: str) -> str:
+    """The kind of a problem with an observation: its path and its words, without the values in
+    it, so that one bug seen with many values is one finding, and two bugs at one path are two."""
+    path, sep, words = reason.partition(": ") if reason.startswith("at ") else ("", "", reason)
+    return path + sep + _VALUES.sub("#", words)
 
 
 def _shape_of(result: Any) -> str:

@@ -91,7 +91,8 @@ def check_env(
 
     Raises:
         TargetBuildError: ``env_or_factory`` is not an env and none could be built from it.
-        ConformanceError: unknown rule ids in ``skip``, or ``episodes`` / ``max_steps`` below 1.
+        ConformanceError: unknown rule ids in ``skip``, ``episodes`` / ``max_steps`` below 1, or a
+            negative ``seed``.
 
     Example:
         >>> from marl_core.conformance import check_env
@@ -106,6 +107,8 @@ def check_env(
         raise ConformanceError(f"unknown rule id(s) in skip: {unknown}; known: {sorted(RULES)}")
     if episodes < 1 or max_steps < 1:
         raise ConformanceError(f"episodes and max_steps must be at least 1, received {episodes} and {max_steps}")
+    if seed < 0:  # gymnasium's seeding, and so reset(seed=...) of most envs, refuses them
+        raise ConformanceError(f"seed must be at least 0, received {seed}")
     started = time.perf_counter()
     target = resolve(env_or_factory)
     run = _Run(target, Collector(frozenset(skipped)), seed, episodes, max_steps)

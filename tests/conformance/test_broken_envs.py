@@ -7,7 +7,9 @@ import random
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 
+from marl_core import MultiAgentEnv
 from marl_core.conformance import RULES, check_env
 from marl_core.errors import ConformanceError, MultiAgentEnvError
 from tests.fixtures import broken_envs
@@ -51,6 +53,63 @@ def test_observation_finding_names_agent_path_dtype_and_step() -> None:
     assert "at ['observation']: dtype float64 but the space needs float32" in finding.message
     assert "episode 0 (seed 0)" in finding.message
     assert "seen 21 times" in finding.message  # (reset + 6 steps) x 3 episodes, merged into one
+
+
+class Drifts(MultiAgentEnv):
+    """Two bugs in plain Box observations: ``"a"``'s position leaves the Box a little further
+    every step, and ``"b"``'s observation turns float64 from step 3 on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        self.observation_spaces = dict.fromkeys(self.possible_agents, spaces.Box(-10.0, 10.0, (2,), np.float32))
+        self.action_spaces = dict.fromkeys(self.possible_agents, spaces.Discrete(2))
+        self.t = 0
+
+    def _obs(self) -> dict:
+        drift = np.array([0.0, 8.0 + self.t], np.float32)
+        return {"a": drift, "b": np.zeros(2, np.float64 if self.t >= 3 else np.float32)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a", "b"]
+        return self._obs(), {}
+
+    def step(self, action_dict):
+        self.t += 1
+        done = self.t >= 6
+        self.agents = [] if done else ["a", "b"]
+        return self._obs(), {"a": 0.0, "b": 0.0}, {"__all__": done}, {"__all__": False}, {}
+
+
+class TwoBugsAtOnePath(broken_envs.Duel):
+    """At the same path ``["observation"]``, ``"a"`` has the wrong dtype at even steps and the
+    wrong shape at odd ones."""
+
+    def observe(self, agent_id):
+        observation = super().observe(agent_id)
+        if agent_id == "a":
+            wrong = observation["observation"].astype(np.float64) if self.t % 2 == 0 else np.zeros(3, np.float32)
+            observation["observation"] = wrong
+        return observation
+
+
+def test_one_bug_seen_with_many_values_is_one_finding() -> None:
+    # A value in the finding's key made each new value a new finding, and ten of them crowded
+    # out the other agent's dtype bug.
+    report = check_env(Drifts)
+    assert [(f.rule, f.agent) for f in report.findings] == [("spaces.obs-contains", "a"), ("spaces.obs-contains", "b")]
+    drift, widen = report.findings
+    assert "value 11.0 at index (1,) is outside [-10.0, 10.0] (seen 12 times" in drift.message
+    assert "dtype float64 but the space needs float32 (seen 12 times" in widen.message
+
+
+def test_two_bugs_at_one_path_are_two_findings() -> None:
+    report = check_env(TwoBugsAtOnePath)
+    messages = sorted(f.message.split(": ", 1)[1] for f in report.findings)
+    assert len(messages) == 2
+    assert "dtype float64 but the space needs float32" in messages[0]
+    assert "shape (3,) but the space needs (2,)" in messages[1]
 
 
 def test_exception_in_env_code_is_a_finding_with_its_traceback() -> None:
@@ -125,3 +184,5 @@ def test_bad_arguments_raise() -> None:
         check_env(broken_envs.Duel, skip=["rewards.finite"])
     with pytest.raises(ConformanceError, match="at least 1"):
         check_env(broken_envs.Duel, episodes=0)
+    with pytest.raises(ConformanceError, match="seed must be at least 0, received -1"):
+        check_env(broken_envs.Duel, seed=-1)

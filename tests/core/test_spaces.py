@@ -66,6 +66,13 @@ def test_diagnosis_names_the_path_and_the_problem(change, expected) -> None:
     assert reason is not None and expected in reason
 
 
+def test_multi_discrete_diagnoses_a_dtype_that_does_not_cast() -> None:
+    space = spaces.MultiDiscrete([10, 10], dtype=np.int32)
+    assert why_not_contained(space, np.array([0, 1])) == "dtype int64 but the space needs int32"
+    assert why_not_contained(space, np.array([0, 1], np.int8)) is None
+    assert why_not_contained(space, np.array([0, 10], np.int32)) == "array([ 0, 10], dtype=int32) is outside MultiDiscrete([10 10])"
+
+
 def test_discrete_rejects_floats_and_bools() -> None:
     assert "float" in why_not_contained(spaces.Discrete(3), 1.0)
     assert "bool" in why_not_contained(spaces.Discrete(3), True)
