@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable
+from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable, shown
 from marl_core.env import ALL, COMMON
 from marl_core.spaces import action_mask_of, action_mask_size, why_not_contained
 
@@ -62,7 +62,7 @@ def lookup_spaces(env: Any, agent_ids: Iterable[Any], collector: Collector) -> t
             else:
                 collector.add(
                     "spaces.defined",
-                    f"the {kind} space of agent {agent_id!r} is a {type(space).__name__} ({space!r:.60}), "
+                    f"the {kind} space of agent {agent_id!r} is a {type(space).__name__} ({shown(space)}), "
                     f"expected a gymnasium.spaces.Space",
                     agent=agent_id,
                 )
@@ -72,19 +72,19 @@ def lookup_spaces(env: Any, agent_ids: Iterable[Any], collector: Collector) -> t
 def reward_problem(reward: Any) -> str | None:
     """None for a finite real number; otherwise what is wrong with ``reward``."""
     if is_flag(reward):
-        return f"a bool ({reward!r})"
+        return f"a bool ({shown(reward)})"
     if isinstance(reward, np.ndarray):
         if reward.shape != () or reward.dtype.kind not in "iuf":
             return f"an array of shape {reward.shape} and dtype {reward.dtype}"
         reward = reward.item()
     if not isinstance(reward, (int, float, np.integer, np.floating)):
-        return f"a {type(reward).__name__} ({reward!r:.60})"
+        return f"a {type(reward).__name__} ({shown(reward)})"
     try:
         finite = math.isfinite(float(reward))
     except OverflowError:
         finite = False
     if not finite:
-        return f"{reward!r:.40}, not a finite number"
+        return f"{shown(reward, 40)}, not a finite number"
     return None
 
 
@@ -255,7 +255,7 @@ class CallChecker:
             if ALL in table and not is_flag(table[ALL]):
                 self.collector.add(
                     "api.all-key",
-                    f"{name}['__all__'] {at} is {table[ALL]!r} (a {type(table[ALL]).__name__}); expected a bool",
+                    f"{name}['__all__'] {at} is {shown(table[ALL])} (a {type(table[ALL]).__name__}); expected a bool",
                     step=frame.step,
                     key=f"{name} type",
                 )
@@ -263,7 +263,7 @@ class CallChecker:
                 if agent_id != ALL and not is_flag(flag):
                     self.collector.add(
                         "api.step",
-                        f"{name}[{agent_id!r}] {at} is {flag!r} (a {type(flag).__name__}); expected a bool",
+                        f"{name}[{agent_id!r}] {at} is {shown(flag)} (a {type(flag).__name__}); expected a bool",
                         agent=agent_id,
                         step=frame.step,
                         key=f"{name} flag type",
@@ -330,7 +330,7 @@ class CallChecker:
             if not isinstance(info, dict):
                 self.collector.add(
                     "infos.keys",
-                    f"infos[{agent_id!r}] {at} is a {type(info).__name__} ({info!r:.60}); expected a dict",
+                    f"infos[{agent_id!r}] {at} is a {type(info).__name__} ({shown(info)}); expected a dict",
                     agent=agent_id,
                     step=frame.step,
                     key="not a dict",
@@ -345,7 +345,7 @@ class CallChecker:
         if not isinstance(agents, (list, tuple)):
             self.collector.add(
                 "ids.agents-attr",
-                f"env.agents {at} is {agents!r:.60}; expected a list of the agents alive now",
+                f"env.agents {at} is {shown(agents)}; expected a list of the agents alive now",
                 step=frame.step,
                 key="type",
             )
@@ -354,7 +354,7 @@ class CallChecker:
         if unhashable:
             self.collector.add(
                 "ids.agents-attr",
-                f"env.agents {at} holds {', '.join(f'{a!r:.40}' for a in unhashable)}, which cannot be an agent "
+                f"env.agents {at} holds {', '.join(shown(a, 40) for a in unhashable)}, which cannot be an agent "
                 "id (ids must be hashable)",
                 step=frame.step,
                 key="unhashable",
@@ -382,7 +382,7 @@ class CallChecker:
                     key="ended still listed",
                 )
         for agent_id in acting:
-            if agent_id not in alive:
+            if agent_id not in alive and agent_id in self.possible:  # unknown ones: ids.known says so
                 self.collector.add(
                     "ids.agents-attr",
                     f"agent {agent_id!r} must act {at} (it is in the obs dict) but is not in env.agents {names(agents)}",

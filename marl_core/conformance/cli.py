@@ -1,11 +1,12 @@
 """``marl-check MODULE:ATTR``: check a multi-agent env from the command line.
 
-Exit status: 0 when no error was found (warnings allowed), 1 when errors were found, 2 when the
-target cannot be imported or built (the message says why) or the arguments are wrong. ``--json``
-prints the report as JSON for CI; otherwise it prints plain text (no colour codes). With
-``--json``, a run that produces no report (exit status 2) prints
+Exit status: 0 when no error was found (warnings allowed), 1 when errors were found, 2 when no
+report could be made: the target cannot be imported or built, the arguments are wrong, or the
+check itself failed (the message says which). ``--json`` prints the report as JSON for CI, alone
+on stdout (what the env prints goes to stderr); otherwise it prints plain text (no colour codes).
+With ``--json``, a run that produces no report (exit status 2) prints
 ``{"target", "ok": false, "error", "findings": []}`` (``"target"`` is null when the arguments
-do not parse).
+do not parse), and ``--list-rules`` prints the rules as a JSON list.
 
 Example:
     >>> from marl_core.conformance.cli import main
@@ -17,13 +18,16 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import dataclasses
 import importlib
 import json
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from marl_core.conformance.collect import format_exception
@@ -61,7 +65,7 @@ def _parser() -> _Parser:
     parser = _Parser(
         prog="marl-check",
         description="Check a multi-agent env against the marl-bridges contract and report every violation.",
-        epilog="Exit status: 0 no errors, 1 errors found, 2 target cannot be imported or built.",
+        epilog="Exit status: 0 no errors, 1 errors found, 2 no report (target cannot be imported or built, bad arguments).",
     )
     parser.add_argument(
         "target",
@@ -138,6 +142,34 @@ def _split_skip(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     args.skip = rules
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send what the env prints to stderr, so that stdout holds the JSON report alone: Python's
+    ``sys.stdout``, and file descriptor 1 for what C code prints."""
+    sys.stdout.flush()
+    try:
+        saved: int | None = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no file descriptor 1 to redirect
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            _flush_c_stdio()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    """Flush C's stdio buffers, so that what C code printed goes where it was redirected."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # no C library to reach: nothing buffered there for us
+        return
+
+
 def _failure(target: str | None, message: str) -> dict[str, Any]:
     """The JSON of a run that produced no report: the report's keys that mean something without
     one, so that ``"findings"`` stays iterable for a CI parser."""
@@ -159,19 +191,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _split_skip(parser, args)
     if args.list_rules:
-        print(catalog_markdown(), end="")
+        if args.json:
+            print(json.dumps([dataclasses.asdict(rule) for rule in RULES.values()], indent=2))
+        else:
+            print(catalog_markdown(), end="")
         return 0
     if not args.target:
         return _fail("missing the target MODULE:ATTR (see marl-check --help)", args.json, None)
     logging.basicConfig(level=logging.WARNING, format="marl-check: %(message)s")
     try:
-        obj = load_target(args.target)
-        report = check_env(obj, seed=args.seed, episodes=args.episodes, max_steps=args.max_steps, skip=args.skip)
+        with _stdout_to_stderr() if args.json else contextlib.nullcontext():
+            obj = load_target(args.target)
+            report = check_env(obj, seed=args.seed, episodes=args.episodes, max_steps=args.max_steps, skip=args.skip)
     except (TargetImportError, ConformanceError) as error:
         message = str(error)
         cause = error.__cause__
         if isinstance(error, ConformanceError) and cause is not None:
             message += "\n" + "".join(traceback.format_exception(cause)).rstrip()
         return _fail(message, args.json, args.target)
+    except Exception as error:  # the checker's own failure: no report, and no "errors found" either
+        trace = "".join(traceback.format_exception(error)).rstrip()
+        return _fail(f"the check itself failed, a marl-check bug (please report it):\n{trace}", args.json, args.target)
     print(report.to_json() if args.json else str(report))
     return 0 if report.ok else 1

@@ -28,6 +28,17 @@ def format_exception(error: BaseException) -> str:
     return "".join(summary.format()).rstrip()
 
 
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters on one line; a repr that raises does not stop
+    the check (the env's objects are anything)."""
+    try:
+        text = repr(value)
+    except ENV_ERRORS as error:
+        text = f"<{type(value).__name__} whose repr() raised {type(error).__name__}>"
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def describe(error: BaseException) -> str:
     """``"TypeError: message"`` for ``error``."""
     return f"{type(error).__name__}: {error}"

@@ -16,18 +16,25 @@ from typing import Any
 import numpy as np
 
 from marl_core.conformance.checks import Frame, names
+from marl_core.conformance.collect import shown
+
+MAX_DEPTH = 64
+"""Containers nested deeper than this (a dict that holds itself) are not looked into: kept as
+they are in records, and not compared."""
 
 
-def snapshot(value: Any) -> Any:
+def snapshot(value: Any, depth: int = 0) -> Any:
     """A copy of ``value`` deep enough that later in-place changes to the original do not reach it."""
     if isinstance(value, np.ndarray):
         return value.copy()
+    if depth >= MAX_DEPTH:
+        return value
     if isinstance(value, dict):
-        return {k: snapshot(v) for k, v in value.items()}
+        return {k: snapshot(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [snapshot(v) for v in value]
+        return [snapshot(v, depth + 1) for v in value]
     if isinstance(value, tuple):
-        return tuple(snapshot(v) for v in value)
+        return tuple(snapshot(v, depth + 1) for v in value)
     return value
 
 
@@ -47,41 +54,60 @@ class Digest:
         return f"<array of shape {self.shape} and dtype {self.dtype}, digest {self.hash & 0xFFFFFFFF:08x}>"
 
 
-def fingerprint(value: Any) -> Any:
+def fingerprint(value: Any, depth: int = 0) -> Any:
     """Like :func:`snapshot`, but large arrays become a :class:`Digest` (records of image envs stay small)."""
     if isinstance(value, np.ndarray):
         if value.nbytes <= SMALL_ARRAY_BYTES or value.dtype.kind == "O":
             return value.copy()
         return Digest(value.shape, value.dtype.str, hash(np.ascontiguousarray(value).tobytes()))
+    if depth >= MAX_DEPTH:
+        return value
     if isinstance(value, dict):
-        return {k: fingerprint(v) for k, v in value.items()}
+        return {k: fingerprint(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [fingerprint(v) for v in value]
+        return [fingerprint(v, depth + 1) for v in value]
     if isinstance(value, tuple):
-        return tuple(fingerprint(v) for v in value)
+        return tuple(fingerprint(v, depth + 1) for v in value)
     return value
 
 
-def same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any, depth: int = 0) -> bool:
     """Whether two observations (or rewards, flags) are equal, arrays included, NaN equal to NaN."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
             return False
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False
-        try:
-            return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
-        except Exception:  # object arrays whose items refuse to compare
-            return a is b
+        return _same_arrays(a, b) if a.dtype != object else _compare_or_identity(a, b)
+    if depth >= MAX_DEPTH:  # not looked into, so not reported either
+        return True
     if isinstance(a, Mapping):
-        return isinstance(b, Mapping) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        return isinstance(b, Mapping) and a.keys() == b.keys() and all(same(a[k], b[k], depth + 1) for k in a)
     if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+        return type(a) is type(b) and len(a) == len(b) and all(
+            same(x, y, depth + 1) for x, y in zip(a, b, strict=True)
+        )
     if isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating)) and a != a and b != b:
         return True
+    if type(a) is not type(b):
+        return False
     try:
-        return type(a) is type(b) and bool(a == b)
+        return bool(a == b)
+    except Exception:  # no single truth value (a torch tensor): compare as numpy arrays
+        pass
+    try:
+        x, y = np.asarray(a), np.asarray(b)
     except Exception:
+        return a is b
+    return _same_arrays(x, y) if x.dtype != object else a is b
+
+
+def _same_arrays(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+
+
+def _compare_or_identity(a: np.ndarray, b: np.ndarray) -> bool:
+    try:
+        return _same_arrays(a, b)
+    except Exception:  # object arrays whose items refuse to compare
         return a is b
 
 
@@ -100,35 +126,39 @@ class Record:
         return cls(fingerprint(frame.obs), dict(frame.rewards), dict(frame.terminateds), dict(frame.truncateds))
 
 
-def first_difference(expected: Record, actual: Record) -> str | None:
-    """None when the records match; otherwise a sentence naming the first difference."""
+def first_difference(expected: Record, actual: Record) -> tuple[str, Any] | None:
+    """None when the records match; otherwise a sentence naming the first difference, and the
+    agent it concerns (None when it concerns who is in a dict)."""
     if set(expected.obs) != set(actual.obs):
-        return f"different agents in the obs dict (who acts): {names(expected.obs)} then {names(actual.obs)}"
+        return f"different agents in the obs dict (who acts): {names(expected.obs)} then {names(actual.obs)}", None
     for agent_id, value in expected.obs.items():
         if not same(value, actual.obs[agent_id]):
             path, first, second = _where_different(value, actual.obs[agent_id], "")
             at = f" at {path}" if path else ""
-            return f"observation of agent {agent_id!r} differs{at}: {_short(first)} then {_short(second)}"
+            text = f"observation of agent {agent_id!r} differs{at}: {shown(first, 70)} then {shown(second, 70)}"
+            return text, agent_id
     for name in ("rewards", "terminateds", "truncateds"):
         first, second = getattr(expected, name), getattr(actual, name)
         if set(first) != set(second):
-            return f"{name} name different agents: {names(first)} then {names(second)}"
+            return f"{name} name different agents: {names(first)} then {names(second)}", None
         for agent_id, value in first.items():
             if not same(value, second[agent_id]) and not _same_number(value, second[agent_id]):
-                return f"{name}[{agent_id!r}] differs: {value!r} then {second[agent_id]!r}"
+                return f"{name}[{agent_id!r}] differs: {shown(value)} then {shown(second[agent_id])}", agent_id
     return None
 
 
-def _where_different(a: Any, b: Any, path: str) -> tuple[str, Any, Any]:
+def _where_different(a: Any, b: Any, path: str, depth: int = 0) -> tuple[str, Any, Any]:
     """The path (``["key"]``, ``[i]``) of the first differing part of two nested values."""
+    if depth >= MAX_DEPTH:
+        return path, a, b
     if isinstance(a, Mapping) and isinstance(b, Mapping) and a.keys() == b.keys():
         for key in a:
-            if not same(a[key], b[key]):
-                return _where_different(a[key], b[key], f"{path}[{key!r}]")
+            if not same(a[key], b[key], depth + 1):
+                return _where_different(a[key], b[key], f"{path}[{key!r}]", depth + 1)
     if isinstance(a, (list, tuple)) and type(a) is type(b) and len(a) == len(b):
         for index, (x, y) in enumerate(zip(a, b, strict=True)):
-            if not same(x, y):
-                return _where_different(x, y, f"{path}[{index}]")
+            if not same(x, y, depth + 1):
+                return _where_different(x, y, f"{path}[{index}]", depth + 1)
     return path, a, b
 
 
@@ -137,11 +167,6 @@ def _same_number(a: Any, b: Any) -> bool:
         return float(a) == float(b)
     except (TypeError, ValueError):
         return False
-
-
-def _short(value: Any) -> str:
-    text = repr(value).replace("\n", " ")
-    return text if len(text) <= 70 else text[:67] + "..."
 
 
 @dataclass

@@ -26,9 +26,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces as gym_spaces
 
-from marl_core.conformance.checks import CallChecker, Frame, lookup_spaces, names
-from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable
+from marl_core.conformance.checks import CallChecker, Frame, lookup_spaces, names, space_of
+from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable, shown
 from marl_core.conformance.determinism import (
     Episode,
     Record,
@@ -183,10 +184,10 @@ class _Run:
         if not isinstance(possible, (list, tuple)) or not possible:
             self.collector.add(
                 "ids.agents-attr",
-                f"possible_agents is {possible!r:.60}; expected a non-empty list of every agent id that may appear",
+                f"possible_agents is {shown(possible)}; expected a non-empty list of every agent id that may appear",
                 hint=_POSSIBLE_HINT,
             )
-            return list(possible) if isinstance(possible, (list, tuple)) else []
+            return _ids_in(possible)
         possible = list(possible)
         unhashable = [a for a in possible if not is_hashable(a)]
         if unhashable:
@@ -260,7 +261,7 @@ class _Run:
             except ENV_ERRORS as error:
                 self.collector.add(
                     "api.step",
-                    f"step() raised at step {step} of {label} with actions {_short(actions)}",
+                    f"step() raised at step {step} of {label} with actions {shown(actions, 120)}",
                     step=step,
                     error=error,
                     hint=_RAISED_HINT,
@@ -283,6 +284,11 @@ class _Run:
         actions = {}
         for agent_id in verdict.acting:
             space = self.act_spaces.get(agent_id)
+            if space is None and agent_id not in self.checker.possible:
+                # Already an ids.known finding: act for it if the env has a space for it, else stop.
+                space = self._space_of_unknown(agent_id)
+                if space is None:
+                    return None
             if space is None:
                 self.collector.add(
                     "spaces.defined",
@@ -308,6 +314,13 @@ class _Run:
                 )
                 return None
         return actions
+
+    def _space_of_unknown(self, agent_id: Any) -> Any:
+        try:
+            space = space_of(self.env, agent_id, "action")
+        except ENV_ERRORS:
+            return None
+        return space if isinstance(space, gym_spaces.Space) else None
 
     def _record(self, episode: Episode, frame: Frame, before: tuple, after: tuple, label: str) -> None:
         record = Record.of(frame)
@@ -380,19 +393,23 @@ class _Run:
                     return
                 difference = _difference(record, result, step)
                 if difference:
+                    text, agent_id = difference
                     self._diverged(
                         f"with seed {episode.seed} and the same actions, the trajectory {who} diverges in "
-                        f"{call} of {label}: {difference}",
+                        f"{call} of {label}: {text}",
                         step,
                         leak,
+                        agent=agent_id,
                     )
                     return
 
-    def _diverged(self, message: str, step: int, leak: bool, error: BaseException | None = None) -> None:
+    def _diverged(
+        self, message: str, step: int, leak: bool, error: BaseException | None = None, agent: Any = None
+    ) -> None:
         hint = RULES["determinism.seed"].fix
         if leak:
             hint += " Something carries over from the previous episode: reset it in reset()."
-        self.collector.add("determinism.seed", message, step=step, hint=hint, error=error)
+        self.collector.add("determinism.seed", message, agent=agent, step=step, hint=hint, error=error)
 
     # Teardown --------------------------------------------------------------------------------
 
@@ -406,18 +423,24 @@ class _Run:
 
 
 
-def _difference(record: Record, result: Any, step: int) -> str | None:
+def _ids_in(possible: Any) -> list[Any]:
+    """The ids a ``possible_agents`` of the wrong type holds (dict keys, a numpy array, a set),
+    so that the check goes on with them after saying so; none in a string or a non-iterable."""
+    if isinstance(possible, (str, bytes)):
+        return []
+    try:
+        return list(possible.tolist() if isinstance(possible, np.ndarray) else possible)
+    except ENV_ERRORS:
+        return []
+
+
+def _difference(record: Record, result: Any, step: int) -> tuple[str, Any] | None:
     size = 2 if step == 0 else 5
     if not isinstance(result, (tuple, list)) or len(result) != size or not all(isinstance(p, dict) for p in result):
-        return f"it returned {type(result).__name__} instead of {size} dicts as in the first run"
+        return f"it returned {type(result).__name__} instead of {size} dicts as in the first run", None
     if step == 0:
         frame = Frame(0, result[0], result[1])
     else:
         frame = Frame(step, result[0], result[4], result[1], result[2], result[3])
     return first_difference(record, Record.of(frame))
-
-
-def _short(value: Any) -> str:
-    text = repr(value).replace("\n", " ")
-    return text if len(text) <= 120 else text[:117] + "..."
 

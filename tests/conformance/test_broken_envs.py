@@ -134,6 +134,7 @@ def test_reward_and_dead_agent_findings_name_the_agent_and_step() -> None:
 def test_state_leak_is_caught_on_the_same_instance_only() -> None:
     (finding,) = check_env(broken_envs.LeakyEpisodeCounter).findings
     assert "same instance reset again" in finding.message
+    assert finding.agent == "a" and "observation of agent 'a' differs" in finding.message
     assert "reset()" in finding.hint
 
 

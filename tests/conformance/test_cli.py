@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from marl_core.conformance.cli import main
-from marl_core.conformance.rules import catalog_markdown
+from marl_core.conformance.rules import RULES, catalog_markdown
+from tests.fixtures.broken_envs import Duel
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,6 +120,42 @@ def test_target_after_skip_is_the_target(capsys: pytest.CaptureFixture[str]) -> 
 def test_list_rules_prints_the_catalog(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--list-rules"]) == 0
     assert capsys.readouterr().out == catalog_markdown()
+    assert main(["--list-rules", "--json"]) == 0
+    rules = json.loads(capsys.readouterr().out)
+    assert [rule["id"] for rule in rules] == list(RULES)
+    assert rules[0] == {"id": "api.reset", "severity": "error", "summary": RULES["api.reset"].summary,
+                        "example": RULES["api.reset"].example, "fix": RULES["api.reset"].fix}
+
+
+class TalkativeDuel(Duel):
+    """A correct env that prints at every step, from Python and (as C code does) to descriptor 1."""
+
+    def step(self, action_dict):
+        print(f"debug: step {self.t}")
+        os.write(1, b"native debug line\n")
+        return super().step(action_dict)
+
+
+def test_json_stays_alone_on_stdout_whatever_the_env_prints() -> None:
+    done = _run(str(Path(sys.executable).parent / "marl-check"), "tests.conformance.test_cli:TalkativeDuel", "--json",
+                "--episodes", "1")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ok"] is True
+    assert "debug: step 0" in done.stderr and "native debug line" in done.stderr
+
+
+def test_a_crash_of_the_checker_itself_is_no_report(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Exit status 1 would say "errors found"; the checker failing says nothing about the env.
+    import marl_core.conformance.cli as cli
+
+    def broken_check(*args: object, **kwargs: object) -> None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(cli, "check_env", broken_check)
+    assert main(["examples.rock_paper_scissors:RockPaperScissors", "--json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is False and data["findings"] == []
+    assert data["error"].startswith("the check itself failed, a marl-check bug") and "RecursionError" in data["error"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

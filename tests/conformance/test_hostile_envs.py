@@ -8,6 +8,7 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_core.conformance import check_env
+from tests.fixtures.broken_envs import Duel
 
 
 class Hostile:
@@ -43,7 +44,7 @@ class Hostile:
             return self.bad["step"]
         obs = {"a": self.bad.get("obs", np.zeros(2, np.float32))}
         terminateds = {"__all__": True, **self.bad.get("terminateds", {})}
-        return obs, {"a": self.bad.get("reward", 0.0)}, terminateds, {"__all__": False}, {}
+        return obs, {"a": self.bad.get("reward", 0.0)}, terminateds, {"__all__": False}, self.bad.get("infos", {})
 
     def close(self) -> None:
         if "close" in self.bad:
@@ -78,3 +79,68 @@ def test_raising_properties_become_findings() -> None:
     assert any("cannot be an agent id" in finding.message for finding in report.findings)
     assert _rules(possible_agents=True) >= {"ids.agents-attr"}
     assert _rules(possible_agents="unhashable") == {"ids.agents-attr"}
+
+
+class _NoRepr:
+    """A value whose repr() raises (all of them equal, so copies of an env compare equal)."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _NoRepr
+
+    def __hash__(self) -> int:
+        return 0
+
+
+def _cyclic() -> dict:
+    observation: dict = {}
+    observation["itself"] = observation
+    return observation
+
+
+def test_odd_values_are_findings_never_crashes_of_the_checker() -> None:
+    assert _rules(reward=_NoRepr()) == {"rewards.numeric"}
+    assert _rules(terminateds={"a": _NoRepr()}) == {"api.step"}
+    assert _rules(terminateds={"__all__": _NoRepr()}) >= {"api.all-key"}
+    assert _rules(infos={"a": _NoRepr()}) == {"infos.keys"}
+    assert _rules(obs=_cyclic()) == {"spaces.obs-contains"}
+
+
+def test_tensor_observations_are_compared_by_value() -> None:
+    # torch tensors have no single truth value for ==: a seeded env is still deterministic.
+    import torch
+
+    assert _rules(obs=torch.zeros(2)) == {"spaces.obs-contains"}
+
+
+class GhostJoins(Duel):
+    """At step 2 an agent outside possible_agents shows up in the obs dict, and acts."""
+
+    def step(self, action_dict):
+        action_dict = {a: x for a, x in action_dict.items() if a != "ghost"}
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if 2 <= self.t < self.LENGTH:
+            obs["ghost"] = self.observe("a")
+        return obs, rewards, terminateds, truncateds, infos
+
+    def get_action_space(self, agent_id):
+        return spaces.Discrete(3) if agent_id == "ghost" else super().get_action_space(agent_id)
+
+
+class PossibleAgentsAsKeys(Duel):
+    """possible_agents is a dict_keys view, not a list."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.possible_agents = dict.fromkeys(self.IDS).keys()
+
+
+def test_one_mistake_is_one_finding_not_a_cascade() -> None:
+    ghost = check_env(GhostJoins)
+    assert ghost.rules == {"ids.known"}, str(ghost)
+    assert ghost.steps == GhostJoins.LENGTH * 3 * 3  # 3 whole episodes, explored and replayed twice
+    keys = check_env(PossibleAgentsAsKeys)
+    assert keys.rules == {"ids.agents-attr"}, str(keys)
+    assert "possible_agents is dict_keys(['a', 'b', 'c'])" in keys.findings[0].message
