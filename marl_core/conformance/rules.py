@@ -109,8 +109,10 @@ _CATALOG = (
     Rule(
         "spaces.obs-contains",
         "error",
-        "Every observation is in its agent's observation space; a finding names the offending "
-        "sub-space by its path and diagnoses dtype and shape.",
+        "Every observation is in its agent's observation space, in the space's own form: a numpy "
+        "array for a Box (not a list or a numpy scalar), a tuple for a Tuple (not a list), although "
+        "gymnasium's `contains` converts those first. A finding names the offending sub-space by "
+        "its path and diagnoses dtype and shape.",
         "space = Box(0.0, 1.0, (2,), np.float32)\nobs = np.zeros(2)    # float64, not float32",
         "Build observations with the dtype and shape of the space (e.g. `np.asarray(x, "
         "dtype=np.float32)`), or widen the space.",
