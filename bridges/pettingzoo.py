@@ -300,7 +300,7 @@ class _PettingZooBase(MultiAgentEnv):
         self.observation_spaces = {a: self._observation_space(a) for a in self.possible_agents}
         self.action_spaces = {a: env.action_space(a) for a in self.possible_agents}
         self._check = _ActionChecker(self.get_action_space, check_legal)
-        # Found no mask in the infos of reset: watch the steps' infos for one, to say so.
+        # Found no mask in the infos of reset: watch the infos of the first episode for one, to say so.
         self._watch_info_masks = detected and not mask_in_info and bool(
             _masked_info_agents(self.possible_agents, env.observation_space, env.action_space)
         )
@@ -408,7 +408,7 @@ class PettingZooEnv(_PettingZooBase):
             decides what they mean (the classic games end the game with a penalty).
         mask_in_info: whether the env puts action masks in ``info["action_mask"]``. None (default)
             finds out by resetting the env once at construction (and warns if a mask shows up in
-            info later, unchecked); True or False skips that reset.
+            info in the first episode, unchecked); True or False skips that reset.
 
     Semantics:
         - **Who acts:** the observation dict holds ``agent_selection``, the one agent that must act.
@@ -526,6 +526,7 @@ class PettingZooEnv(_PettingZooBase):
         self._acting = None
         self._mask = None
         self._running = False
+        self._watch_info_masks = False  # the first episode is over
         return True
 
 
@@ -538,7 +539,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
             agent's action mask forbids (default); with False it reaches the env.
         mask_in_info: whether the env puts action masks in ``info["action_mask"]``. None (default)
             finds out by resetting the env once at construction (and warns if a mask shows up in
-            info later, unchecked).
+            info in the first episode, unchecked).
 
     Semantics:
         - **Who acts:** every agent in ``env.agents``; the observation dict also holds agents that
@@ -703,6 +704,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
             obs, infos = self._move_masks(obs, infos, info_masks)
         elif self._watch_info_masks:
             self._late_info_mask(infos)
+            self._watch_info_masks = self._watch_info_masks and bool(live)  # until the first episode ends
         if self._track_masks:
             self._masks = {a: mask for a, o in obs.items() if (mask := action_mask_of(o)) is not None}
         if not infos.keys() <= obs.keys():
