@@ -98,6 +98,15 @@ class _PythonGame(NamedTuple):
     name: str
 
 
+def _copied_without_init(game: pyspiel.Game) -> bool:
+    """Whether ``game`` is written in Python and left to pyspiel's own pickling, which rebuilds
+    it without calling its ``__init__``. Games that define how they pickle (those exported by
+    :func:`bridges.openspiel_game.to_openspiel`) are not."""
+    cls = type(game)
+    pyspiel_game = _pyspiel().Game
+    return cls is not pyspiel_game and cls.__reduce__ is pyspiel_game.__reduce__ and cls.__reduce_ex__ is pyspiel_game.__reduce_ex__
+
+
 def _reseeded(game: pyspiel.Game) -> bool:
     """Whether ``game`` samples chance inside pyspiel from an ``rng_seed`` parameter."""
     chance_mode = game.get_type().chance_mode
@@ -705,9 +714,9 @@ class OpenSpielEnv(MultiAgentEnv):
         # write only what changed (python_dynamic_routing writes one row per time step).
         state["_set_from"] = None
         state["_view"] = None if self._view is None else self._view.copy()
-        if type(self.game) is not _pyspiel().Game:
-            # A game written in Python: pyspiel copies it without the attributes its __init__
-            # sets (python_liars_poker's hand_length), so it travels by name, its state serialized.
+        if _copied_without_init(self.game):
+            # pyspiel copies such a game without the attributes its __init__ sets
+            # (python_liars_poker's hand_length), so it travels by name, its state serialized.
             state["game"] = _PythonGame(type(self.game).__module__, str(self.game))
             state["state"] = None if self.state is None else self.state.serialize()
         return state

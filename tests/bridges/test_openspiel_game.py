@@ -82,6 +82,26 @@ def test_states_of_a_game_exported_from_a_lambda_pickle_and_play_on() -> None:
     assert pickle.loads(pickle.dumps(game)).new_initial_state().legal_actions() == list(range(9))
 
 
+def _tic_tac_toe() -> OpenSpielEnv:
+    return OpenSpielEnv("tic_tac_toe")
+
+
+def _connect_four() -> OpenSpielEnv:
+    return OpenSpielEnv("connect_four")
+
+
+@pytest.mark.parametrize("clone", [copy.deepcopy, lambda env: pickle.loads(pickle.dumps(env))], ids=["deepcopy", "pickle"])
+def test_an_env_over_an_exported_game_copies_with_its_own_game(clone: Any) -> None:
+    # The export pickles itself; the name it was registered under may mean another game by now.
+    env = OpenSpielEnv(to_openspiel(_tic_tac_toe, name="test_copied_export"))
+    env.reset(seed=0)
+    env.step({"player_0": 4})
+    to_openspiel(_connect_four, name="test_copied_export")
+    twin = clone(env)
+    assert twin.game.num_distinct_actions() == 9 and twin.state.history() == [4]
+    assert list(twin.step({"player_1": 0})[0]) == list(env.step({"player_1": 0})[0]) == ["player_0"]
+
+
 # MCTS -----------------------------------------------------------------------------------------
 
 
