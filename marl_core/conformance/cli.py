@@ -30,7 +30,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
-from marl_core.conformance.collect import format_exception
+from marl_core.conformance.collect import ENV_ERRORS, describe, format_exception
 from marl_core.conformance.rules import RULES, catalog_markdown
 from marl_core.conformance.runner import DEFAULT_EPISODES, DEFAULT_MAX_STEPS, check_env
 from marl_core.errors import ConformanceError
@@ -110,15 +110,19 @@ def load_target(spec: str) -> Any:
         obj: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         raise TargetImportError(f"cannot import module {module_name!r}: {error}") from error
-    except Exception as error:
+    except ENV_ERRORS as error:  # sys.exit() in the module too: it would end marl-check with status 0
         raise TargetImportError(
-            f"importing module {module_name!r} raised {type(error).__name__}: {error}\n{format_exception(error)}"
+            f"importing module {module_name!r} raised {describe(error)}\n{format_exception(error)}"
         ) from error
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError as error:
             raise TargetImportError(f"{module_name}:{attr}: {type(obj).__name__} {getattr(obj, '__name__', obj)!r} has no attribute {part!r}") from error
+        except ENV_ERRORS as error:  # a module __getattr__ or a property that raises
+            raise TargetImportError(
+                f"{module_name}:{attr}: reading {part!r} raised {describe(error)}\n{format_exception(error)}"
+            ) from error
     return obj
 
 
@@ -162,6 +166,16 @@ def _stdout_to_stderr() -> Iterator[None]:
             os.close(saved)
 
 
+def _stdout_to_stderr_from_now() -> None:
+    """Send everything printed from now on to stderr, so that the report stays alone on stdout."""
+    sys.stdout.flush()
+    try:
+        os.dup2(2, 1)
+    except OSError:  # no file descriptor to redirect
+        return
+    sys.stdout = sys.stderr
+
+
 def _flush_c_stdio() -> None:
     """Flush C's stdio buffers, so that what C code printed goes where it was redirected."""
     try:
@@ -184,7 +198,9 @@ def _fail(message: str, as_json: bool, target: str | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line (``sys.argv`` when ``argv`` is None, as the command does); return the
+    exit status."""
+    as_command = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
     parser.json_errors = _wants_json(argv)
@@ -196,6 +212,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(catalog_markdown(), end="")
         return 0
+    status = _check(args)
+    if args.json and as_command:
+        _stdout_to_stderr_from_now()  # the env's __del__ and atexit prints come after the report
+    return status
+
+
+def _check(args: argparse.Namespace) -> int:
+    """Check the target; print the report (or why there is none); return the exit status."""
     if not args.target:
         return _fail("missing the target MODULE:ATTR (see marl-check --help)", args.json, None)
     logging.basicConfig(level=logging.WARNING, format="marl-check: %(message)s")

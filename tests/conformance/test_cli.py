@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,37 @@ def test_json_stays_alone_on_stdout_whatever_the_env_prints() -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["ok"] is True
     assert "debug: step 0" in done.stderr and "native debug line" in done.stderr
+
+
+def test_sys_exit_while_importing_the_target_is_no_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "quits_on_import.py").write_text("import sys\nsys.exit(0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["quits_on_import:Env", "--json"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["error"].startswith("importing module 'quits_on_import' raised SystemExit: 0")
+
+
+def test_json_stays_alone_on_stdout_after_the_report_too(tmp_path: Path) -> None:
+    # An instance target lives until the interpreter exits: its goodbyes come after the report.
+    (tmp_path / "says_goodbye.py").write_text(textwrap.dedent("""
+        import atexit
+        from tests.fixtures.broken_envs import Duel
+
+        class Farewell(Duel):
+            def __del__(self):
+                print("Farewell released")
+
+        env = Farewell()
+        atexit.register(print, "says_goodbye: bye")
+    """))
+    done = subprocess.run([str(Path(sys.executable).parent / "marl-check"), "says_goodbye:env", "--json", "--episodes", "1"],
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ok"] is True
+    assert "says_goodbye: bye" in done.stderr and "Farewell released" in done.stderr
 
 
 def test_a_crash_of_the_checker_itself_is_no_report(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
