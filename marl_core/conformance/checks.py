@@ -26,8 +26,7 @@ _RESULT_NAMES = ("obs", "rewards", "terminateds", "truncateds", "infos")
 def names(ids: Iterable[Any]) -> str:
     """A short list of ids for messages."""
     ids = list(ids)
-    shown = ", ".join(repr(a) for a in ids[:12])
-    return f"[{shown}{', ...' if len(ids) > 12 else ''}]"
+    return f"[{', '.join(shown(a) for a in ids[:12])}{', ...' if len(ids) > 12 else ''}]"
 
 
 def is_flag(value: Any) -> bool:
@@ -53,7 +52,7 @@ def lookup_spaces(env: Any, agent_ids: Iterable[Any], collector: Collector) -> t
             except ENV_ERRORS as error:
                 collector.add(
                     "spaces.defined",
-                    f"no {kind} space for agent {agent_id!r}: looking it up raised {describe(error)}",
+                    f"no {kind} space for agent {shown(agent_id)}: looking it up raised {describe(error)}",
                     agent=agent_id,
                 )
                 continue
@@ -62,7 +61,7 @@ def lookup_spaces(env: Any, agent_ids: Iterable[Any], collector: Collector) -> t
             else:
                 collector.add(
                     "spaces.defined",
-                    f"the {kind} space of agent {agent_id!r} is a {type(space).__name__} ({shown(space)}), "
+                    f"the {kind} space of agent {shown(agent_id)} is a {type(space).__name__} ({shown(space)}), "
                     f"expected a gymnasium.spaces.Space",
                     agent=agent_id,
                 )
@@ -236,7 +235,7 @@ class CallChecker:
                     allowed = f" or {names(extra)}" if extra else ""
                     self.collector.add(
                         "ids.known",
-                        f"{name} {at} has key {key!r}, which is not in possible_agents {names(self.possible_list)}{allowed}",
+                        f"{name} {at} has key {shown(key)}, which is not in possible_agents {names(self.possible_list)}{allowed}",
                         agent=key,
                         step=frame.step,
                         key=f"{name}",
@@ -263,7 +262,7 @@ class CallChecker:
                 if agent_id != ALL and not is_flag(flag):
                     self.collector.add(
                         "api.step",
-                        f"{name}[{agent_id!r}] {at} is {shown(flag)} (a {type(flag).__name__}); expected a bool",
+                        f"{name}[{shown(agent_id)}] {at} is {shown(flag)} (a {type(flag).__name__}); expected a bool",
                         agent=agent_id,
                         step=frame.step,
                         key=f"{name} flag type",
@@ -280,7 +279,7 @@ class CallChecker:
                 if agent_id in self.dead:
                     self.collector.add(
                         "lifecycle.dead-agent",
-                        f"agent {agent_id!r} appears in {name} {at}, after it terminated or truncated earlier in the episode",
+                        f"agent {shown(agent_id)} appears in {name} {at}, after it terminated or truncated earlier in the episode",
                         agent=agent_id,
                         step=frame.step,
                         key=name,
@@ -292,7 +291,7 @@ class CallChecker:
             if problem is not None:
                 self.collector.add(
                     "rewards.numeric",
-                    f"reward of agent {agent_id!r} {at} is {problem}; expected a finite real number",
+                    f"reward of agent {shown(agent_id)} {at} is {problem}; expected a finite real number",
                     agent=agent_id,
                     step=frame.step,
                     key=problem.split(" (")[0] if "array" not in problem else "array",
@@ -310,7 +309,7 @@ class CallChecker:
             if reason is not None:
                 self.collector.add(
                     "spaces.obs-contains",
-                    f"observation of agent {agent_id!r} {at} is not in its space {space}: {reason}",
+                    f"observation of agent {shown(agent_id)} {at} is not in its space {space}: {reason}",
                     agent=agent_id,
                     step=frame.step,
                     key=_kind_of(reason),
@@ -321,7 +320,7 @@ class CallChecker:
             if agent_id != COMMON and agent_id not in frame.obs and agent_id in self.possible:
                 self.collector.add(
                     "infos.keys",
-                    f"infos {at} has an entry for agent {agent_id!r}, which is not in the obs dict "
+                    f"infos {at} has an entry for agent {shown(agent_id)}, which is not in the obs dict "
                     f"(obs keys: {names(frame.obs)}); infos keys must be obs keys or '__common__'",
                     agent=agent_id,
                     step=frame.step,
@@ -330,7 +329,7 @@ class CallChecker:
             if not isinstance(info, dict):
                 self.collector.add(
                     "infos.keys",
-                    f"infos[{agent_id!r}] {at} is a {type(info).__name__} ({shown(info)}); expected a dict",
+                    f"infos[{shown(agent_id)}] {at} is a {type(info).__name__} ({shown(info)}); expected a dict",
                     agent=agent_id,
                     step=frame.step,
                     key="not a dict",
@@ -365,7 +364,7 @@ class CallChecker:
             if agent_id not in self.possible:
                 self.collector.add(
                     "ids.agents-attr",
-                    f"env.agents {at} lists {agent_id!r}, which is not in possible_agents {names(self.possible_list)}",
+                    f"env.agents {at} lists {shown(agent_id)}, which is not in possible_agents {names(self.possible_list)}",
                     agent=agent_id,
                     step=frame.step,
                     key="unknown",
@@ -375,7 +374,7 @@ class CallChecker:
                 when = "in this step" if agent_id in ending else "earlier"
                 self.collector.add(
                     "ids.agents-attr",
-                    f"env.agents {at} still lists {agent_id!r}, which terminated or truncated {when}; "
+                    f"env.agents {at} still lists {shown(agent_id)}, which terminated or truncated {when}; "
                     "env.agents lists the agents alive now",
                     agent=agent_id,
                     step=frame.step,
@@ -385,7 +384,7 @@ class CallChecker:
             if agent_id not in alive and agent_id in self.possible:  # unknown ones: ids.known says so
                 self.collector.add(
                     "ids.agents-attr",
-                    f"agent {agent_id!r} must act {at} (it is in the obs dict) but is not in env.agents {names(agents)}",
+                    f"agent {shown(agent_id)} must act {at} (it is in the obs dict) but is not in env.agents {names(agents)}",
                     agent=agent_id,
                     step=frame.step,
                     key="acting not alive",
@@ -399,7 +398,7 @@ class CallChecker:
         except ENV_ERRORS as error:
             self.collector.add(
                 "masks.valid",
-                f"action_mask of agent {agent_id!r} {at} is not an array: {describe(error)}",
+                f"action_mask of agent {shown(agent_id)} {at} is not an array: {describe(error)}",
                 agent=agent_id,
                 step=step,
                 key="not an array",
@@ -425,7 +424,7 @@ class CallChecker:
                 problem = f"an action_mask that allows no value in action dimension(s) {empty}"
         if problem is None:
             return mask
-        self.collector.add("masks.valid", f"agent {agent_id!r} must act {at} and has {problem}", agent=agent_id, step=step, key=problem[:30])
+        self.collector.add("masks.valid", f"agent {shown(agent_id)} must act {at} and has {problem}", agent=agent_id, step=step, key=problem[:30])
         return None
 
 

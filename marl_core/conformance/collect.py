@@ -40,8 +40,12 @@ def shown(value: Any, limit: int = 60) -> str:
 
 
 def describe(error: BaseException) -> str:
-    """``"TypeError: message"`` for ``error``."""
-    return f"{type(error).__name__}: {error}"
+    """``"TypeError: message"`` for ``error`` (its message as Python shows one whose str() raises)."""
+    try:
+        message = str(error)
+    except ENV_ERRORS:
+        message = "<exception str() failed>"
+    return f"{type(error).__name__}: {message}"
 
 
 @dataclass

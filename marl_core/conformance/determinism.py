@@ -135,7 +135,7 @@ def first_difference(expected: Record, actual: Record) -> tuple[str, Any] | None
         if not same(value, actual.obs[agent_id]):
             path, first, second = _where_different(value, actual.obs[agent_id], "")
             at = f" at {path}" if path else ""
-            text = f"observation of agent {agent_id!r} differs{at}: {shown(first, 70)} then {shown(second, 70)}"
+            text = f"observation of agent {shown(agent_id)} differs{at}: {shown(first, 70)} then {shown(second, 70)}"
             return text, agent_id
     for name in ("rewards", "terminateds", "truncateds"):
         first, second = getattr(expected, name), getattr(actual, name)
@@ -143,7 +143,7 @@ def first_difference(expected: Record, actual: Record) -> tuple[str, Any] | None
             return f"{name} name different agents: {names(first)} then {names(second)}", None
         for agent_id, value in first.items():
             if not same(value, second[agent_id]) and not _same_number(value, second[agent_id]):
-                return f"{name}[{agent_id!r}] differs: {shown(value)} then {shown(second[agent_id])}", agent_id
+                return f"{name}[{shown(agent_id)}] differs: {shown(value)} then {shown(second[agent_id])}", agent_id
     return None
 
 

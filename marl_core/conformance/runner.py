@@ -292,7 +292,7 @@ class _Run:
             if space is None:
                 self.collector.add(
                     "spaces.defined",
-                    f"agent {agent_id!r} must act at step {step} of {label} but has no action space",
+                    f"agent {shown(agent_id)} must act at step {step} of {label} but has no action space",
                     agent=agent_id,
                     step=step,
                     key="acting without space",
@@ -307,7 +307,7 @@ class _Run:
             except ENV_ERRORS as error:
                 self.collector.add(
                     "spaces.defined",
-                    f"cannot sample an action for agent {agent_id!r} from its action space {space}",
+                    f"cannot sample an action for agent {shown(agent_id)} from its action space {space}",
                     agent=agent_id,
                     step=step,
                     error=error,
@@ -332,7 +332,7 @@ class _Run:
             if not same(fingerprint(original), copy):
                 self.collector.add(
                     "obs.aliasing",
-                    f"the observation of agent {agent_id!r} returned {where} was changed in place by the "
+                    f"the observation of agent {shown(agent_id)} returned {where} was changed in place by the "
                     f"next call (step {frame.step} of {label}): it shares memory with the env's state",
                     agent=agent_id,
                     step=frame.step,

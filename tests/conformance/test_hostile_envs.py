@@ -108,6 +108,35 @@ def test_odd_values_are_findings_never_crashes_of_the_checker() -> None:
     assert _rules(obs=_cyclic()) == {"spaces.obs-contains"}
 
 
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+class RaisesUnprintable(Hostile):
+    def step(self, action_dict: dict) -> Any:
+        raise _Unprintable()
+
+
+class PaysAnUnprintableStranger(Hostile):
+    def step(self, action_dict: dict) -> Any:
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        return obs, {**rewards, _NoRepr(): 0.0}, terminateds, truncateds, infos
+
+
+class ListsAnUnprintableStranger(Hostile):
+    @property
+    def agents(self) -> Any:
+        return ["a", _NoRepr()]
+
+
+def test_unprintable_errors_and_ids_are_findings_never_crashes_of_the_checker() -> None:
+    report = check_env(RaisesUnprintable(), episodes=1, max_steps=5)
+    assert report.rules == {"api.step"} and "_Unprintable: <exception str() failed>" in report.findings[0].message
+    assert check_env(PaysAnUnprintableStranger(), episodes=1, max_steps=5).rules == {"ids.known"}
+    assert check_env(ListsAnUnprintableStranger(), episodes=1, max_steps=5).rules == {"ids.agents-attr"}
+
+
 def test_tensor_observations_are_compared_by_value() -> None:
     # torch tensors have no single truth value for ==: a seeded env is still deterministic.
     import torch
