@@ -14,7 +14,8 @@ from typing import Any
 def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
     """An unpickled error: its message arguments and attributes, without calling ``cls.__init__``."""
     error = cls.__new__(cls)
-    BaseException.__init__(error, *args)
+    builtin = next(base for base in cls.__mro__ if base.__module__ == "builtins")
+    builtin.__init__(error, *args)  # ImportError's, say, sets its msg
     error.__dict__.update(state)
     return error
 

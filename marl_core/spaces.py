@@ -169,6 +169,8 @@ def _(space: spaces.Dict, value: Any, path: str) -> str | None:
 
 @_why.register
 def _(space: spaces.Tuple, value: Any, path: str) -> str | None:
+    if isinstance(value, list):
+        return f"{_where(path)}a list of {len(value)} where the space needs a tuple of {len(space)}"
     if not isinstance(value, tuple):
         return f"{_where(path)}a {type(value).__name__} where the space needs a tuple of {len(space)}"
     if len(value) != len(space):
@@ -193,14 +195,16 @@ def check_action(
 ) -> None:
     """Raise unless ``action`` is in ``space`` and, for Discrete spaces, allowed by ``mask``.
 
-    A Tuple space takes a list as well as a tuple, as gymnasium's ``contains`` and grouped agents
-    (:class:`~marl_core.grouping.GroupAgentsWrapper`) do.
+    A Tuple space takes a list as well as a tuple, as grouped agents
+    (:class:`~marl_core.grouping.GroupAgentsWrapper`) and gymnasium's ``contains`` do.
 
     Raises:
         InvalidActionError: the action is not in the space.
         IllegalActionError: the action is in the space but masked out.
     """
-    reason = why_not_contained(space, _lists_as_tuples(space, action))
+    reason = why_not_contained(space, action)
+    if reason is not None and isinstance(space, (spaces.Tuple, spaces.Dict)):  # lists for tuples, maybe
+        reason = why_not_contained(space, _lists_as_tuples(space, action))
     if reason is not None:
         raise InvalidActionError(agent_id, f"an action in {space}", action, reason)
     if mask is not None and isinstance(space, spaces.Discrete):

@@ -46,6 +46,8 @@ def test_error_survives_pickling(cls: type[BaseException], dumps: Any) -> None:
     assert type(copy) is cls
     assert str(copy) == str(error) and copy.args == error.args
     assert vars(copy) == vars(error)
+    if isinstance(error, ImportError):  # its message attribute, set by ImportError's __init__
+        assert copy.msg == error.msg
 
 
 def _play_an_occupied_square() -> None:

@@ -495,6 +495,8 @@ def test_vectorized_grouped_env_takes_the_actions_the_grouped_env_takes() -> Non
         actions = {agent_id: policy(agent_id, observation) for agent_id, observation in obs.items()}
         with pytest.raises(VectorEnvError, match=r"env 0: invalid action for agent 'pair'.*at \[1\]: 7 is outside"):
             venv.step([{**actions, "pair": [box_action, 7]}])
+        with pytest.raises(VectorEnvError, match=r"a list of 1 where the space needs a tuple of 2"):
+            venv.step([{**actions, "pair": [box_action]}])
         assert venv.step([{**actions, "pair": [box_action, 0]}])[1][0]["pair"] == 1.0  # nothing had stepped
 
 
