@@ -283,11 +283,14 @@ class PPO:
     # Training -----------------------------------------------------------------------------------
 
     def _steps_per_runner(self) -> int:
+        """Env steps each runner samples in an iteration: its share of ``train_batch_size``, in
+        whole fragments (``rollout_fragment_length`` steps of each of its envs) when that is set."""
         config = self.config
-        runners = max(1, config.num_env_runners)
-        if config.rollout_fragment_length != "auto":
-            return int(config.rollout_fragment_length) * config.num_envs_per_env_runner
-        return max(config.num_envs_per_env_runner, math.ceil(config.train_batch_size / runners))
+        share = math.ceil(config.train_batch_size / max(1, config.num_env_runners))
+        if config.rollout_fragment_length == "auto":
+            return max(config.num_envs_per_env_runner, share)
+        fragment = int(config.rollout_fragment_length) * config.num_envs_per_env_runner
+        return max(1, math.ceil(share / fragment)) * fragment
 
     def train(self) -> dict[str, Any]:
         """Run one iteration and return its metrics."""

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from marl_core.errors import ConfigError, RunLogError
+from marl_core.errors import ConfigError, MultiAgentEnvError, RunLogError
 from marl_core.ppo.presets import PRESETS, load_preset
 
 
@@ -120,8 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         if algo is None:
             return 2
     else:
-        out.mkdir(parents=True, exist_ok=True)  # before Ray starts: a bad --out fails at once
-        algo = config.build()
+        try:
+            config.validate()  # before the run directory exists: a bad setting leaves nothing behind
+            out.mkdir(parents=True, exist_ok=True)  # before Ray starts: a bad --out fails at once
+            algo = config.build()
+        except MultiAgentEnvError as error:  # a bad setting, spaces no policy can take, ...
+            print(f"marl-train: cannot build the trainer: {error}", file=sys.stderr)
+            return 2
     try:
         if args.resume is not None:
             out.mkdir(parents=True, exist_ok=True)  # only once its checkpoint loaded
@@ -154,13 +159,12 @@ def main(argv: list[str] | None = None) -> int:
 def _resume(preset: str, config: Any, checkpoint: Path, changed: dict[str, Any]) -> Any:
     """The algorithm saved at ``checkpoint`` with the ``changed`` fields; None (after saying why)
     when it cannot be loaded or trains another env than the preset."""
-    from marl_core.errors import CheckpointError
     from marl_core.ppo.algorithm import PPO
     from marl_core.ppo.config import reference_of
 
     try:
         algo = PPO.from_checkpoint(checkpoint, **changed)
-    except (CheckpointError, ConfigError) as error:
+    except MultiAgentEnvError as error:  # a missing or damaged checkpoint, a bad override, ...
         print(f"marl-train: cannot resume from {checkpoint}: {error}", file=sys.stderr)
         return None
     saved, wanted = reference_of(algo.config.env), reference_of(config.env)

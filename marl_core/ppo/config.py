@@ -20,6 +20,9 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import math
+import numbers
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, Union
@@ -34,7 +37,11 @@ if TYPE_CHECKING:
 PolicyID = str
 DEFAULT_POLICY = "default_policy"
 
-#: Default model: separate actor and critic MLPs (CNN encoders for uint8 HWC images).
+#: Default model: separate actor and critic MLPs (CNN encoders for uint8 HWC images). Every key:
+#: ``hiddens`` (MLP layer sizes), ``activation`` (one of :data:`ACTIVATIONS`), ``conv_filters``
+#: (``[channels, kernel, stride]`` per layer) and ``conv_hidden`` (image encoders),
+#: ``vf_share_layers`` (one MLP for actor and critic), ``free_log_std`` (Box actions: a learned
+#: log standard deviation independent of the observation, else one the actor outputs).
 DEFAULT_MODEL: dict[str, Any] = {
     "hiddens": [64, 64],
     "activation": "tanh",
@@ -43,6 +50,10 @@ DEFAULT_MODEL: dict[str, Any] = {
     "vf_share_layers": False,
     "free_log_std": True,
 }
+
+
+#: The activations of the default model's hidden layers (the ``"activation"`` model key).
+ACTIVATIONS = ("tanh", "relu", "silu")
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,59 @@ PER_POLICY_FIELDS = (
 )
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda value: value is None or check(value)
+
+
+_LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET")
+
+#: field -> (what it must be, the test of a value). Checked by :meth:`PPOConfig.validate`.
+_FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "num_env_runners": ("an integer of at least 0", lambda v: _integer(v) and v >= 0),
+    "num_envs_per_env_runner": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
+    "rollout_fragment_length": ("'auto' or an integer of at least 1", lambda v: v == "auto" or (_integer(v) and v >= 1)),
+    "max_runner_restarts": ("an integer of at least 0", lambda v: _integer(v) and v >= 0),
+    "max_env_errors_in_a_row": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
+    "vector_mode": ("'sync' or 'async'", lambda v: v in ("sync", "async")),
+    "vector_num_workers": ("None or an integer of at least 1", _optional(lambda v: _integer(v) and v >= 1)),
+    "lr": ("a number above 0", lambda v: _number(v) and v > 0),
+    "gamma": ("a number from 0 to 1", lambda v: _number(v) and 0 <= v <= 1),
+    "lambda_": ("a number from 0 to 1", lambda v: _number(v) and 0 <= v <= 1),
+    "clip_param": ("a number above 0", lambda v: _number(v) and v > 0),
+    "vf_clip_param": ("None or a number above 0", _optional(lambda v: _number(v) and v > 0)),
+    "num_epochs": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
+    "minibatch_size": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
+    "train_batch_size": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
+    "entropy_coeff": ("a number", _number),
+    "vf_coeff": ("a number of at least 0", lambda v: _number(v) and v >= 0),
+    "grad_clip": ("None or a number above 0", _optional(lambda v: _number(v) and v > 0)),
+    "normalize_advantages": ("true or false", lambda v: isinstance(v, bool)),
+    "num_cpus": ("None or an integer of at least 1", _optional(lambda v: _integer(v) and v >= 1)),
+    "device": ("'auto', 'cpu', 'cuda' or 'cuda:N'",
+               lambda v: isinstance(v, str) and (v in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", v) is not None)),
+    "torch_threads": ("None or an integer of at least 1", _optional(lambda v: _integer(v) and v >= 1)),
+    "sampling_torch_threads": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
+    "seed": ("None or an integer of at least 0", _optional(lambda v: _integer(v) and v >= 0)),
+    "log_level": (f"a logging level ({', '.join(_LOG_LEVELS)})", lambda v: isinstance(v, str) and v.upper() in _LOG_LEVELS),
+}
+
+
+def _check_fields(values: Mapping[str, Any], where: str = "") -> None:
+    """Raise ConfigError naming the first field of ``values`` that breaks its rule."""
+    for name, value in values.items():
+        rule = _FIELD_RULES.get(name)
+        if rule is not None and not rule[1](value):
+            raise ConfigError(f"{where}{name} must be {rule[0]}, received {value!r}")
+
+
 def default_policy_mapping_fn(agent_id: str, episode: Any, **kwargs: Any) -> PolicyID:
     """Map every agent to ``"default_policy"`` (RLlib's default)."""
     return DEFAULT_POLICY
@@ -104,7 +168,8 @@ class PPOConfig:
     num_envs_per_env_runner: int = 8
     """Envs stepped together by each runner (one batched forward pass per policy)."""
     rollout_fragment_length: int | str = "auto"
-    """Env steps per env per sample call; "auto": train_batch_size split over all envs."""
+    """Env steps of each env in one fragment, the unit a runner samples ``train_batch_size`` in
+    (its share of the batch, rounded up to whole fragments); "auto": the batch split over all envs."""
     max_runner_restarts: int = 3
     """Restarts of one runner allowed within one iteration before the iteration fails."""
     max_env_errors_in_a_row: int = 10
@@ -223,7 +288,7 @@ class PPOConfig:
         """Set one field from text, e.g. ``set("training.lr", "3e-4")`` (the section is optional).
 
         Values are parsed as JSON when they can be (numbers, booleans, null, lists, dicts) and
-        kept as strings otherwise.
+        kept as strings otherwise; ``policy_mapping_fn`` takes a ``"module:name"`` import path.
         """
         name = key.split(".")[-1]
         if name not in {f.name for f in fields(self)}:
@@ -231,6 +296,8 @@ class PPOConfig:
         if isinstance(value, str):
             with contextlib.suppress(json.JSONDecodeError):
                 value = json.loads(value)
+        if name == "policy_mapping_fn" and isinstance(value, str):
+            value = _import_path(value, name)
         setattr(self, name, value)
         return self
 
@@ -244,7 +311,11 @@ class PPOConfig:
         """Build the algorithm (starts Ray when ``num_env_runners > 0``).
 
         Ray and the runner actors start first, so they come up while the driver loads torch.
+
+        Raises:
+            ConfigError: a field out of its range or of the wrong type (see :meth:`validate`).
         """
+        self.validate()
         runners = None
         if self.num_env_runners > 0:
             from marl_core.ppo.runners import RunnerGroup
@@ -258,6 +329,20 @@ class PPOConfig:
             raise
         return PPO(self, runners=runners)
 
+    def validate(self) -> None:
+        """Raise :class:`~marl_core.errors.ConfigError` naming the first field that is out of its
+        range or of the wrong type (``lr=-1``, ``gamma=1.5``, ``minibatch_size=0``, ``num_epochs=2.5``),
+        in the config, the policies' ``PolicySpec.config`` overrides or the model settings."""
+        _check_fields({f.name: getattr(self, f.name) for f in fields(self)})
+        if self.policies_to_train is not None and not (
+            isinstance(self.policies_to_train, list) and all(isinstance(p, str) for p in self.policies_to_train)
+        ):
+            raise ConfigError(f"policies_to_train must be None or a list of policy ids, received {self.policies_to_train!r}")
+        for policy_id, entry in self.policy_entries().items():
+            if entry is None or isinstance(entry, PolicySpec):  # a learned policy
+                self.for_policy(entry, policy_id)
+                self.model_for(entry, policy_id)
+
     def env_creator(self) -> Callable[[dict], Any]:
         """``creator(env_config) -> env`` from ``env`` (a class, a creator or ``"module:name"``),
         once the settings the env runners use are checked.
@@ -266,10 +351,7 @@ class PPOConfig:
 
         if self.env is None:
             raise ConfigError("no env: call config.environment(env_class_or_creator) first")
-        if self.vector_mode not in ("sync", "async"):
-            raise ConfigError(f"vector_mode must be 'sync' or 'async', received {self.vector_mode!r}")
-        if int(self.sampling_torch_threads) < 1:
-            raise ConfigError(f"sampling_torch_threads must be at least 1, received {self.sampling_torch_threads!r}")
+        _check_fields({"vector_mode": self.vector_mode, "sampling_torch_threads": self.sampling_torch_threads})
         target = resolve(self.env)
         if not callable(target):
             raise ConfigError(f"config.env must be an env class, a creator or 'module:name', received {self.env!r}")
@@ -281,22 +363,38 @@ class PPOConfig:
         """The policies, or ``{"default_policy": None}`` when none are set."""
         return dict(self.policies) if self.policies else {DEFAULT_POLICY: None}
 
-    def for_policy(self, spec: PolicySpec | None) -> dict[str, Any]:
-        """The training fields of one policy, with its PolicySpec overrides applied."""
+    def for_policy(self, spec: PolicySpec | None, policy_id: PolicyID | None = None) -> dict[str, Any]:
+        """The training fields of one policy, with its PolicySpec overrides applied (checked)."""
         values = {name: getattr(self, name) for name in PER_POLICY_FIELDS}
         overrides = dict(spec.config) if spec is not None else {}
         unknown = sorted(set(overrides) - set(PER_POLICY_FIELDS))
+        whose = f"policy {policy_id!r}: " if policy_id is not None else ""
         if unknown:
-            raise ConfigError(f"PolicySpec.config has unknown keys {unknown}; allowed: {list(PER_POLICY_FIELDS)}")
+            raise ConfigError(f"{whose}PolicySpec.config has unknown keys {unknown}; allowed: {list(PER_POLICY_FIELDS)}")
+        _check_fields(overrides, f"{whose}PolicySpec.config ")
         values.update(overrides)
         return values
 
-    def model_for(self, spec: PolicySpec | None) -> dict[str, Any]:
-        """The model config of one policy: defaults, then ``model``, then the spec's ``model``."""
+    def model_for(self, spec: PolicySpec | None, policy_id: PolicyID | None = None) -> dict[str, Any]:
+        """The model config of one policy: defaults, then ``model``, then the spec's ``model``.
+
+        Raises:
+            ConfigError: a key that no model reads (RLlib's ``fcnet_hiddens`` among them), or an
+                activation that is not one of :data:`ACTIVATIONS`; a ``"module"`` factory takes
+                any key.
+        """
         out = dict(DEFAULT_MODEL)
         out.update(self.model)
         if spec is not None:
             out.update(spec.model)
+        if "module" not in out:
+            where = (f"policy {policy_id!r}: " if policy_id is not None else "") + "model"
+            unknown = sorted(set(out) - set(DEFAULT_MODEL))
+            if unknown:
+                raise ConfigError(f"{where} has unknown keys {unknown}; the model reads {sorted(DEFAULT_MODEL)} "
+                                  f"(or pass {{'module': factory}} for a model of your own)")
+            if out["activation"] not in ACTIVATIONS:
+                raise ConfigError(f"{where} activation must be one of {list(ACTIVATIONS)}, received {out['activation']!r}")
         return out
 
     # JSON -------------------------------------------------------------------------------------
@@ -384,6 +482,18 @@ def resolve(reference: Any) -> Any:
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _import_path(reference: str, key: str) -> Any:
+    """:func:`resolve` for a value given as text: a :class:`ConfigError` naming ``key`` when it
+    does not import or is not callable."""
+    try:
+        target = resolve(reference)
+    except (CheckpointError, ImportError, AttributeError, ValueError) as error:
+        raise ConfigError(f"{key} must be a 'module:name' import path, received {reference!r} ({error})") from error
+    if not callable(target):
+        raise ConfigError(f"{key} must name a function, received {reference!r} (a {type(target).__name__})")
+    return target
 
 
 def _resolve_saved(reference: str, key: str) -> Any:

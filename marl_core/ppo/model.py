@@ -141,8 +141,11 @@ class ActionDist:
 # The module ---------------------------------------------------------------------------------
 
 
+_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}  # the names config.ACTIVATIONS lists
+
+
 def _mlp(in_size: int, hiddens: Sequence[int], activation: str) -> tuple[nn.Sequential, int]:
-    act = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}[activation]
+    act = _ACTIVATIONS[activation]
     layers: list[nn.Module] = []
     for size in hiddens:
         layers += [_init(nn.Linear(in_size, size), math.sqrt(2)), act()]
@@ -160,7 +163,8 @@ class ActorCritic(nn.Module):
     """The default model: encoder, then actor and critic MLPs (shared with ``vf_share_layers``).
 
     ``forward(obs) -> (dist_inputs, values)`` where ``obs`` is the observation batch without its
-    action mask; Gaussian leaves get the free log standard deviation appended to their means.
+    action mask; Gaussian leaves get their log standard deviations appended to their means: free
+    parameters with ``free_log_std`` (the default), else outputs of the actor like the means.
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, model_config: dict[str, Any]) -> None:
@@ -171,28 +175,33 @@ class ActorCritic(nn.Module):
         self.pi_body, size = _mlp(self.encoder.out_size, hiddens, activation)
         self.vf_body = None if model_config["vf_share_layers"] else _mlp(self.encoder.out_size, hiddens, activation)[0]
         self.num_means = self.layout.num_means
-        self.pi_head = _init(nn.Linear(size, self.num_means), 0.01)
+        gauss = sum(leaf.size for leaf in self.layout.leaves if leaf.kind == "gauss")
+        free = bool(model_config["free_log_std"])
+        self.pi_head = _init(nn.Linear(size, self.num_means + (0 if free else gauss)), 0.01)
         self.vf_head = _init(nn.Linear(size, 1), 1.0)
-        gauss = [leaf.size for leaf in self.layout.leaves if leaf.kind == "gauss"]
-        self.log_std = nn.Parameter(torch.zeros(sum(gauss))) if gauss else None
+        self.log_std = nn.Parameter(torch.zeros(gauss)) if gauss and free else None
+        self.gauss = gauss
 
     def forward(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         features = self.encoder(obs)
         hidden = self.pi_body(features)
         out = self.pi_head(hidden)
         values = self.vf_head(hidden if self.vf_body is None else self.vf_body(features)).squeeze(-1)
-        if self.log_std is not None:
-            out = _interleave_log_std(out, self.log_std, self.layout)
+        if self.gauss:
+            means = out[:, : self.num_means]
+            log_std = self.log_std.expand(out.shape[0], self.gauss) if self.log_std is not None else out[:, self.num_means :]
+            out = _interleave_log_std(means, log_std, self.layout)
         return out, values
 
 
 def _interleave_log_std(means: torch.Tensor, log_std: torch.Tensor, layout: ActionLayout) -> torch.Tensor:
+    """The distribution inputs: each leaf's means, and after a Gaussian leaf's its ``log_std`` columns."""
     parts, offset, std_offset = [], 0, 0
     for leaf in layout.leaves:
         parts.append(means[:, offset : offset + leaf.size])
         offset += leaf.size
         if leaf.kind == "gauss":
-            parts.append(log_std[std_offset : std_offset + leaf.size].expand(means.shape[0], leaf.size))
+            parts.append(log_std[:, std_offset : std_offset + leaf.size])
             std_offset += leaf.size
     return torch.cat(parts, dim=-1)
 

@@ -26,6 +26,15 @@ def _rps_config(**training):
     )
 
 
+@pytest.mark.parametrize(("fragment", "sampled"), [("auto", 200), (5, 200), (15, 240), (200, 800)])
+def test_fragments_are_the_unit_the_train_batch_is_sampled_in(fragment, sampled):
+    # 4 envs: a fragment is 4 x fragment env steps, and the 200-step batch is rounded up to whole
+    # fragments (an explicit fragment used to replace the batch size instead).
+    config = _rps_config().env_runners(rollout_fragment_length=fragment)
+    with config.build() as algo:
+        assert algo.train()["num_env_steps_sampled"] == sampled
+
+
 def test_tiny_end_to_end_run_reports_metrics_per_policy():
     with _rps_config().build() as algo:
         result = algo.train()

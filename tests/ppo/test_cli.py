@@ -126,6 +126,39 @@ def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # nothing was started
 
 
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("training.lr=fast", "lr must be a number above 0, received 'fast'"),
+        ("training.lr=-1", "lr must be a number above 0, received -1"),
+        ("training.gamma=1.5", "gamma must be a number from 0 to 1, received 1.5"),
+        ("training.num_epochs=2.5", "num_epochs must be an integer of at least 1, received 2.5"),
+        ("training.minibatch_size=0", "minibatch_size must be an integer of at least 1, received 0"),
+        ("num_envs_per_env_runner=0", "num_envs_per_env_runner must be an integer of at least 1, received 0"),
+        ("rollout_fragment_length=auto2", "rollout_fragment_length must be 'auto' or an integer of at least 1"),
+        ("device=tpu", "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', received 'tpu'"),
+        ('model={"fcnet_hiddens": [8]}', "model has unknown keys ['fcnet_hiddens']"),
+        ('model={"activation": "elu"}', "activation must be one of ['tanh', 'relu', 'silu'], received 'elu'"),
+        ("policy_mapping_fn=no_such_module:fn", "policy_mapping_fn must be a 'module:name' import path"),
+    ],
+)
+def test_bad_settings_are_refused_with_status_2_before_anything_starts(tmp_path, capsys, setting, message):
+    # These used to train anyway (lr=-1, gamma=1.5), or end in a traceback with status 1.
+    out = tmp_path / "run"
+    assert main(["rps", "--iterations", "1", "--out", str(out), "--set", "num_env_runners=0", "--set", setting]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_mapping_fn_can_be_set_by_its_import_path(tmp_path):
+    from marl_core.ppo.config import PPOConfig
+    from marl_core.ppo.presets import rps_policy_mapping_fn
+
+    assert PPOConfig().set("policy_mapping_fn", "marl_core.ppo.presets:rps_policy_mapping_fn").policy_mapping_fn is rps_policy_mapping_fn
+    assert main(["rps", "--iterations", "1", "--no-progress", "--out", str(tmp_path), "--set", "num_env_runners=0",
+                 "--set", "policy_mapping_fn=marl_core.ppo.presets:rps_policy_mapping_fn"]) == 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_or_sigterm_saves_a_final_checkpoint(tmp_path, signum, status):

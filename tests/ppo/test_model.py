@@ -59,6 +59,24 @@ def test_box_actions_are_clipped_for_the_env_and_log_probs_are_consistent():
     np.testing.assert_allclose(again.detach().numpy(), logp, rtol=1e-5, atol=1e-5)
 
 
+def test_box_actions_take_their_std_from_the_observation_without_free_log_std():
+    space = gym.spaces.Tuple([gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)])
+    obs = torch.as_tensor(np.random.default_rng(0).uniform(-1, 1, (2, 4)).astype(np.float32))
+    free = _policy(BOX, space)
+    assert free.module.log_std is not None and free.module.log_std.shape == (2,)
+    inputs, _ = free.module(obs)  # [3 logits, 2 means, 2 log stds]
+    torch.testing.assert_close(inputs[0, 5:], inputs[1, 5:])  # one log std for every observation
+    tied = _policy(BOX, space, free_log_std=False)
+    assert tied.module.log_std is None and tied.module.pi_head.out_features == 3 + 2 + 2
+    with torch.no_grad():
+        tied.module.pi_head.weight.mul_(100.0)
+    inputs, _ = tied.module(obs)
+    assert not torch.allclose(inputs[0, 5:], inputs[1, 5:])  # the actor outputs it
+    rows = torch.as_tensor(tied.act(obs.numpy(), explore=True, rng=np.random.default_rng(0))[0])
+    logp, _, _ = tied.evaluate(obs, rows)
+    assert torch.isfinite(logp).all()
+
+
 def test_tuple_actions_of_grouped_agents():
     space = gym.spaces.Tuple([gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32)])
     policy = _policy(gym.spaces.Tuple([BOX, gym.spaces.Discrete(4)]), space)
