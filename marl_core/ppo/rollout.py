@@ -31,10 +31,11 @@ from typing import Any
 import numpy as np
 
 from marl_core.env import ALL, AgentID
-from marl_core.errors import ConfigError, EnvContractError
+from marl_core.errors import ConfigError, EnvContractError, SpaceError
 from marl_core.ppo.batching import as_dtype, index_obs, stack_obs
 from marl_core.ppo.gae import compute_gae
 from marl_core.ppo.numpy_policy import NumpyPolicy, runs_in_numpy
+from marl_core.spaces import same_layout
 from marl_core.vector import VectorMultiAgentEnv, gather, scatter
 
 logger = logging.getLogger(__name__)
@@ -174,6 +175,7 @@ class Sampler:
         self.ended: list[dict[AgentID, tuple[bool, Any]]] = [{} for _ in range(num_envs)]
         self._failures_in_a_row = [0] * num_envs
         self._started = False
+        self._fitting: set[tuple[AgentID, PolicyID]] = set()  # (agent, policy) pairs whose spaces fit
 
     def set_policies(self, policies: Mapping[PolicyID, Any], mapping_fn: Callable[..., PolicyID],
                      to_train: set[PolicyID], shared: Mapping[PolicyID, Any] | None = None) -> None:
@@ -201,6 +203,7 @@ class Sampler:
         self.policies = current
         self._fixed = frozenset(p for p, entry in policies.items() if not isinstance(entry, LearnedSpec))
         self.mapping_fn = mapping_fn
+        self._fitting = set()
         self.to_train = set(to_train)
         for index, episode in enumerate(self.episodes):
             if episode is None:
@@ -265,8 +268,25 @@ class Sampler:
             if policy_id not in self.policies:
                 raise ConfigError(f"policy_mapping_fn mapped agent {agent_id!r} to {policy_id!r}, which is not "
                                   f"a policy; policies: {sorted(self.policies)}")
+            if (agent_id, policy_id) not in self._fitting:
+                self._check_fit(agent_id, policy_id)
             episode.agent_to_policy[agent_id] = policy_id
         return policy_id
+
+    def _check_fit(self, agent_id: AgentID, policy_id: PolicyID) -> None:
+        """Raise unless the learned policy ``policy_id`` takes ``agent_id``'s spaces: the same
+        action space, and an observation space of the same layout (Box bounds may differ)."""
+        spec = self.specs.get(policy_id)
+        if spec is not None and policy_id not in self._fixed:
+            obs_space = self.vector.get_observation_space(agent_id)
+            act_space = self.vector.get_action_space(agent_id)
+            if act_space != spec.action_space or not same_layout(obs_space, spec.observation_space):
+                raise SpaceError(
+                    f"agent {agent_id!r} is mapped to policy {policy_id!r}, whose spaces are observation "
+                    f"{spec.observation_space} and action {spec.action_space}, but the agent's are observation "
+                    f"{obs_space} and action {act_space}; map it to a policy of its own (PolicySpec with its spaces)"
+                )
+        self._fitting.add((agent_id, policy_id))
 
     # Sampling -----------------------------------------------------------------------------------
 

@@ -35,6 +35,18 @@ def test_fragments_are_the_unit_the_train_batch_is_sampled_in(fragment, sampled)
         assert algo.train()["num_env_steps_sampled"] == sampled
 
 
+def test_an_agent_whose_spaces_its_shared_policy_cannot_take_is_named():
+    # Every agent maps to default_policy, built from the first agent ("box"): the others' actions
+    # used to reach their envs out of their spaces, or crash inside torch.
+    config = (PPOConfig().environment(HeterogeneousSpacesEnv)
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=2).training(train_batch_size=40))
+    with config.build() as algo, pytest.raises(SpaceError, match=(
+        r"agent 'discrete' is mapped to policy 'default_policy', whose spaces are observation "
+        r"Box\(-1.0, 1.0, \(3,\), float32\) and action Box\(-1.0, 1.0, \(2,\), float32\), but the agent's are "
+        r"observation Discrete\(5\) and action Discrete\(3\)")):
+        algo.train()
+
+
 def test_tiny_end_to_end_run_reports_metrics_per_policy():
     with _rps_config().build() as algo:
         result = algo.train()
