@@ -101,6 +101,9 @@ class PPO:
         self.restored_from: Path | None = None
         if config.torch_threads is not None:
             torch.set_num_threads(int(config.torch_threads))
+        if config.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ConfigError(f"device is {config.device!r}, but torch finds no CUDA device on this machine; "
+                              f"use device='cpu' (or 'auto', which takes CUDA when there is one)")
         self.device = torch.device(
             ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device)
         self.rng = np.random.default_rng(config.seed)

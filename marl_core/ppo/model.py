@@ -220,6 +220,12 @@ class TorchPolicy:
         self.observation_space = observation_space
         self.action_space = action_space
         self.masked = is_masked(observation_space)
+        if self.masked and set(observation_space.spaces) != {OBS_KEY, MASK_KEY}:
+            raise SpaceError(
+                f"an observation space with an {MASK_KEY!r} must be the canonical Dict of {OBS_KEY!r} and "
+                f"{MASK_KEY!r} (DESIGN.md), received one with keys {sorted(observation_space.spaces)}; put the "
+                f"other keys in a Dict under {OBS_KEY!r}"
+            )
         inner = observation_space[OBS_KEY] if self.masked else observation_space
         self.dist = ActionDist(action_space)
         self.layout = self.dist.layout

@@ -57,10 +57,11 @@ def load_policy(
     from marl_core.errors import CheckpointError
     from marl_core.ppo import PPO
 
-    # One observation at a time: a second torch thread only adds contention. Sampling settings of
-    # the training run do not matter here, so no env runner (and no Ray) is started.
+    # One observation at a time: a second torch thread only adds contention, and the CPU is as
+    # good as any device (a run trained on a GPU plays on a laptop). Sampling settings of the
+    # training run do not matter here, so no env runner (and no Ray) is started.
     torch.set_num_threads(1)
-    algo = PPO.from_checkpoint(str(checkpoint), num_env_runners=0, num_envs_per_env_runner=1)
+    algo = PPO.from_checkpoint(str(checkpoint), num_env_runners=0, num_envs_per_env_runner=1, device="cpu")
     try:
         policy = algo.get_policy_callable(policy_id, explore=False)
         env = env_factory()

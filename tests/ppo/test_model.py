@@ -77,6 +77,12 @@ def test_box_actions_take_their_std_from_the_observation_without_free_log_std():
     assert torch.isfinite(logp).all()
 
 
+def test_a_mask_beside_other_keys_than_observation_is_refused_by_name():
+    space = gym.spaces.Dict({"pos": BOX, "action_mask": gym.spaces.Box(0, 1, (4,), np.int8)})
+    with pytest.raises(SpaceError, match=r"must be the canonical Dict of 'observation' and 'action_mask'.*keys \['action_mask', 'pos'\]"):
+        _policy(space, gym.spaces.Discrete(4))
+
+
 def test_tuple_actions_of_grouped_agents():
     space = gym.spaces.Tuple([gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32)])
     policy = _policy(gym.spaces.Tuple([BOX, gym.spaces.Discrete(4)]), space)

@@ -137,8 +137,8 @@ def test_build_starts_the_runners_before_torch_loads_and_stops_them_when_it_fail
         "config.device = 'cuda:63'\n"
         "try:\n"
         "    config.build()\n"
-        "except (RuntimeError, AssertionError) as error:  # no CUDA build, or no 64th GPU\n"
-        "    print('failed:', bool(str(error)))\n"
+        "except Exception as error:  # no CUDA device, or no 64th GPU\n"
+        "    print('failed:', 'cuda:63' in str(error) or 'device' in str(error).lower())\n"
         "print('Ray up after the failed build:', ray.is_initialized())\n"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

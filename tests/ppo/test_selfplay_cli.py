@@ -119,6 +119,19 @@ def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, 
         assert err.startswith(f"marl-eval: cannot load {path}: ") and words in err
 
 
+def test_eval_plays_a_checkpoint_trained_on_a_gpu_on_the_cpu(checkpoint, tmp_path, capsys):
+    # Training on a GPU and evaluating on a laptop is the ordinary path; the config says "cuda".
+    import json
+    import shutil
+
+    trained_on_gpu = shutil.copytree(checkpoint, tmp_path / "gpu")
+    config = json.loads((trained_on_gpu / "config.json").read_text())
+    config["device"] = "cuda"
+    (trained_on_gpu / "config.json").write_text(json.dumps(config))
+    assert eval_main([str(trained_on_gpu), "--games", "2"]) == 0
+    assert "random" in capsys.readouterr().out
+
+
 def _everyone_main(agent_id, episode, **kwargs):
     return "main"
 
