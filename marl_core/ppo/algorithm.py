@@ -112,6 +112,7 @@ class PPO:
         self.iteration = 0
         self.env_steps_lifetime = 0
         self.num_env_errors_lifetime = 0
+        self.num_runner_restarts_lifetime = 0
         self.time_total_s = 0.0
         self._build_mapping_fn = config.policy_mapping_fn
         if self.runners is None and config.num_env_runners > 0:  # first: actors start while models build
@@ -235,7 +236,7 @@ class PPO:
         self.config.policies = {k: v for k, v in self.config.policy_entries().items() if k != policy_id}
         if policy_mapping_fn is not None:
             self.config.policy_mapping_fn = policy_mapping_fn
-        self._set_to_train([p for p in (policies_to_train or self.to_train) if p != policy_id])
+        self._set_to_train([p for p in (self.to_train if policies_to_train is None else policies_to_train) if p != policy_id])
         self._sync_state()
 
     def set_policy_mapping_fn(self, policy_mapping_fn: Callable[..., PolicyID]) -> None:
@@ -330,6 +331,7 @@ class PPO:
         env_errors = sum(s["num_env_errors"] for s in samples)
         self.env_steps_lifetime += env_steps
         self.num_env_errors_lifetime += env_errors
+        self.num_runner_restarts_lifetime += restarts
         elapsed = learn_done - start
         self.time_total_s += elapsed
         return {
@@ -345,7 +347,7 @@ class PPO:
             "num_env_errors": env_errors,
             "num_env_errors_lifetime": self.num_env_errors_lifetime,
             "num_runner_restarts": restarts,
-            "num_runner_restarts_lifetime": self.runners.num_restarts if self.runners else 0,
+            "num_runner_restarts_lifetime": self.num_runner_restarts_lifetime,
             "num_episodes": len({e["episode_id"] for s in samples for e in s["episodes"]}),
             "policies": self._policy_metrics(samples, learner_metrics),
         }

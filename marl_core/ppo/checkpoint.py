@@ -66,6 +66,7 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             "iteration": algo.iteration,
             "env_steps_lifetime": algo.env_steps_lifetime,
             "num_env_errors_lifetime": algo.num_env_errors_lifetime,
+            "num_runner_restarts_lifetime": algo.num_runner_restarts_lifetime,
             "time_total_s": algo.time_total_s,
             "to_train": list(algo.to_train),
             "sampling_stream": algo.sampling_stream,
@@ -157,6 +158,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         algo.iteration = int(state["iteration"])
         algo.env_steps_lifetime = int(state["env_steps_lifetime"])
         algo.num_env_errors_lifetime = int(state["num_env_errors_lifetime"])
+        algo.num_runner_restarts_lifetime = int(state.get("num_runner_restarts_lifetime", 0))  # older checkpoints
         algo.time_total_s = float(state["time_total_s"])
         for policy_id, values in state["recent_returns"].items():
             algo._returns.setdefault(policy_id, _deque()).extend(values)

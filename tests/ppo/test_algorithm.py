@@ -246,6 +246,9 @@ def test_frozen_copy_added_during_training_and_removed():
         assert any(not np.array_equal(after["learned"][k], v) for k, v in before.items())  # ...main moved on
         algo.remove_policy("learned_v1", policy_mapping_fn=rps_policy_mapping_fn)
         assert "learned_v1" not in algo.train()["policies"]
+        algo.add_policy("learned_v2", weights_from="learned")
+        algo.remove_policy("learned_v2", policies_to_train=[])  # an empty list is a list: train none
+        assert algo.to_train == []
         with pytest.raises(ConfigError, match="exists already"):
             algo.add_policy("learned")
 

@@ -27,7 +27,7 @@ def _config(env, env_config=None, runners=2, batch=400):
     )
 
 
-def test_a_killed_runner_is_replaced_and_the_iteration_completes():
+def test_a_killed_runner_is_replaced_and_the_iteration_completes(tmp_path):
     import ray
 
     algo = _config(SlowRockPaperScissors, {"sleep": 0.02}).build()
@@ -44,10 +44,17 @@ def test_a_killed_runner_is_replaced_and_the_iteration_completes():
         assert result["num_runner_restarts"] == 1
         assert result["num_env_steps_sampled"] == 400
         assert algo.runners.runners[0] is not victim
-        assert algo.train()["num_runner_restarts"] == 0  # the replacement keeps working
+        after = algo.train()
+        assert after["num_runner_restarts"] == 0 and after["num_runner_restarts_lifetime"] == 1  # the replacement works
+        saved = algo.save(tmp_path / "checkpoint")
     finally:
         algo.stop()
     assert not ray.is_initialized()
+    # The lifetime counters go on from the checkpoint, this one as the others.
+    from marl_core.ppo import PPO
+
+    with PPO.from_checkpoint(saved, num_env_runners=0) as restored:
+        assert restored.train()["num_runner_restarts_lifetime"] == 1
 
 
 def test_remote_env_errors_are_counted_and_policy_changes_reach_the_runners():
