@@ -24,6 +24,7 @@ consistent.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -120,11 +121,15 @@ def main(argv: list[str] | None = None) -> int:
         if algo is None:
             return 2
     else:
+        created = not out.exists()
         try:
             config.validate()  # before the run directory exists: a bad setting leaves nothing behind
             out.mkdir(parents=True, exist_ok=True)  # before Ray starts: a bad --out fails at once
             algo = config.build()
-        except MultiAgentEnvError as error:  # a bad setting, spaces no policy can take, ...
+        except MultiAgentEnvError as error:  # a bad setting, an env that does not import, ...
+            if created:
+                with contextlib.suppress(OSError):  # left as it is unless still empty
+                    out.rmdir()
             print(f"marl-train: cannot build the trainer: {error}", file=sys.stderr)
             return 2
     try:

@@ -22,7 +22,9 @@ import importlib
 import json
 import math
 import numbers
+import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, Union
@@ -352,7 +354,7 @@ class PPOConfig:
         if self.env is None:
             raise ConfigError("no env: call config.environment(env_class_or_creator) first")
         _check_fields({"vector_mode": self.vector_mode, "sampling_torch_threads": self.sampling_torch_threads})
-        target = resolve(self.env)
+        target = _import_path(self.env, "env") if isinstance(self.env, str) else self.env
         if not callable(target):
             raise ConfigError(f"config.env must be an env class, a creator or 'module:name', received {self.env!r}")
         return target if accepts_config(target) else (lambda _config: target())
@@ -490,7 +492,11 @@ def _import_path(reference: str, key: str) -> Any:
     try:
         target = resolve(reference)
     except (CheckpointError, ImportError, AttributeError, ValueError) as error:
-        raise ConfigError(f"{key} must be a 'module:name' import path, received {reference!r} ({error})") from error
+        where = "" if os.getcwd() in sys.path else " (the working directory is not on sys.path)"
+        raise ConfigError(
+            f"{key} must be a 'module:name' import path, received {reference!r}, which does not import{where}: "
+            f"{type(error).__name__}: {error}"
+        ) from error
     if not callable(target):
         raise ConfigError(f"{key} must name a function, received {reference!r} (a {type(target).__name__})")
     return target
