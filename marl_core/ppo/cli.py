@@ -12,7 +12,8 @@ a checkpoint every ``--checkpoint-every`` iterations (``checkpoint/``), the fina
 
 Ctrl-C (or SIGTERM, as schedulers send) lets the current iteration finish, then saves the final
 checkpoint and exits with 130 (143 for SIGTERM); a second signal interrupts at once (the final
-checkpoint is still saved). ``--resume CHECKPOINT`` continues such a run: the checkpoint's config,
+checkpoint is still saved). During the preset's final evaluation, after the final checkpoint, the
+first signal stops it at once, with the same status. ``--resume CHECKPOINT`` continues such a run: the checkpoint's config,
 weights, optimizer states, counters and RNG states, with ``--set``, ``--seed``, ``--ray-address``
 and ``--num-cpus`` applied on top; ``--minutes`` and ``--iterations`` then count from there.
 Resumed into its old run directory (``--out``), it continues that directory's logs from the
@@ -153,12 +154,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status = _train(algo, preset, args, run_log, bar, out, deadline, start)
         if preset.final is not None and not status:
-            final = preset.final(algo, out)
-            (out / "final_result.json").write_text(json.dumps(final, indent=2, default=str))
-            print(json.dumps(final, indent=2, default=str))
+            status = _final(algo, preset, out)
     finally:
         algo.stop()
     return status
+
+
+def _final(algo: Any, preset: Any, out: Path) -> int:
+    """Run the preset's final step (an evaluation) and write its result; return the exit status.
+
+    A signal stops it at once (130 for SIGINT, 143 for SIGTERM): the final checkpoint is saved
+    by then, and evaluations written as they are played stay.
+    """
+    stop = StopRequest(at_once=True)
+    try:
+        with stop:
+            final = preset.final(algo, out)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the final evaluation stopped (the final checkpoint is saved)", file=sys.stderr)
+        return stop.exit_status
+    (out / "final_result.json").write_text(json.dumps(final, indent=2, default=str))
+    print(json.dumps(final, indent=2, default=str))
+    return 0
 
 
 def _resume(preset: str, config: Any, checkpoint: Path, changed: dict[str, Any]) -> Any:
@@ -185,14 +202,16 @@ class StopRequest:
     """While active, the first SIGINT or SIGTERM only sets :attr:`requested`; a second raises KeyboardInterrupt.
 
     So Ctrl-C, or a scheduler's SIGTERM, ends the run after the current iteration with a final
-    checkpoint; :attr:`signal` is the first signal received (None: none).
+    checkpoint; :attr:`signal` is the first signal received (None: none). With ``at_once``, the
+    first signal raises KeyboardInterrupt already (there is nothing to finish first).
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, *, at_once: bool = False) -> None:
         self.requested = False
         self.signal: int | None = None
+        self.at_once = at_once
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopRequest:
@@ -205,6 +224,8 @@ class StopRequest:
             raise KeyboardInterrupt
         self.requested = True
         self.signal = signum
+        if self.at_once:
+            raise KeyboardInterrupt
         name = signal.Signals(signum).name.encode()
         # os.write, not print: the handler may run while the main thread is inside a print.
         os.write(2, b"\n" + name + b": finishing this iteration, then saving the final checkpoint "

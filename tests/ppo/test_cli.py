@@ -195,6 +195,30 @@ def test_ctrl_c_or_sigterm_saves_a_final_checkpoint(tmp_path, signum, status):
     restored.stop()
 
 
+@pytest.mark.slow
+def test_sigterm_during_the_final_evaluation_stops_it_with_status_143(tmp_path):
+    # Ray's own handler used to exit with status 15 here, and the message was lost.
+    command = [sys.executable, "-m", "marl_core.ppo.cli", "connect4", "--iterations", "1", "--out", str(tmp_path),
+               "--no-progress", "--set", "num_env_runners=0", "--set", "num_envs_per_env_runner=4",
+               "--set", "train_batch_size=200"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        for line in process.stdout:  # the final checkpoint is saved just before the final evaluation
+            if line.startswith(b"final checkpoint:"):
+                break
+        time.sleep(1.0)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 143, err.decode()[-2000:]
+    assert b"interrupted: the final evaluation stopped (the final checkpoint is saved)" in err
+    assert (tmp_path / "final" / "state.pt").exists() and not (tmp_path / "final_result.json").exists()
+
+
 def out_dir_preset():
     """The rps preset plus a callback that writes a file into ``algo.out_dir``."""
     from marl_core.ppo.presets import Preset
