@@ -297,7 +297,14 @@ class PPO:
         return max(1, math.ceil(share / fragment)) * fragment
 
     def train(self) -> dict[str, Any]:
-        """Run one iteration and return its metrics."""
+        """Run one iteration and return its metrics.
+
+        Top-level episode metrics count whole episodes (``num_episodes``). Those under
+        ``result["policies"][policy_id]`` count agent-episodes, an agent's part of an episode, as
+        RLlib's per-module metrics do: a policy shared by two agents of one episode counts two,
+        ``episode_return_*`` are single agents' returns (over the last 100 agent-episodes) and
+        ``episode_len_mean`` is the number of actions the agent took.
+        """
         start = time.perf_counter()
         steps = self._steps_per_runner()
         if self.sampler is not None:
