@@ -419,7 +419,7 @@ def same_layout(space: spaces.Space, other: spaces.Space) -> bool:
         return len(space) == len(other) and all(
             same_layout(sub, other_sub) for sub, other_sub in zip(space.spaces, other.spaces, strict=True)
         )
-    return space == other
+    return bool(space == other)
 
 
 def space_to_json(space: spaces.Space) -> dict[str, Any] | None:
