@@ -95,6 +95,7 @@ class PPO:
             raise
 
     def _setup(self, config: PPOConfig) -> None:
+        config.validate()  # built directly or from a checkpoint with overrides, not by config.build()
         self.config = config
         self.env_creator = config.env_creator()
         self.out_dir: Path | None = None

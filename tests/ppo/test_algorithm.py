@@ -47,6 +47,13 @@ def test_an_agent_whose_spaces_its_shared_policy_cannot_take_is_named():
         algo.train()
 
 
+def test_overrides_of_a_restored_config_are_checked_too(tmp_path):
+    with _rps_config().build() as algo:
+        saved = algo.save(tmp_path / "checkpoint")
+    with pytest.raises(ConfigError, match="gamma must be a number from 0 to 1, received 2"):
+        PPO.from_checkpoint(saved, gamma=2)
+
+
 def test_tiny_end_to_end_run_reports_metrics_per_policy():
     with _rps_config().build() as algo:
         result = algo.train()
