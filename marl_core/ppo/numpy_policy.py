@@ -66,6 +66,7 @@ class NumpyPolicy:
         self._strides = [int(stride) for _, _, stride in model_config["conv_filters"]]
         self._shared_body = bool(model_config["vf_share_layers"])
         self._gauss = [leaf.kind == "gauss" for leaf in self.layout.leaves]
+        self._free_log_std = bool(model_config["free_log_std"])
         self._w: dict[str, np.ndarray] = {}
         self._expected: set[str] | None = None
 
@@ -99,17 +100,20 @@ class NumpyPolicy:
             raise SpaceError("NumpyPolicy has no weights yet; call set_weights() first")
         features = self._encode(self._inner, obs, "encoder.")
         hidden = self._body("pi_body", features)
-        means = self._linear("pi_head", hidden)
+        head = self._linear("pi_head", hidden)
         values = self._linear("vf_head", hidden if self._shared_body else self._body("vf_body", features))[:, 0]
         if not any(self._gauss):
-            return means, values
+            return head, values
+        num_means = self.layout.num_means
+        means = head[:, :num_means]
+        log_std = (np.broadcast_to(self._w["log_std"], (len(head), len(self._w["log_std"])))
+                   if self._free_log_std else head[:, num_means:])
         parts, offset, std_offset = [], 0, 0
-        log_std = self._w["log_std"]
         for leaf, gauss in zip(self.layout.leaves, self._gauss, strict=True):
             parts.append(means[:, offset : offset + leaf.size])
             offset += leaf.size
             if gauss:
-                parts.append(np.broadcast_to(log_std[std_offset : std_offset + leaf.size], (len(means), leaf.size)))
+                parts.append(log_std[:, std_offset : std_offset + leaf.size])
                 std_offset += leaf.size
         return np.concatenate(parts, axis=1), values
 
@@ -155,7 +159,7 @@ class NumpyPolicy:
         bodies = ("pi_body",) if self._shared_body else ("pi_body", "vf_body")
         keys |= {f"{body}.{2 * i}.{suffix}" for body in bodies for i in range(self._layers)
                  for suffix in ("weight", "bias")}
-        if any(self._gauss):
+        if any(self._gauss) and self._free_log_std:
             keys.add("log_std")
         return keys | _image_keys(self._inner, "encoder.", len(self._strides))
 

@@ -26,6 +26,8 @@ CASES = {
     "masked-multidiscrete": (masked_space(BOX, 5), gym.spaces.MultiDiscrete([3, 2]), {"activation": "relu"}),
     "box-gaussian": (BOX, gym.spaces.Box(-2.0, 2.0, (3,), np.float32), {"vf_share_layers": True}),
     "image": (IMAGE, gym.spaces.Discrete(3), SMALL_CNN),
+    "box-gaussian-tied-std": (BOX, gym.spaces.Tuple([gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)]),
+                              {"free_log_std": False}),
     "nested": (
         gym.spaces.Dict({"img": IMAGE, "pos": BOX, "mode": gym.spaces.Discrete(3, start=1),
                          "grid": gym.spaces.MultiDiscrete([2, 4]), "pair": gym.spaces.Tuple([BOX, gym.spaces.MultiBinary(3)])}),
