@@ -95,7 +95,6 @@ class PPO:
             raise
 
     def _setup(self, config: PPOConfig) -> None:
-        config.validate()  # built directly or from a checkpoint with overrides, not by config.build()
         self.config = config
         self.env_creator = config.env_creator()
         self.out_dir: Path | None = None
@@ -180,7 +179,7 @@ class PPO:
         if entry is not None and not isinstance(entry, PolicySpec):
             raise ConfigError(f"policy {policy_id!r}: expected None, a PolicySpec or a callable, received {entry!r}")
         obs_space, act_space = self._spaces_for(policy_id, entry, weights_from)
-        self.config.for_policy(entry)  # validates the overrides
+        self.config.for_policy(entry, policy_id)  # a restored config's model keys stay as saved
         if self.config.seed is not None:
             torch.manual_seed(self.config.seed + zlib.crc32(policy_id.encode()))
         policy = TorchPolicy(obs_space, act_space, self.config.model_for(entry), self.device)
@@ -219,6 +218,8 @@ class PPO:
         """
         if policy_id in self.policies:
             raise ConfigError(f"policy {policy_id!r} exists already; policies: {sorted(self.policies)}")
+        if policy is None or isinstance(policy, PolicySpec):
+            self.config.check_policy(policy_id, policy)
         if policy_mapping_fn is not None:
             self.config.policy_mapping_fn = policy_mapping_fn
         self._install(policy_id, policy, weights_from)

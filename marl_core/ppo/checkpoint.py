@@ -129,6 +129,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
     if not isinstance(data, dict) or ("env" not in data and "env" not in overrides):
         raise CheckpointError(f"{config_file} holds no trainer config (no 'env' entry): a damaged checkpoint?")
     config = PPOConfig.from_json_dict(data, **overrides)
+    config.validate(overrides)  # the saved values were taken when saved: a stricter check must not lock them out
     if config.env is None:
         raise CheckpointError("the saved env was not importable by name; pass env=... to from_checkpoint")
     try:
@@ -149,9 +150,12 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
             try:
                 algo.policies[policy_id].module.load_state_dict(saved["module"])
             except RuntimeError as error:  # torch's shape or key mismatch
+                why = "a different model config or spaces than when saved?"
+                if "log_std" in saved["module"] and getattr(algo.policies[policy_id].module, "log_std", 0) is None:
+                    why = ("saved with a free log std, which free_log_std=False did not change in versions before it "
+                           "was implemented: load it with model={'free_log_std': True}")
                 raise CheckpointError(
-                    f"the saved weights of policy {policy_id!r} do not fit the model built from the config "
-                    f"(a different model config or spaces than when saved?): {error}"
+                    f"the saved weights of policy {policy_id!r} do not fit the model built from the config ({why}): {error}"
                 ) from error
             if saved["optimizer"] and policy_id in algo.learners:
                 algo.learners[policy_id].optimizer.load_state_dict(saved["optimizer"])

@@ -122,15 +122,15 @@ def main(argv: list[str] | None = None) -> int:
         if algo is None:
             return 2
     else:
-        created = not out.exists()
+        created = [path for path in (out, *out.parents) if not path.exists()]  # the leaf first
         try:
             config.validate()  # before the run directory exists: a bad setting leaves nothing behind
             out.mkdir(parents=True, exist_ok=True)  # before Ray starts: a bad --out fails at once
             algo = config.build()
         except MultiAgentEnvError as error:  # a bad setting, an env that does not import, ...
-            if created:
+            for path in created:
                 with contextlib.suppress(OSError):  # left as it is unless still empty
-                    out.rmdir()
+                    path.rmdir()
             print(f"marl-train: cannot build the trainer: {error}", file=sys.stderr)
             return 2
     try:

@@ -20,14 +20,17 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import logging
 import math
 import numbers
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, Union
+
+import numpy as np
 
 from marl_core.errors import CheckpointError, ConfigError
 
@@ -100,7 +103,37 @@ def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda value: value is None or check(value)
 
 
-_LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET")
+def _clip(value: Any) -> bool:
+    """None, or a clip range above 0 (inf: no clipping)."""
+    return value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0)
+
+
+def _log_level(value: Any) -> bool:
+    """A level logging knows: a number, or one of its names (``"WARN"`` too; names are case-sensitive)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, str) and isinstance(logging.getLevelName(value), int))
+
+
+def _positive_ints(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(_integer(x) and x >= 1 for x in value)
+
+
+def _conv_filters(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(layer, (list, tuple)) and len(layer) == 3 and _positive_ints(layer) for layer in value
+    )
+
+
+#: Model key -> (what it must be, the test of a value), for the default model (not a "module").
+_MODEL_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "hiddens": ("a list of layer sizes (integers of at least 1)", _positive_ints),
+    "activation": (f"one of {list(ACTIVATIONS)}", lambda v: v in ACTIVATIONS),
+    "conv_filters": ("a list of [channels, kernel, stride] triples of integers of at least 1", _conv_filters),
+    "conv_hidden": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
+    "vf_share_layers": ("true or false", lambda v: isinstance(v, bool)),
+    "free_log_std": ("true or false", lambda v: isinstance(v, bool)),
+}
 
 #: field -> (what it must be, the test of a value). Checked by :meth:`PPOConfig.validate`.
 _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
@@ -115,13 +148,13 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "gamma": ("a number from 0 to 1", lambda v: _number(v) and 0 <= v <= 1),
     "lambda_": ("a number from 0 to 1", lambda v: _number(v) and 0 <= v <= 1),
     "clip_param": ("a number above 0", lambda v: _number(v) and v > 0),
-    "vf_clip_param": ("None or a number above 0", _optional(lambda v: _number(v) and v > 0)),
+    "vf_clip_param": ("None or a number above 0 (inf: no clipping)", _clip),
     "num_epochs": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
     "minibatch_size": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
     "train_batch_size": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
     "entropy_coeff": ("a number", _number),
     "vf_coeff": ("a number of at least 0", lambda v: _number(v) and v >= 0),
-    "grad_clip": ("None or a number above 0", _optional(lambda v: _number(v) and v > 0)),
+    "grad_clip": ("None or a number above 0 (inf: no clipping)", _clip),
     "normalize_advantages": ("true or false", lambda v: isinstance(v, bool)),
     "num_cpus": ("None or an integer of at least 1", _optional(lambda v: _integer(v) and v >= 1)),
     "device": ("'auto', 'cpu', 'cuda' or 'cuda:N'",
@@ -129,14 +162,39 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "torch_threads": ("None or an integer of at least 1", _optional(lambda v: _integer(v) and v >= 1)),
     "sampling_torch_threads": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
     "seed": ("None or an integer of at least 0", _optional(lambda v: _integer(v) and v >= 0)),
-    "log_level": (f"a logging level ({', '.join(_LOG_LEVELS)})", lambda v: isinstance(v, str) and v.upper() in _LOG_LEVELS),
+    "log_level": ("a logging level (a number, or a name such as 'WARNING' or 'INFO')", _log_level),
+    "env_config": ("a dict", lambda v: isinstance(v, Mapping)),
+    "policies": ("a dict of policy id to None, a PolicySpec or a callable", lambda v: isinstance(v, Mapping)),
+    "policy_mapping_fn": ("a function (or its 'module:name' import path)", callable),
+    "policies_to_train": ("None or a list of policy ids", _optional(lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v))),
+    "model": ("a dict of model settings", lambda v: isinstance(v, Mapping)),
 }
+_INTEGER_FIELDS = frozenset(name for name, (what, _) in _FIELD_RULES.items() if "integer" in what)
 
 
-def _check_fields(values: Mapping[str, Any], where: str = "") -> None:
+def _normalized(name: str, value: Any) -> Any:
+    """``value`` in the type its field uses, when that loses nothing: numpy scalars as Python
+    numbers, whole floats as ints in integer fields (``8e2`` from the command line), a
+    ``torch.device`` as its name, a tuple of policy ids as a list. Anything else as it is."""
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and name in _INTEGER_FIELDS and float(value).is_integer():
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if name == "device" and type(value).__module__.startswith("torch"):
+        return str(value)
+    if name == "policies_to_train" and isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _check_fields(values: Mapping[str, Any], where: str = "", rules: Mapping[str, tuple[str, Any]] = _FIELD_RULES) -> None:
     """Raise ConfigError naming the first field of ``values`` that breaks its rule."""
     for name, value in values.items():
-        rule = _FIELD_RULES.get(name)
+        rule = rules.get(name)
         if rule is not None and not rule[1](value):
             raise ConfigError(f"{where}{name} must be {rule[0]}, received {value!r}")
 
@@ -331,19 +389,41 @@ class PPOConfig:
             raise
         return PPO(self, runners=runners)
 
-    def validate(self) -> None:
+    def validate(self, names: Iterable[str] | None = None) -> None:
         """Raise :class:`~marl_core.errors.ConfigError` naming the first field that is out of its
         range or of the wrong type (``lr=-1``, ``gamma=1.5``, ``minibatch_size=0``, ``num_epochs=2.5``),
-        in the config, the policies' ``PolicySpec.config`` overrides or the model settings."""
-        _check_fields({f.name: getattr(self, f.name) for f in fields(self)})
-        if self.policies_to_train is not None and not (
-            isinstance(self.policies_to_train, list) and all(isinstance(p, str) for p in self.policies_to_train)
-        ):
-            raise ConfigError(f"policies_to_train must be None or a list of policy ids, received {self.policies_to_train!r}")
+        in the config, the policies' ``PolicySpec.config`` overrides or the model settings (keys
+        the default model does not read, RLlib's ``fcnet_hiddens`` among them, included).
+
+        Lossless forms are taken and stored in the field's own type: numpy scalars, whole floats
+        in integer fields, a ``torch.device``, a tuple of policy ids.
+
+        Args:
+            names: check only these fields (and the policies' settings when ``policies`` or
+                ``model`` is among them); None: every field.
+        """
+        names = [f.name for f in fields(self)] if names is None else list(names)
+        for name in names:
+            setattr(self, name, _normalized(name, getattr(self, name)))
+        _check_fields({name: getattr(self, name) for name in names})
+        if not {"policies", "model", *PER_POLICY_FIELDS} & set(names):
+            return
         for policy_id, entry in self.policy_entries().items():
             if entry is None or isinstance(entry, PolicySpec):  # a learned policy
-                self.for_policy(entry, policy_id)
-                self.model_for(entry, policy_id)
+                self.check_policy(policy_id, entry)
+
+    def check_policy(self, policy_id: PolicyID, spec: PolicySpec | None) -> None:
+        """Raise :class:`~marl_core.errors.ConfigError` unless the learned policy ``policy_id``'s
+        training overrides and model settings (with this config's) are valid."""
+        self.for_policy(spec, policy_id)
+        model = self.model_for(spec)
+        if "module" not in model:  # a module factory of one's own reads what it likes
+            where = f"policy {policy_id!r}: model "
+            unknown = sorted(set(model) - set(DEFAULT_MODEL))
+            if unknown:
+                raise ConfigError(f"{where}has unknown keys {unknown}; the model reads {sorted(DEFAULT_MODEL)} "
+                                  f"(or pass {{'module': factory}} for a model of your own)")
+            _check_fields(model, where, _MODEL_RULES)
 
     def env_creator(self) -> Callable[[dict], Any]:
         """``creator(env_config) -> env`` from ``env`` (a class, a creator or ``"module:name"``),
@@ -377,26 +457,13 @@ class PPOConfig:
         values.update(overrides)
         return values
 
-    def model_for(self, spec: PolicySpec | None, policy_id: PolicyID | None = None) -> dict[str, Any]:
-        """The model config of one policy: defaults, then ``model``, then the spec's ``model``.
-
-        Raises:
-            ConfigError: a key that no model reads (RLlib's ``fcnet_hiddens`` among them), or an
-                activation that is not one of :data:`ACTIVATIONS`; a ``"module"`` factory takes
-                any key.
-        """
+    def model_for(self, spec: PolicySpec | None) -> dict[str, Any]:
+        """The model config of one policy: defaults, then ``model``, then the spec's ``model``
+        (checked by :meth:`validate`)."""
         out = dict(DEFAULT_MODEL)
         out.update(self.model)
         if spec is not None:
             out.update(spec.model)
-        if "module" not in out:
-            where = (f"policy {policy_id!r}: " if policy_id is not None else "") + "model"
-            unknown = sorted(set(out) - set(DEFAULT_MODEL))
-            if unknown:
-                raise ConfigError(f"{where} has unknown keys {unknown}; the model reads {sorted(DEFAULT_MODEL)} "
-                                  f"(or pass {{'module': factory}} for a model of your own)")
-            if out["activation"] not in ACTIVATIONS:
-                raise ConfigError(f"{where} activation must be one of {list(ACTIVATIONS)}, received {out['activation']!r}")
         return out
 
     # JSON -------------------------------------------------------------------------------------

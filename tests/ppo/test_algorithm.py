@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -52,6 +54,72 @@ def test_overrides_of_a_restored_config_are_checked_too(tmp_path):
         saved = algo.save(tmp_path / "checkpoint")
     with pytest.raises(ConfigError, match="gamma must be a number from 0 to 1, received 2"):
         PPO.from_checkpoint(saved, gamma=2)
+
+
+def test_lossless_forms_of_settings_are_taken_in_their_fields_type():
+    config = _rps_config().training(train_batch_size=200.0, num_epochs=np.int64(2), normalize_advantages=np.True_,
+                                    grad_clip=float("inf"), vf_clip_param=float("inf"))
+    config.resources(device=torch.device("cpu")).debugging(log_level="WARN")
+    config.multi_agent(policies_to_train=("learned",))
+    config.validate()
+    assert (config.train_batch_size, config.num_epochs, config.normalize_advantages) == (200, 2, True)
+    assert type(config.train_batch_size) is int and type(config.num_epochs) is int
+    assert config.device == "cpu" and config.policies_to_train == ["learned"]
+    with config.build() as algo:  # inf clip ranges: no clipping
+        assert algo.train()["num_env_steps_sampled"] == 200
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"log_level": "info"}, "log_level must be a logging level"),  # logging's names are upper case
+        ({"env_config": 5}, "env_config must be a dict, received 5"),
+        ({"policy_mapping_fn": None}, "policy_mapping_fn must be a function"),
+        ({"model": {"hiddens": 64}}, "policy 'learned': model hiddens must be a list of layer sizes"),
+        ({"model": {"conv_filters": [[16, 8]]}}, "model conv_filters must be a list of [channels, kernel, stride] triples"),
+        ({"model": {"fcnet_hiddens": [8]}}, "policy 'learned': model has unknown keys ['fcnet_hiddens']"),
+    ],
+)
+def test_settings_of_the_wrong_form_are_refused_by_name(change, message):
+    config = _rps_config()
+    for name, value in change.items():
+        setattr(config, name, value)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config.build()
+
+
+def test_a_checkpoint_saved_before_the_checks_still_loads(tmp_path):
+    # Settings that were taken (and ignored) when it was saved must not lock it out now.
+    with _rps_config().build() as algo:
+        algo.train()
+        saved = algo.save(tmp_path / "checkpoint")
+    config = json.loads((saved / "config.json").read_text())
+    config["model"]["fcnet_hiddens"] = [8]  # RLlib's name, ignored then
+    config["log_level"] = "WARN"
+    (saved / "config.json").write_text(json.dumps(config))
+    with PPO.from_checkpoint(saved) as restored:
+        assert restored.train()["training_iteration"] == 2
+
+
+def _own_policy(agent_id, episode, **kwargs):
+    return agent_id
+
+
+def test_a_policy_of_another_box_dtype_or_bounds_still_takes_the_agents_observations():
+    # Observation dtypes and bounds do not change the model; action bounds do (clipping).
+    env = HeterogeneousSpacesEnv()
+    box_obs = gym.spaces.Box(-5.0, 5.0, (3,), np.float64)
+    spec = PolicySpec(observation_space=box_obs, action_space=env.get_action_space("box"))
+    config = (PPOConfig().environment(HeterogeneousSpacesEnv)
+              .multi_agent(policies={"box": spec, "discrete": None, "masked": None, "multi": None},
+                           policy_mapping_fn=_own_policy)
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=2).training(train_batch_size=40))
+    with config.build() as algo:
+        assert algo.train()["num_env_steps_sampled"] == 40  # taken: it trains
+    narrower = PolicySpec(observation_space=box_obs, action_space=gym.spaces.Box(-0.5, 0.5, (2,), np.float32))
+    config.multi_agent(policies={"box": narrower, "discrete": None, "masked": None, "multi": None})
+    with config.build() as algo, pytest.raises(SpaceError, match="agent 'box' is mapped to policy 'box'"):
+        algo.train()
 
 
 def test_tiny_end_to_end_run_reports_metrics_per_policy():

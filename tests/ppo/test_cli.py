@@ -151,14 +151,14 @@ def test_bad_settings_are_refused_with_status_2_before_anything_starts(tmp_path,
 
 
 def test_an_env_that_does_not_import_is_refused_with_status_2(tmp_path, capsys):
-    # After the config checks passed: the run directory made for the run goes again.
-    out = tmp_path / "run"
+    # After the config checks passed: the run directory made for the run goes again, parents too.
+    out = tmp_path / "runs" / "run"
     assert main(["rps", "--iterations", "1", "--out", str(out), "--set", "num_env_runners=0",
                  "--set", "env=no_such_package.envs:Env"]) == 2
     err = capsys.readouterr().err
     assert "env must be a 'module:name' import path, received 'no_such_package.envs:Env', which does not import" in err
     assert "ModuleNotFoundError: No module named 'no_such_package'" in err
-    assert not out.exists()
+    assert not (tmp_path / "runs").exists()
 
 
 def test_the_mapping_fn_can_be_set_by_its_import_path(tmp_path):
