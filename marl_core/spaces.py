@@ -401,26 +401,28 @@ def _array_from_json(data: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
     return np.asarray(values, dtype=np.float64 if infinite and dtype.kind != "f" else dtype).reshape(shape)
 
 
-def same_layout(space: spaces.Space, other: spaces.Space, *, bounds: bool = False) -> bool:
-    """Whether values of ``space`` fit where a model built for ``other`` reads (or, with
-    ``bounds``, writes) its values: the same space up to Box dtypes, and Box bounds unless
-    ``bounds`` (a uint8 Box is an image either way or neither); Dict and Tuple member by member.
+def same_layout(space: spaces.Space, other: spaces.Space) -> bool:
+    """Whether values of ``space`` fit where a model built for ``other`` reads its values: the
+    same space up to Box bounds and to Box dtypes that cast safely to ``other``'s (a uint8 Box
+    is an image either way or neither); Dict and Tuple member by member.
 
     Example:
         >>> same_layout(spaces.Box(0, 1, (3,)), spaces.Box(-5, 5, (3,))), same_layout(spaces.Discrete(2), spaces.Discrete(3))
         (True, False)
     """
     if isinstance(space, spaces.Box) and isinstance(other, spaces.Box):
-        if space.shape != other.shape or (space.dtype == np.uint8) != (other.dtype == np.uint8):
-            return False
-        return not bounds or (np.array_equal(space.low, other.low) and np.array_equal(space.high, other.high))
+        return (
+            space.shape == other.shape
+            and (space.dtype == np.uint8) == (other.dtype == np.uint8)
+            and bool(np.can_cast(space.dtype, other.dtype, "safe"))
+        )
     if isinstance(space, spaces.Dict) and isinstance(other, spaces.Dict):
         return space.spaces.keys() == other.spaces.keys() and all(
-            same_layout(sub, other.spaces[key], bounds=bounds) for key, sub in space.spaces.items()
+            same_layout(sub, other.spaces[key]) for key, sub in space.spaces.items()
         )
     if isinstance(space, spaces.Tuple) and isinstance(other, spaces.Tuple):
         return len(space) == len(other) and all(
-            same_layout(sub, other_sub, bounds=bounds) for sub, other_sub in zip(space.spaces, other.spaces, strict=True)
+            same_layout(sub, other_sub) for sub, other_sub in zip(space.spaces, other.spaces, strict=True)
         )
     return bool(space == other)
 

@@ -80,15 +80,20 @@ class PPO:
         sampling_stream: 0 for a new run, one more at each restore from a checkpoint.
     """
 
-    def __init__(self, config: PPOConfig, *, runners: RunnerGroup | None = None, sampling_stream: int = 0) -> None:
+    def __init__(self, config: PPOConfig, *, runners: RunnerGroup | None = None, sampling_stream: int = 0,
+                 check: bool = True) -> None:
         """Build from ``config``; ``runners``, when given, are this config's runners, already started
         (:meth:`PPOConfig.build` starts them before torch loads, so both happen at once).
-        ``sampling_stream`` selects the samplers' random streams (see "Seeding" above).
+        ``sampling_stream`` selects the samplers' random streams (see "Seeding" above). ``check``
+        runs :meth:`PPOConfig.validate` (a checkpoint's saved config is taken as saved instead).
         """
         self.runners = runners
         self.sampling_stream = int(sampling_stream)
         self.sampler: Sampler | None = None
         try:
+            if check:
+                config = config.copy()
+                config.validate()
             self._setup(config.copy())
         except BaseException:
             self.stop()
@@ -218,8 +223,8 @@ class PPO:
         """
         if policy_id in self.policies:
             raise ConfigError(f"policy {policy_id!r} exists already; policies: {sorted(self.policies)}")
-        if policy is None or isinstance(policy, PolicySpec):
-            self.config.check_policy(policy_id, policy)
+        if policy is None or isinstance(policy, PolicySpec):  # its own settings (a restored config's stay as saved)
+            self.config.check_policy(policy_id, policy, model_keys=policy.model if policy is not None else ())
         if policy_mapping_fn is not None:
             self.config.policy_mapping_fn = policy_mapping_fn
         self._install(policy_id, policy, weights_from)

@@ -138,7 +138,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         raise CheckpointError(f"{state_file} cannot be read (a damaged checkpoint?): {error}") from error
     if state.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"checkpoint format {state.get('format')!r}; this version reads {FORMAT_VERSION}")
-    algo = cls(config, sampling_stream=int(state.get("sampling_stream", 0)) + 1)
+    algo = cls(config, sampling_stream=int(state.get("sampling_stream", 0)) + 1, check=False)
     try:
         missing = sorted(set(state["policies"]) - set(algo.policies))
         if missing:
@@ -153,7 +153,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                 why = "a different model config or spaces than when saved?"
                 if "log_std" in saved["module"] and getattr(algo.policies[policy_id].module, "log_std", 0) is None:
                     why = ("saved with a free log std, which free_log_std=False did not change in versions before it "
-                           "was implemented: load it with model={'free_log_std': True}")
+                           f"was implemented: load it with model={ {**config.model, 'free_log_std': True} !r}")
                 raise CheckpointError(
                     f"the saved weights of policy {policy_id!r} do not fit the model built from the config ({why}): {error}"
                 ) from error

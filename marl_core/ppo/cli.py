@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             changed.add(name)
     minutes = args.minutes if args.minutes is not None else (None if args.iterations else preset.default_minutes)
     out = args.out or Path("runs") / f"{preset.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out = Path(os.path.normpath(out))  # "a/../b" is b: the directories made for the run are b's
     start = time.monotonic()
     deadline = start + 60 * minutes if minutes is not None else math.inf
     if args.resume is not None:

@@ -131,8 +131,8 @@ _MODEL_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "activation": (f"one of {list(ACTIVATIONS)}", lambda v: v in ACTIVATIONS),
     "conv_filters": ("a list of [channels, kernel, stride] triples of integers of at least 1", _conv_filters),
     "conv_hidden": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
-    "vf_share_layers": ("true or false", lambda v: isinstance(v, bool)),
-    "free_log_std": ("true or false", lambda v: isinstance(v, bool)),
+    "vf_share_layers": ("true or false", lambda v: isinstance(v, (bool, np.bool_))),
+    "free_log_std": ("true or false", lambda v: isinstance(v, (bool, np.bool_))),
 }
 
 #: field -> (what it must be, the test of a value). Checked by :meth:`PPOConfig.validate`.
@@ -188,6 +188,8 @@ def _normalized(name: str, value: Any) -> Any:
         return str(value)
     if name == "policies_to_train" and isinstance(value, tuple):
         return list(value)
+    if name == "policy_mapping_fn" and isinstance(value, str):
+        return _import_path(value, name)
     return value
 
 
@@ -406,18 +408,23 @@ class PPOConfig:
         for name in names:
             setattr(self, name, _normalized(name, getattr(self, name)))
         _check_fields({name: getattr(self, name) for name in names})
-        if not {"policies", "model", *PER_POLICY_FIELDS} & set(names):
+        named = set(names)
+        if not {"policies", "model", *PER_POLICY_FIELDS} & named:
             return
+        models = bool({"policies", "model"} & named)  # a training override leaves the saved models be
         for policy_id, entry in self.policy_entries().items():
             if entry is None or isinstance(entry, PolicySpec):  # a learned policy
-                self.check_policy(policy_id, entry)
+                self.check_policy(policy_id, entry, model_keys=None if models else ())
 
-    def check_policy(self, policy_id: PolicyID, spec: PolicySpec | None) -> None:
+    def check_policy(self, policy_id: PolicyID, spec: PolicySpec | None, *, model_keys: Iterable[str] | None = None) -> None:
         """Raise :class:`~marl_core.errors.ConfigError` unless the learned policy ``policy_id``'s
-        training overrides and model settings (with this config's) are valid."""
+        training overrides and model settings (with this config's) are valid; ``model_keys``:
+        check only these model keys (None: all)."""
         self.for_policy(spec, policy_id)
         model = self.model_for(spec)
         if "module" not in model:  # a module factory of one's own reads what it likes
+            if model_keys is not None:
+                model = {key: model[key] for key in model_keys if key in model}
             where = f"policy {policy_id!r}: model "
             unknown = sorted(set(model) - set(DEFAULT_MODEL))
             if unknown:

@@ -274,13 +274,14 @@ class Sampler:
         return policy_id
 
     def _check_fit(self, agent_id: AgentID, policy_id: PolicyID) -> None:
-        """Raise unless the learned policy ``policy_id`` takes ``agent_id``'s spaces: spaces of
-        the same layout (:func:`~marl_core.spaces.same_layout`), with the same action bounds."""
+        """Raise unless the learned policy ``policy_id`` takes ``agent_id``'s spaces: the same
+        action space (actions go out in the policy's dtype and bounds), and an observation space
+        of the same layout (:func:`~marl_core.spaces.same_layout`)."""
         spec = self.specs.get(policy_id)
         if spec is not None and policy_id not in self._fixed:
             obs_space = self.vector.get_observation_space(agent_id)
             act_space = self.vector.get_action_space(agent_id)
-            if not (same_layout(act_space, spec.action_space, bounds=True) and same_layout(obs_space, spec.observation_space)):
+            if act_space != spec.action_space or not same_layout(obs_space, spec.observation_space):
                 raise SpaceError(
                     f"agent {agent_id!r} is mapped to policy {policy_id!r}, whose spaces are observation "
                     f"{spec.observation_space} and action {spec.action_space}, but the agent's are observation "

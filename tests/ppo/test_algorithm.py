@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from examples.rock_paper_scissors import RockPaperScissors
+from marl_core import MultiAgentEnv
 from marl_core.errors import CheckpointError, ConfigError, SpaceError
 from marl_core.ppo import PPO, PolicySpec, PPOConfig
 from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
+from marl_core.spaces import check_action_dict
 from tests.fixtures.envs import HeterogeneousSpacesEnv, JoinLeaveEnv, ManyAgentsEnv, TicTacToe
 from tests.ppo.helpers import TwoMoveGame
 
@@ -120,6 +122,89 @@ def test_a_policy_of_another_box_dtype_or_bounds_still_takes_the_agents_observat
     config.multi_agent(policies={"box": narrower, "discrete": None, "masked": None, "multi": None})
     with config.build() as algo, pytest.raises(SpaceError, match="agent 'box' is mapped to policy 'box'"):
         algo.train()
+
+
+class _TwoBoxAgents(MultiAgentEnv):
+    """Agents "box" and "other" acting at once for 5 steps, one Box space each; one policy
+    (built from "box") serves both."""
+
+    def __init__(self, obs_dtype=np.float32, act_dtype=np.float32):
+        super().__init__()
+        self.agents = self.possible_agents = ["box", "other"]
+        self.observation_spaces = {"box": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+                                   "other": gym.spaces.Box(-1.0, 1.0, (3,), obs_dtype)}
+        self.action_spaces = {"box": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                              "other": gym.spaces.Box(-1.0, 1.0, (2,), act_dtype)}
+        self.t = 0
+
+    def _obs(self):
+        return {a: np.full(3, 0.5, self.observation_spaces[a].dtype) for a in self.agents}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action_dict):
+        check_action_dict(self, action_dict, self.agents)
+        self.t += 1
+        done = self.t >= 5
+        return self._obs(), dict.fromkeys(self.agents, 1.0), {"__all__": done}, {"__all__": False}, {}
+
+
+@pytest.mark.parametrize(("obs_dtype", "act_dtype", "fits"), [
+    (np.float16, np.float32, True),  # casts safely to the policy's float32
+    (np.float64, np.float32, False),  # would be truncated
+    (np.float32, np.float64, False),  # actions go out in the policy's float32
+])
+def test_a_shared_policy_takes_only_agents_whose_values_it_keeps(obs_dtype, act_dtype, fits):
+    def factory(config):
+        return _TwoBoxAgents(obs_dtype, act_dtype)
+
+    config = PPOConfig().environment(factory).env_runners(num_env_runners=0, num_envs_per_env_runner=2).training(train_batch_size=20)
+    with config.build() as algo:
+        if fits:
+            assert algo.train()["num_env_steps_sampled"] == 20
+        else:
+            with pytest.raises(SpaceError, match="agent 'other' is mapped to policy 'default_policy'"):
+                algo.train()
+
+
+def test_a_checkpoint_from_before_free_log_std_worked_says_how_to_load_it(tmp_path):
+    config = (PPOConfig().environment(lambda config: _TwoBoxAgents())
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=1).training(train_batch_size=10, model={"hiddens": [8]}))
+    with config.build() as algo:
+        saved = algo.save(tmp_path / "checkpoint")
+    data = json.loads((saved / "config.json").read_text())
+    data["model"]["free_log_std"] = False  # a no-op before it was implemented: the weights have a free log std
+    (saved / "config.json").write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match=re.escape("load it with model={'hiddens': [8], 'free_log_std': True}")):
+        PPO.from_checkpoint(saved, env=lambda config: _TwoBoxAgents())
+    with PPO.from_checkpoint(saved, env=lambda config: _TwoBoxAgents(), model={"hiddens": [8], "free_log_std": True}) as restored:
+        assert restored.train()["num_env_steps_sampled"] == 10
+
+
+def test_a_config_handed_to_ppo_directly_is_checked():
+    with pytest.raises(ConfigError, match=r"gamma must be a number from 0 to 1, received 1\.5"):
+        PPO(_rps_config().training(gamma=1.5))
+
+
+def test_a_mapping_fn_may_be_given_by_its_import_path_anywhere():
+    config = _rps_config().multi_agent(policy_mapping_fn="marl_core.ppo.presets:rps_policy_mapping_fn")
+    with config.build() as algo:
+        assert algo.config.policy_mapping_fn is rps_policy_mapping_fn
+
+
+def test_a_restored_config_keeps_its_saved_model_through_overrides_and_new_policies(tmp_path):
+    with _rps_config().build() as algo:
+        algo.train()
+        saved = algo.save(tmp_path / "checkpoint")
+    config = json.loads((saved / "config.json").read_text())
+    config["model"]["vf_share_layers"] = 0  # taken (as false) before the checks
+    (saved / "config.json").write_text(json.dumps(config))
+    with PPO.from_checkpoint(saved, lr=1e-4) as restored:
+        restored.add_policy("extra", PolicySpec(model={"vf_share_layers": np.True_}))
+        assert restored.train()["training_iteration"] == 2
 
 
 def test_tiny_end_to_end_run_reports_metrics_per_policy():

@@ -161,6 +161,14 @@ def test_an_env_that_does_not_import_is_refused_with_status_2(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_directory_that_existed_is_never_removed(tmp_path, monkeypatch):
+    # "scratch/../runs/r1" is runs/r1: runs/ existed, so only r1 was made for the run.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    assert main(["rps", "--out", "scratch/../runs/r1", "--set", "num_env_runners=0", "--set", "env=no_such_package:Env"]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"] and not any((tmp_path / "runs").iterdir())
+
+
 def test_the_mapping_fn_can_be_set_by_its_import_path(tmp_path):
     from marl_core.ppo.config import PPOConfig
     from marl_core.ppo.presets import rps_policy_mapping_fn
