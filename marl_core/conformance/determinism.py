@@ -92,7 +92,11 @@ def same(a: Any, b: Any, depth: int = 0) -> bool:
     try:
         return bool(a == b)
     except Exception:  # no single truth value (a torch tensor): compare as numpy arrays
-        pass
+        return _same_as_arrays(a, b)
+
+
+def _same_as_arrays(a: Any, b: Any) -> bool:
+    """Array-likes of one type compared as numpy arrays (by identity when they are no arrays)."""
     try:
         x, y = np.asarray(a), np.asarray(b)
     except Exception:

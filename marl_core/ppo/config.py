@@ -99,6 +99,10 @@ def _integer(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _int_at_least(low: int) -> Callable[[Any], bool]:
+    return lambda value: _integer(value) and value >= low
+
+
 def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda value: value is None or check(value)
 
@@ -130,38 +134,38 @@ _MODEL_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "hiddens": ("a list of layer sizes (integers of at least 1)", _positive_ints),
     "activation": (f"one of {list(ACTIVATIONS)}", lambda v: v in ACTIVATIONS),
     "conv_filters": ("a list of [channels, kernel, stride] triples of integers of at least 1", _conv_filters),
-    "conv_hidden": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
+    "conv_hidden": ("an integer of at least 1", _int_at_least(1)),
     "vf_share_layers": ("true or false", lambda v: isinstance(v, (bool, np.bool_))),
     "free_log_std": ("true or false", lambda v: isinstance(v, (bool, np.bool_))),
 }
 
 #: field -> (what it must be, the test of a value). Checked by :meth:`PPOConfig.validate`.
 _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "num_env_runners": ("an integer of at least 0", lambda v: _integer(v) and v >= 0),
-    "num_envs_per_env_runner": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
-    "rollout_fragment_length": ("'auto' or an integer of at least 1", lambda v: v == "auto" or (_integer(v) and v >= 1)),
-    "max_runner_restarts": ("an integer of at least 0", lambda v: _integer(v) and v >= 0),
-    "max_env_errors_in_a_row": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
+    "num_env_runners": ("an integer of at least 0", _int_at_least(0)),
+    "num_envs_per_env_runner": ("an integer of at least 1", _int_at_least(1)),
+    "rollout_fragment_length": ("'auto' or an integer of at least 1", lambda v: v == "auto" or _int_at_least(1)(v)),
+    "max_runner_restarts": ("an integer of at least 0", _int_at_least(0)),
+    "max_env_errors_in_a_row": ("an integer of at least 1", _int_at_least(1)),
     "vector_mode": ("'sync' or 'async'", lambda v: v in ("sync", "async")),
-    "vector_num_workers": ("None or an integer of at least 1", _optional(lambda v: _integer(v) and v >= 1)),
+    "vector_num_workers": ("None or an integer of at least 1", _optional(_int_at_least(1))),
     "lr": ("a number above 0", lambda v: _number(v) and v > 0),
     "gamma": ("a number from 0 to 1", lambda v: _number(v) and 0 <= v <= 1),
     "lambda_": ("a number from 0 to 1", lambda v: _number(v) and 0 <= v <= 1),
     "clip_param": ("a number above 0", lambda v: _number(v) and v > 0),
     "vf_clip_param": ("None or a number above 0 (inf: no clipping)", _clip),
-    "num_epochs": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
-    "minibatch_size": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
-    "train_batch_size": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
+    "num_epochs": ("an integer of at least 1", _int_at_least(1)),
+    "minibatch_size": ("an integer of at least 1", _int_at_least(1)),
+    "train_batch_size": ("an integer of at least 1", _int_at_least(1)),
     "entropy_coeff": ("a number", _number),
     "vf_coeff": ("a number of at least 0", lambda v: _number(v) and v >= 0),
     "grad_clip": ("None or a number above 0 (inf: no clipping)", _clip),
     "normalize_advantages": ("true or false", lambda v: isinstance(v, bool)),
-    "num_cpus": ("None or an integer of at least 1", _optional(lambda v: _integer(v) and v >= 1)),
+    "num_cpus": ("None or an integer of at least 1", _optional(_int_at_least(1))),
     "device": ("'auto', 'cpu', 'cuda' or 'cuda:N'",
                lambda v: isinstance(v, str) and (v in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", v) is not None)),
-    "torch_threads": ("None or an integer of at least 1", _optional(lambda v: _integer(v) and v >= 1)),
-    "sampling_torch_threads": ("an integer of at least 1", lambda v: _integer(v) and v >= 1),
-    "seed": ("None or an integer of at least 0", _optional(lambda v: _integer(v) and v >= 0)),
+    "torch_threads": ("None or an integer of at least 1", _optional(_int_at_least(1))),
+    "sampling_torch_threads": ("an integer of at least 1", _int_at_least(1)),
+    "seed": ("None or an integer of at least 0", _optional(_int_at_least(0))),
     "log_level": ("a logging level (a number, or a name such as 'WARNING' or 'INFO')", _log_level),
     "env_config": ("a dict", lambda v: isinstance(v, Mapping)),
     "policies": ("a dict of policy id to None, a PolicySpec or a callable", lambda v: isinstance(v, Mapping)),
