@@ -46,7 +46,7 @@ from marl_core.errors import (
     SpaceError,
     UnknownAgentError,
 )
-from marl_core.spaces import check_acting, is_masked
+from marl_core.spaces import check_acting, is_masked, is_sequence_of
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +81,9 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         - **Observations:** slot ``i`` holds member ``i``'s latest observation. A member that has
           ended keeps its final observation; a member not seen yet holds the "zero" of its
           space (zeros clipped into Box bounds, the first value of a Discrete).
-        - **Actions:** a group's action is a tuple with one slot per member; only the slots of
-          the members asked to act are sent to the env, the others (ended members) are ignored.
+        - **Actions:** a group's action is a tuple with one slot per member (a list, or a numpy
+          array with one row per member, as gymnasium's ``Tuple`` takes); only the slots of the
+          members asked to act are sent to the env, the others (ended members) are ignored.
         - **Rewards:** a group's reward in a step is the sum of its members' rewards in that
           step (a member without a reward counts 0), present whenever any member got one.
           ``infos[group]["individual_rewards"]`` maps every member to its reward summed since
@@ -248,7 +249,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
             if members is None:
                 inner[agent_id] = action
                 continue
-            if not isinstance(action, (tuple, list)) or len(action) != len(members):
+            if not is_sequence_of(action, len(members)):
                 raise InvalidActionError(
                     agent_id,
                     f"a tuple of {len(members)} actions, one per member of {members}",

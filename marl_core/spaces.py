@@ -171,6 +171,8 @@ def _(space: spaces.Dict, value: Any, path: str) -> str | None:
 def _(space: spaces.Tuple, value: Any, path: str) -> str | None:
     if isinstance(value, list):
         return f"{_where(path)}a list of {len(value)} where the space needs a tuple of {len(space)}"
+    if isinstance(value, np.ndarray) and value.ndim >= 1:
+        return f"{_where(path)}an array of {len(value)} rows where the space needs a tuple of {len(space)}"
     if not isinstance(value, tuple):
         return f"{_where(path)}a {type(value).__name__} where the space needs a tuple of {len(space)}"
     if len(value) != len(space):
@@ -195,15 +197,15 @@ def check_action(
 ) -> None:
     """Raise unless ``action`` is in ``space`` and, for Discrete spaces, allowed by ``mask``.
 
-    A Tuple space takes a list as well as a tuple, as grouped agents
-    (:class:`~marl_core.grouping.GroupAgentsWrapper`) and gymnasium's ``contains`` do.
+    A Tuple space takes a list or a numpy array (its rows) as well as a tuple, as grouped
+    agents (:class:`~marl_core.grouping.GroupAgentsWrapper`) and gymnasium's ``contains`` do.
 
     Raises:
         InvalidActionError: the action is not in the space.
         IllegalActionError: the action is in the space but masked out.
     """
     reason = why_not_contained(space, action)
-    if reason is not None and isinstance(space, (spaces.Tuple, spaces.Dict)):  # lists for tuples, maybe
+    if reason is not None and isinstance(space, (spaces.Tuple, spaces.Dict)):  # lists or arrays for tuples, maybe
         reason = why_not_contained(space, _lists_as_tuples(space, action))
     if reason is not None:
         raise InvalidActionError(agent_id, f"an action in {space}", action, reason)
@@ -215,13 +217,21 @@ def check_action(
 
 
 def _lists_as_tuples(space: spaces.Space, action: Any) -> Any:
-    """``action`` with the lists it holds at Tuple spaces read as tuples (for checking only)."""
-    if isinstance(space, spaces.Tuple) and isinstance(action, (list, tuple)) and len(action) == len(space.spaces):
+    """``action`` with the lists and arrays it holds at Tuple spaces read as tuples (for checking only)."""
+    if isinstance(space, spaces.Tuple) and is_sequence_of(action, len(space.spaces)):
         return tuple(_lists_as_tuples(sub, item) for sub, item in zip(space.spaces, action, strict=True))
     if isinstance(space, spaces.Dict) and isinstance(action, Mapping):
         return {key: _lists_as_tuples(space.spaces[key], item) if key in space.spaces else item
                 for key, item in action.items()}
     return action
+
+
+def is_sequence_of(value: Any, length: int) -> bool:
+    """True for a tuple, list or numpy array (of at least one dimension) of ``length`` items:
+    the forms a Tuple space's value takes, as in gymnasium's ``Tuple.contains``."""
+    if isinstance(value, np.ndarray):
+        return value.ndim >= 1 and len(value) == length
+    return isinstance(value, (tuple, list)) and len(value) == length
 
 
 def check_action_dict(env: Any, action_dict: Mapping[AgentID, Any], acting: Iterable[AgentID]) -> None:

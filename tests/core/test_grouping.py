@@ -430,6 +430,22 @@ def test_bad_action_dicts_raise_before_the_env_steps() -> None:
     assert env.env.num_moves == 0
 
 
+
+def test_a_groups_action_may_be_an_array_with_one_row_per_member() -> None:
+    # gymnasium's Tuple takes an array's rows as its slots; the grouped env and its vector do too.
+    env = RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]})
+    env.reset(seed=0)
+    _, rewards, *_ = env.step({"team": np.array([1, 0])})  # paper beats rock
+    assert env.env.num_moves == 1 and rewards["team"] == 0.0
+    with pytest.raises(InvalidActionError, match=r"agent 'team': expected a tuple of 2 actions.*received array\(\[1\]\)"):
+        env.step({"team": np.array([1])})
+    with VectorMultiAgentEnv([lambda: RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]})], "sync") as venv:
+        venv.reset(seed=0)
+        (obs,), (rewards,) = venv.step([{"team": np.array([2, 1], np.int8)}])[:2]
+        assert set(obs) == {"team"} and rewards["team"] == 0.0
+        with pytest.raises(VectorEnvError, match=r"env 0: invalid action for agent 'team'.*at \[0\]: 3 is outside"):
+            venv.step([{"team": np.array([3, 1])}])
+
 # Conformance --------------------------------------------------------------------------------
 
 

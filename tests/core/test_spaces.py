@@ -219,3 +219,45 @@ def test_grouped_members_get_legal_actions_from_their_slot_masks() -> None:
     for _ in range(30):
         first, second, third = sample_action_for(action_space, observation, rng, "team")
         assert (first, second) == (2, 0) and third in (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("action", "valid"),
+    [
+        (np.array([1, 2]), True),
+        (np.array([1, 2], np.int8), True),
+        ([np.int64(1), 2], True),
+        ((1, 2), True),
+        (np.array([1, 3]), False),
+        (np.array([1.0, 2.0]), False),
+        (np.array([1, 2, 0]), False),
+        (np.array([[1, 2]]), False),
+    ],
+)
+def test_tuple_actions_take_the_forms_gymnasium_takes(action: object, valid: bool) -> None:
+    # A Tuple space takes a tuple, a list or an array (its rows), exactly as gymnasium's contains.
+    space = spaces.Tuple((spaces.Discrete(3), spaces.Discrete(3)))
+    assert space.contains(action) == valid
+    if valid:
+        check_action("team", space, action)
+    else:
+        with pytest.raises(InvalidActionError, match="agent 'team'"):
+            check_action("team", space, action)
+
+
+def test_zero_dimensional_array_for_a_tuple_is_refused_with_our_error() -> None:
+    # gymnasium's contains raises TypeError here (len() of an unsized object).
+    with pytest.raises(InvalidActionError, match=r"agent 'team'.*a ndarray where the space needs a tuple of 2"):
+        check_action("team", spaces.Tuple((spaces.Discrete(3), spaces.Discrete(3))), np.array(1))
+
+
+def test_tuple_of_boxes_takes_an_array_row_per_slot() -> None:
+    space = spaces.Tuple((spaces.Box(-1, 1, (2,)), spaces.Box(-1, 1, (2,))))
+    check_action("team", space, np.zeros((2, 2), np.float32))
+    with pytest.raises(InvalidActionError, match=r"at \[1\]: .*outside"):
+        check_action("team", space, np.array([[0, 0], [0, 5]], np.float32))
+
+
+def test_an_array_of_the_wrong_length_for_a_tuple_says_so() -> None:
+    with pytest.raises(InvalidActionError, match="an array of 3 rows where the space needs a tuple of 2"):
+        check_action("team", spaces.Tuple((spaces.Discrete(3), spaces.Discrete(3))), np.array([1, 2, 0]))
