@@ -45,7 +45,7 @@ from marl_core.errors import (
     ResetNeededError,
     UnsupportedEnvError,
 )
-from marl_core.spaces import action_mask_of, check_acting, check_action
+from marl_core.spaces import action_masks_of, check_acting, check_action
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class MultiAgentAECEnv(AECEnv):
         - **Seeding and chance:** ``reset(seed=s)`` resets the MultiAgentEnv with ``seed=s``.
         - **Masks:** the MultiAgentEnv's Dict observations (with ``"action_mask"``) pass through.
           With ``check_legal`` (the default), ``step`` refuses an action that the agent's mask
-          forbids, before it is buffered: an action buffered now could only be refused once the
+          (or, for a grouped agent, a member's mask in its slot) forbids, before it is buffered: an action buffered now could only be refused once the
           last agent has acted, when it can no longer be taken back.
         - Bad input (an action outside the space, a masked action, a step before ``reset`` or
           after the end) raises, and the state is unchanged: the same agent must act again.
@@ -168,7 +168,7 @@ class MultiAgentAECEnv(AECEnv):
             self._remove(self._dead.popleft())
             self._select()
             return
-        mask = action_mask_of(self._observations.get(agent_id)) if self.check_legal else None
+        mask = action_masks_of(self._observations.get(agent_id)) if self.check_legal else None
         check_action(agent_id, self.action_space(agent_id), action, mask)
         if len(self._pending) > 1:
             self._buffer[agent_id] = action
@@ -297,7 +297,8 @@ class MultiAgentParallelEnv(ParallelEnv):
         - **Seeding and chance:** ``reset(seed=s)`` resets the MultiAgentEnv with ``seed=s``.
         - **Masks** pass through in the Dict observations; ``"__common__"`` infos stay in infos.
           With ``check_legal`` (the default), ``step`` refuses an action that the agent's mask
-          forbids, before the MultiAgentEnv steps.
+          (or, for a grouped agent, a member's mask in its slot) forbids, before the
+          MultiAgentEnv steps.
     """
 
     def __init__(self, env: MultiAgentEnv, *, check_legal: bool = True) -> None:
@@ -335,7 +336,7 @@ class MultiAgentParallelEnv(ParallelEnv):
         check_acting(actions, acting)
         observations = self._observations
         for agent_id in acting:
-            mask = action_mask_of(observations.get(agent_id)) if self.check_legal else None
+            mask = action_masks_of(observations.get(agent_id)) if self.check_legal else None
             check_action(agent_id, self.action_space(agent_id), actions[agent_id], mask)
         obs, rewards, terminateds, truncateds, infos = self.env.step(dict(actions))
         all_terminated = bool(terminateds.get(ALL, False))

@@ -100,10 +100,11 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
           members' latest observations, and the infos carry ``individual_rewards``).
         - **Chance, simultaneous moves, seeding:** those of the wrapped env.
         - **Masks** stay inside each member's slot: a group's Tuple observation holds each
-          member's canonical masked observation. ``RandomPolicy``, the checker and
-          :func:`marl_core.spaces.sample_action_for` read each slot's mask; code that only reads
-          top-level masks does not (the PPO trainer, ``VectorMultiAgentEnv``'s action checks),
-          so construction logs a warning when a member is masked.
+          member's canonical masked observation. ``RandomPolicy``, the checker,
+          :func:`marl_core.spaces.sample_action_for`, ``VectorMultiAgentEnv``'s action checks and
+          ``to_aec`` / ``to_parallel`` (:func:`marl_core.spaces.action_masks_of`) read each
+          slot's mask; code that only reads top-level masks does not (the PPO trainer), so
+          construction logs a warning when a member is masked.
     """
 
     def __init__(

@@ -52,6 +52,24 @@ def action_mask_of(observation: Any) -> np.ndarray | None:
     return None
 
 
+# One mask per slot of a Tuple action space (None: that slot has none).
+SlotMasks = tuple[np.ndarray | None, ...]
+
+
+def action_masks_of(observation: Any) -> np.ndarray | SlotMasks | None:
+    """Every mask that governs the action of an agent that sees ``observation``.
+
+    The canonical top-level mask, or, for a tuple of member observations (a grouped agent,
+    see :class:`~marl_core.grouping.GroupAgentsWrapper`), the mask of each slot (None for a
+    slot without one); None when there is no mask. :func:`check_action` takes either form.
+    """
+    mask = action_mask_of(observation)
+    if mask is not None or type(observation) is not tuple:
+        return mask
+    slots = tuple(action_mask_of(item) for item in observation)
+    return slots if any(slot is not None for slot in slots) else None
+
+
 def action_mask_size(action_space: spaces.Space) -> int | None:
     """How many entries a mask for ``action_space`` has (None: masks do not apply)."""
     if isinstance(action_space, spaces.Discrete):
@@ -193,27 +211,41 @@ def _short(value: Any) -> str:
 
 
 def check_action(
-    agent_id: AgentID, space: spaces.Space, action: Any, mask: np.ndarray | None = None
+    agent_id: AgentID, space: spaces.Space, action: Any, mask: np.ndarray | SlotMasks | None = None
 ) -> None:
     """Raise unless ``action`` is in ``space`` and, for Discrete spaces, allowed by ``mask``.
 
     A Tuple space takes a list or a numpy array (its rows) as well as a tuple, as grouped
     agents (:class:`~marl_core.grouping.GroupAgentsWrapper`) and gymnasium's ``contains`` do.
+    For a Tuple space, ``mask`` may hold one mask per slot (see :func:`action_masks_of`): each
+    Discrete slot's action must be legal under its mask, except in a slot whose mask allows
+    nothing, which belongs to a member that does not act now (the group ignores that slot).
 
     Raises:
         InvalidActionError: the action is not in the space.
-        IllegalActionError: the action is in the space but masked out.
+        IllegalActionError: the action (or a slot's action) is in the space but masked out.
     """
     reason = why_not_contained(space, action)
     if reason is not None and isinstance(space, (spaces.Tuple, spaces.Dict)):  # lists or arrays for tuples, maybe
         reason = why_not_contained(space, _lists_as_tuples(space, action))
     if reason is not None:
         raise InvalidActionError(agent_id, f"an action in {space}", action, reason)
-    if mask is not None and isinstance(space, spaces.Discrete):
-        index = int(action) - int(space.start)
-        if not mask[index]:
-            legal = [int(i) + int(space.start) for i in np.flatnonzero(mask)]
-            raise IllegalActionError(agent_id, action, legal, hint="masked out by its action_mask")
+    if mask is None:
+        return
+    if type(mask) is not tuple:
+        _check_legal(agent_id, space, action, mask, "masked out by its action_mask")
+    elif isinstance(space, spaces.Tuple) and len(mask) == len(space.spaces):
+        for slot, (sub, slot_mask) in enumerate(zip(space.spaces, mask, strict=True)):
+            if slot_mask is not None and np.any(slot_mask):
+                hint = f"in slot {slot} of {_short(action)}, masked out by that slot's action_mask"
+                _check_legal(agent_id, sub, action[slot], slot_mask, hint)
+
+
+def _check_legal(agent_id: AgentID, space: spaces.Space, action: Any, mask: np.ndarray, hint: str) -> None:
+    """Raise unless the Discrete ``action`` (in ``space``) is allowed by ``mask``."""
+    if isinstance(space, spaces.Discrete) and not mask[int(action) - int(space.start)]:
+        legal = [int(i) + int(space.start) for i in np.flatnonzero(mask)]
+        raise IllegalActionError(agent_id, action, legal, hint=hint)
 
 
 def _lists_as_tuples(space: spaces.Space, action: Any) -> Any:

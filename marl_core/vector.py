@@ -42,7 +42,7 @@ from marl_core.errors import (
     SpaceError,
     VectorEnvError,
 )
-from marl_core.spaces import action_mask_of, check_acting, check_action
+from marl_core.spaces import SlotMasks, action_masks_of, check_acting, check_action
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +66,9 @@ class VectorMultiAgentEnv:
             processes (board games), or when there are more envs than CPU cores.
         check_actions: validate every action dict in this process before any env steps: the
             keys must be exactly the agents asked to act, every action inside its space and, for
-            masked Discrete actions, legal. A bad dict then raises with nothing stepped. The
-            masks checked are the canonical top-level ones: a grouped agent's members keep
-            theirs inside the group's Tuple observation, and their legality is the env's to
-            check, when it steps.
+            masked Discrete actions, legal (a grouped agent's members, each under the mask in
+            its slot of the group's Tuple observation, too). A bad dict then raises with
+            nothing stepped.
         context: the multiprocessing start method of ``"async"`` mode (default: ``"forkserver"``
             where available, else ``"spawn"``).
         on_error: what an exception inside a sub-env's ``reset``/``step`` does: ``"raise"`` (the
@@ -161,7 +160,7 @@ class VectorMultiAgentEnv:
         self.autoreset: list[bool] = [False] * self.num_envs
         self.acting: list[list[AgentID]] = [[] for _ in range(self.num_envs)]
         self._needs_reset = [True] * self.num_envs
-        self._masks: list[dict[AgentID, np.ndarray]] = [{} for _ in range(self.num_envs)]
+        self._masks: list[dict[AgentID, np.ndarray | SlotMasks]] = [{} for _ in range(self.num_envs)]
         self._action_spaces: list[dict[AgentID, gym.Space]] = [{} for _ in range(self.num_envs)]
         self._observation_spaces: dict[AgentID, gym.Space] = {}
         self._was_reset = False
@@ -453,10 +452,10 @@ class VectorMultiAgentEnv:
 _INTEGERS = (int, np.int64, np.int32, np.int16, np.int8, np.uint8, np.uint16, np.uint32, np.uint64)
 
 
-def _surely_valid(space: gym.Space, action: Any, mask: np.ndarray | None) -> bool:
+def _surely_valid(space: gym.Space, action: Any, mask: np.ndarray | SlotMasks | None) -> bool:
     """A fast check of the common cases; False means "ask check_action", not "invalid"."""
     if type(space) is gym.spaces.Discrete:
-        if type(action) not in _INTEGERS:
+        if type(action) not in _INTEGERS or type(mask) is tuple:
             return False
         offset = int(action) - int(space.start)
         return 0 <= offset < space.n and (mask is None or bool(mask[offset]))
@@ -470,8 +469,8 @@ def _surely_valid(space: gym.Space, action: Any, mask: np.ndarray | None) -> boo
     return False
 
 
-def _masks_of(obs: Mapping[AgentID, Any]) -> dict[AgentID, np.ndarray]:
-    masks = {agent_id: action_mask_of(observation) for agent_id, observation in obs.items()}
+def _masks_of(obs: Mapping[AgentID, Any]) -> dict[AgentID, np.ndarray | SlotMasks]:
+    masks = {agent_id: action_masks_of(observation) for agent_id, observation in obs.items()}
     return {agent_id: mask for agent_id, mask in masks.items() if mask is not None}
 
 

@@ -14,6 +14,7 @@ from marl_core.conformance import check_env
 from marl_core.env import ALL, MultiAgentEnv
 from marl_core.errors import (
     GroupingError,
+    IllegalActionError,
     InvalidActionError,
     MissingActionError,
     ResetNeededError,
@@ -573,3 +574,47 @@ def test_masked_members_get_legal_random_actions_from_the_checker_and_rollout() 
         rollout(grouped(), seed=seed)
     report = check_env(grouped, seed=0)
     assert report.ok, str(report)
+
+
+def test_vector_refuses_a_masked_member_action_before_any_env_steps() -> None:
+    def grouped() -> GroupAgentsWrapper:
+        return GroupAgentsWrapper(HeterogeneousSpacesEnv(), {"team": ["masked", "discrete"]})
+
+    policy = RandomPolicy(grouped(), seed=0)
+    with VectorMultiAgentEnv([grouped, grouped], "sync") as venv:
+        obs_list, _ = venv.reset(seed=0)
+        actions = [{a: policy(a, o) for a, o in obs.items()} for obs in obs_list]
+        mask = obs_list[1]["team"][0]["action_mask"]
+        illegal = int(np.flatnonzero(mask == 0)[0])
+        bad = {**actions[1], "team": (illegal, actions[1]["team"][1])}
+        with pytest.raises(VectorEnvError, match=rf"env 1: illegal action for agent 'team': received {illegal}, .*in slot 0 of"):
+            venv.step([actions[0], bad])
+        assert [inner.t for inner in venv.call("env")] == [0, 0]  # nothing stepped, in either env
+        venv.step(actions)
+        assert [inner.t for inner in venv.call("env")] == [1, 1]
+
+
+@pytest.mark.parametrize("api", ["aec", "parallel"])
+def test_exported_grouped_env_refuses_a_masked_member_action(api: str) -> None:
+    from bridges.pettingzoo import to_aec, to_parallel
+
+    grouped = GroupAgentsWrapper(HeterogeneousSpacesEnv(), {"team": ["masked", "discrete"]})
+    if api == "aec":
+        env = to_aec(grouped)
+        env.reset(seed=0)
+        while env.agent_selection != "team":
+            env.step(env.action_space(env.agent_selection).sample())
+        mask = env.observe("team")[0]["action_mask"]
+        with pytest.raises(IllegalActionError, match=r"agent 'team'.*in slot 0 of"):
+            env.step((int(np.flatnonzero(mask == 0)[0]), 0))
+        env.step((int(np.flatnonzero(mask)[0]), 0))  # the same agent acts again, legally
+    else:
+        penv = to_parallel(grouped)
+        obs, _ = penv.reset(seed=0)
+        actions = {a: penv.action_space(a).sample() for a in penv.agents}
+        mask = obs["team"][0]["action_mask"]
+        with pytest.raises(IllegalActionError, match=r"agent 'team'.*in slot 0 of"):
+            penv.step({**actions, "team": (int(np.flatnonzero(mask == 0)[0]), 0)})
+        assert grouped.env.t == 0
+        penv.step({**actions, "team": (int(np.flatnonzero(mask)[0]), 0)})
+        assert grouped.env.t == 1

@@ -17,6 +17,7 @@ from marl_core.errors import (
 from marl_core.spaces import (
     action_mask_of,
     action_mask_size,
+    action_masks_of,
     check_action,
     check_action_dict,
     is_masked,
@@ -261,3 +262,30 @@ def test_tuple_of_boxes_takes_an_array_row_per_slot() -> None:
 def test_an_array_of_the_wrong_length_for_a_tuple_says_so() -> None:
     with pytest.raises(InvalidActionError, match="an array of 3 rows where the space needs a tuple of 2"):
         check_action("team", spaces.Tuple((spaces.Discrete(3), spaces.Discrete(3))), np.array([1, 2, 0]))
+
+
+def test_slot_masks_govern_each_slot_of_a_tuple_action() -> None:
+    space = spaces.Tuple((spaces.Discrete(3), spaces.Box(-1, 1, (1,)), spaces.Discrete(3)))
+    box = np.zeros(1, np.float32)
+    masks = action_masks_of(({"observation": 0, "action_mask": np.array([1, 0, 1], np.int8)}, box, np.zeros(2)))
+    assert type(masks) is tuple and masks[0].tolist() == [1, 0, 1] and masks[1] is None and masks[2] is None
+    check_action("team", space, (2, box, 1), masks)
+    with pytest.raises(IllegalActionError, match=r"agent 'team': received 1, legal actions now: \[0, 2\] \(in slot 0 of \(1, "):
+        check_action("team", space, (1, box, 1), masks)
+    with pytest.raises(IllegalActionError, match="in slot 0 of"):
+        check_action("team", space, [1, box, 1], masks)
+    # A slot whose mask allows nothing is a member that does not act now: any action goes.
+    check_action("team", space, (1, box, 1), (np.zeros(3, np.int8), None, None))
+    pair = spaces.Tuple((spaces.Discrete(3), spaces.Discrete(3)))
+    pair_masks = (np.array([1, 0, 1], np.int8), np.array([0, 1, 0], np.int8))
+    check_action("pair", pair, np.array([2, 1]), pair_masks)
+    with pytest.raises(IllegalActionError, match=r"received np.int64\(0\), legal actions now: \[1\] \(in slot 1 of array"):
+        check_action("pair", pair, np.array([2, 0]), pair_masks)
+
+
+def test_action_masks_of_reads_the_top_level_mask_first_and_only_tuples_for_slots() -> None:
+    mask = np.array([1, 0], np.int8)
+    assert action_masks_of({"observation": 0, "action_mask": mask}).tolist() == [1, 0]
+    assert action_masks_of((np.zeros(2), 3)) is None
+    assert action_masks_of([{"observation": 0, "action_mask": mask}]) is None  # a list is no group
+    assert action_masks_of(np.zeros(3)) is None
