@@ -21,7 +21,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import logging
 from collections.abc import Mapping, Sequence
 from functools import singledispatch
 from typing import Any
@@ -46,9 +45,7 @@ from marl_core.errors import (
     SpaceError,
     UnknownAgentError,
 )
-from marl_core.spaces import check_acting, is_masked, is_sequence_of
-
-logger = logging.getLogger(__name__)
+from marl_core.spaces import check_acting, is_sequence_of
 
 __all__ = ["GroupAgentsWrapper"]
 
@@ -101,10 +98,9 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         - **Chance, simultaneous moves, seeding:** those of the wrapped env.
         - **Masks** stay inside each member's slot: a group's Tuple observation holds each
           member's canonical masked observation. ``RandomPolicy``, the checker,
-          :func:`marl_core.spaces.sample_action_for`, ``VectorMultiAgentEnv``'s action checks and
-          ``to_aec`` / ``to_parallel`` (:func:`marl_core.spaces.action_masks_of`) read each
-          slot's mask; code that only reads top-level masks does not (the PPO trainer), so
-          construction logs a warning when a member is masked.
+          :func:`marl_core.spaces.sample_action_for`, ``VectorMultiAgentEnv``'s action checks,
+          ``to_aec`` / ``to_parallel`` (:func:`marl_core.spaces.action_masks_of`) and the PPO
+          trainer read each slot's mask.
     """
 
     def __init__(
@@ -136,13 +132,6 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         self._slot_of = {m: i for members in self.groups.values() for i, m in enumerate(members)}
         self._blanks = {m: _blank(env.get_observation_space(m)) for m in self._group_of}
         self._observation_group_spaces = self._tuple_spaces(obs_space, "observation", env.get_observation_space)
-        masked = [m for m in self._group_of if is_masked(env.get_observation_space(m))]
-        if masked:
-            logger.warning(
-                "grouped agents %s have action masks; inside a group's Tuple observation they are not in "
-                "the canonical top-level form, so only code that reads each slot's mask respects them",
-                masked,
-            )
         self._action_group_spaces = self._tuple_spaces(act_space, "action", env.get_action_space)
         possible = list(dict.fromkeys(self._group_of.get(agent_id, agent_id) for agent_id in inner_agents))
         self.possible_agents = possible

@@ -30,7 +30,7 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_core.errors import EnvContractError, SpaceError
-from marl_core.spaces import action_mask_size
+from marl_core.spaces import MASK_KEY, OBS_KEY, action_mask_size, is_masked
 
 MASKED_LOGIT = -1e9
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -173,3 +173,82 @@ def _flatten(space: spaces.Space, action: Any) -> list[float]:
     if isinstance(space, spaces.Box):
         return list(np.asarray(action, dtype=np.float32).reshape(-1))
     return [x for sub, a in zip(space.spaces, action, strict=True) for x in _flatten(sub, a)]
+
+
+class ObservationMasks:
+    """Where the action masks sit in one policy's observations, and what its model sees.
+
+    - A canonical masked observation (a Dict of ``"observation"`` and ``"action_mask"``,
+      DESIGN.md): the mask governs the whole action; the model sees ``"observation"``.
+    - A grouped agent's Tuple of member observations, for a Tuple action space with one slot
+      per member, where some members' observations are canonical masked Dicts: each such
+      member's mask governs its slot. :meth:`canonical` turns a batch of these into the
+      canonical form: the model sees the Tuple of the members' ``"observation"`` parts (the
+      whole observation of a member without a mask), and the mask is the slots' masks, in
+      slot order. A slot without a mask allows every action, and so does a slot whose mask
+      allows nothing in a row: its member does not act now, and the group ignores that slot.
+    - Anything else carries no mask.
+
+    Attributes:
+        masked: whether batches in canonical form carry an ``"action_mask"``.
+        inner_space: the observation space the model sees.
+    """
+
+    def __init__(self, observation_space: spaces.Space, layout: ActionLayout) -> None:
+        self._slots: list[tuple[bool, int]] | None = None
+        self.masked = is_masked(observation_space)
+        if self.masked:
+            _check_canonical(observation_space)
+            layout.check_mask(observation_space[MASK_KEY])
+            self.inner_space: spaces.Space = observation_space[OBS_KEY]
+            return
+        self.inner_space = observation_space
+        action_space = layout.space
+        if not (isinstance(observation_space, spaces.Tuple) and isinstance(action_space, spaces.Tuple)
+                and len(observation_space.spaces) == len(action_space.spaces)
+                and any(is_masked(slot) for slot in observation_space.spaces)):
+            return
+        self._slots, inner = [], []
+        for slot_space, slot_action_space in zip(observation_space.spaces, action_space.spaces, strict=True):
+            slot_layout = ActionLayout(slot_action_space)
+            if is_masked(slot_space):
+                _check_canonical(slot_space)
+                slot_layout.check_mask(slot_space[MASK_KEY])
+                inner.append(slot_space[OBS_KEY])
+            else:
+                inner.append(slot_space)
+            width = sum(leaf.size for leaf in slot_layout.leaves if leaf.kind == "cat")
+            self._slots.append((is_masked(slot_space), width))
+        self.masked = True
+        self.inner_space = spaces.Tuple(inner)
+
+    def canonical(self, obs: Any) -> Any:
+        """A stacked numpy observation batch in canonical form (unchanged unless grouped)."""
+        if self._slots is None:
+            return obs
+        rows = next(len(slot[MASK_KEY]) for (masked, _), slot in zip(self._slots, obs, strict=True) if masked)
+        parts, masks = [], []
+        for (masked, width), slot in zip(self._slots, obs, strict=True):
+            if masked:
+                mask = np.asarray(slot[MASK_KEY])
+                parts.append(slot[OBS_KEY])
+                masks.append(np.where(mask.any(axis=1, keepdims=True), mask, np.ones_like(mask)))
+            else:
+                parts.append(slot)
+                masks.append(np.ones((rows, width), np.int8))
+        return {OBS_KEY: tuple(parts), MASK_KEY: np.concatenate(masks, axis=1)}
+
+    def split(self, obs: Any) -> tuple[Any, Any]:
+        """(the model's part, the mask or None) of a batch in canonical form (numpy or torch)."""
+        if self.masked:
+            return obs[OBS_KEY], obs[MASK_KEY]
+        return obs, None
+
+
+def _check_canonical(space: spaces.Dict) -> None:
+    if set(space.spaces) != {OBS_KEY, MASK_KEY}:
+        raise SpaceError(
+            f"an observation space with an {MASK_KEY!r} must be the canonical Dict of {OBS_KEY!r} and "
+            f"{MASK_KEY!r} (DESIGN.md), received one with keys {sorted(space.spaces)}; put the "
+            f"other keys in a Dict under {OBS_KEY!r}"
+        )

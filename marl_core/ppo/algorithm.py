@@ -57,7 +57,9 @@ class PPO:
           last observation when the env sends none). ``"__all__"`` ends every trajectory of the
           episode, per agent terminated or truncated as the env says.
         - **Masks**: Dict observations with ``"action_mask"`` get masked logits; a masked action
-          is never sampled, in training or in :meth:`compute_actions`.
+          is never sampled, in training or in :meth:`compute_actions`. A grouped agent's members
+          keep their masks in their slots of the group's Tuple observation; each governs its
+          member's slot of the Tuple action.
         - **Seeding**: ``config.seed`` seeds the model initialization (per policy id), the action
           sampling of each runner, every env's first reset (runner r, env i: seed + 1000 r + i) and
           the minibatch order, so a seeded run repeats (on the same machine and torch build).

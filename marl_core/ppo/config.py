@@ -73,7 +73,9 @@ class PolicySpec:
             ``minibatch_size``, ``grad_clip``, ``vf_clip_param``).
         model: overrides of :data:`DEFAULT_MODEL` keys, or ``{"module": factory}`` where
             ``factory(observation_space, action_space, model_config) -> torch.nn.Module`` builds
-            a module whose ``forward(obs) -> (dist_inputs, values)``.
+            a module whose ``forward(obs) -> (dist_inputs, values)``. Masks stay outside the
+            module: with masked observations it gets the space of what it sees, the
+            ``"observation"`` part (a Tuple of the members' parts for a grouped agent).
     """
 
     observation_space: gym.Space | None = None

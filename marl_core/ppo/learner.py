@@ -33,7 +33,7 @@ class Learner:
         advantages = batch["advantages"]
         if normalize_advantages and size > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        obs = to_tensor(batch["obs"], device)
+        obs = to_tensor(self.policy.masks.canonical(batch["obs"]), device)
         actions = to_tensor(batch["actions"], device)
         old_logp = to_tensor(batch["logp"], device)
         old_values = to_tensor(batch["values"], device)

@@ -3,7 +3,9 @@
 Observations: vectors (Box, Discrete, MultiDiscrete, MultiBinary) go through an MLP; uint8 images of
 shape (H, W, C) through a CNN; Dict and Tuple observations encode every member and concatenate.
 A Dict observation with ``"action_mask"`` is encoded from its ``"observation"`` member and the
-mask sets masked logits to a large negative number, so a masked action is never sampled.
+mask sets masked logits to a large negative number, so a masked action is never sampled; a
+grouped agent's Tuple of member observations with masks in its slots reads as that form too
+(:class:`marl_core.ppo.actions.ObservationMasks`).
 
 Actions: Discrete, MultiDiscrete (one categorical per dimension), Box (a Gaussian with a free,
 state-independent log standard deviation; actions sent to the env are clipped to the bounds) and
@@ -24,9 +26,8 @@ from gymnasium import spaces
 from torch import nn
 
 from marl_core.errors import SpaceError
-from marl_core.ppo.actions import MASKED_LOGIT, ActionLayout
+from marl_core.ppo.actions import MASKED_LOGIT, ActionLayout, ObservationMasks
 from marl_core.ppo.batching import is_image
-from marl_core.spaces import MASK_KEY, OBS_KEY, is_masked
 
 # Observations -------------------------------------------------------------------------------
 
@@ -219,30 +220,27 @@ class TorchPolicy:
                  model_config: dict[str, Any], device: str | torch.device = "cpu") -> None:
         self.observation_space = observation_space
         self.action_space = action_space
-        self.masked = is_masked(observation_space)
-        if self.masked and set(observation_space.spaces) != {OBS_KEY, MASK_KEY}:
-            raise SpaceError(
-                f"an observation space with an {MASK_KEY!r} must be the canonical Dict of {OBS_KEY!r} and "
-                f"{MASK_KEY!r} (DESIGN.md), received one with keys {sorted(observation_space.spaces)}; put the "
-                f"other keys in a Dict under {OBS_KEY!r}"
-            )
-        inner = observation_space[OBS_KEY] if self.masked else observation_space
         self.dist = ActionDist(action_space)
         self.layout = self.dist.layout
-        if self.masked:
-            self.layout.check_mask(observation_space[MASK_KEY])
+        self.masks = ObservationMasks(observation_space, self.layout)
         factory: ModuleFactory = model_config.get("module") or ActorCritic
         self.device = torch.device(device)
-        self.module = factory(inner, action_space, model_config).to(self.device)
+        self.module = factory(self.masks.inner_space, action_space, model_config).to(self.device)
+
+    @property
+    def masked(self) -> bool:
+        """Whether the policy's observations carry action masks (see :class:`ObservationMasks`)."""
+        return self.masks.masked
 
     def split(self, obs: Any) -> tuple[Any, torch.Tensor | None]:
-        """(observation part, mask or None) of a tensor batch."""
-        if self.masked:
-            return obs[OBS_KEY], obs[MASK_KEY]
-        return obs, None
+        """(observation part, mask or None) of a tensor batch in canonical form."""
+        return self.masks.split(obs)
 
     def evaluate(self, obs: Any, actions: torch.Tensor):
-        """(log-probs, entropies, values) of ``actions`` under the current parameters."""
+        """(log-probs, entropies, values) of ``actions`` under the current parameters.
+
+        ``obs`` is a tensor batch in canonical form (:meth:`ObservationMasks.canonical`).
+        """
         inner, mask = self.split(obs)
         inputs, values = self.module(inner)
         logp, entropy = self.dist.logp_entropy(inputs, mask, actions)
@@ -252,16 +250,17 @@ class TorchPolicy:
     def act(self, obs_np: Any, explore: bool = True, rng: np.random.Generator | None = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Actions (flat rows), log-probs and values for a stacked numpy observation batch."""
+        obs_np = self.masks.canonical(obs_np)
         inner, _ = self.split(to_tensor(obs_np, self.device))
         inputs, values = self.module(inner)
-        mask = obs_np[MASK_KEY] if self.masked else None
+        _, mask = self.split(obs_np)
         rows, logp = self.layout.sample(inputs.cpu().numpy(), mask, explore, rng)
         return rows, logp, values.cpu().numpy()
 
     @torch.no_grad()
     def value(self, obs_np: Any) -> np.ndarray:
         """State values of a stacked numpy observation batch."""
-        inner, _ = self.split(to_tensor(obs_np, self.device))
+        inner, _ = self.split(to_tensor(self.masks.canonical(obs_np), self.device))
         return self.module(inner)[1].cpu().numpy()
 
     def get_weights(self) -> dict[str, np.ndarray]:

@@ -28,9 +28,8 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_core.errors import SpaceError
-from marl_core.ppo.actions import ActionLayout
+from marl_core.ppo.actions import ActionLayout, ObservationMasks
 from marl_core.ppo.batching import is_image
-from marl_core.spaces import MASK_KEY, OBS_KEY, is_masked
 
 _ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "tanh": np.tanh,
@@ -56,11 +55,9 @@ class NumpyPolicy:
         if not runs_in_numpy(model_config):
             raise SpaceError("a custom torch module runs in TorchPolicy, not NumpyPolicy")
         self.observation_space = observation_space
-        self.masked = is_masked(observation_space)
         self.layout = ActionLayout(action_space)
-        if self.masked:
-            self.layout.check_mask(observation_space[MASK_KEY])
-        self._inner = observation_space[OBS_KEY] if self.masked else observation_space
+        self.masks = ObservationMasks(observation_space, self.layout)
+        self._inner = self.masks.inner_space
         self._activation = _ACTIVATIONS[model_config["activation"]]
         self._layers = len(model_config["hiddens"])
         self._strides = [int(stride) for _, _, stride in model_config["conv_filters"]]
@@ -84,14 +81,14 @@ class NumpyPolicy:
     def act(self, obs: Any, explore: bool = True, rng: np.random.Generator | None = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Actions (flat rows), log-probs and values for a stacked numpy observation batch."""
-        inner, mask = (obs[OBS_KEY], obs[MASK_KEY]) if self.masked else (obs, None)
+        inner, mask = self.masks.split(self.masks.canonical(obs))
         inputs, values = self._forward(inner)
         rows, logp = self.layout.sample(inputs, mask, explore, rng)
         return rows, logp, values
 
     def value(self, obs: Any) -> np.ndarray:
         """State values of a stacked numpy observation batch."""
-        return self._forward(obs[OBS_KEY] if self.masked else obs)[1]
+        return self._forward(self.masks.split(self.masks.canonical(obs))[0])[1]
 
     # The forward pass, mirroring ActorCritic ----------------------------------------------------
 

@@ -12,6 +12,7 @@ import torch
 from examples.rock_paper_scissors import RockPaperScissors
 from marl_core import MultiAgentEnv
 from marl_core.errors import CheckpointError, ConfigError, SpaceError
+from marl_core.grouping import GroupAgentsWrapper
 from marl_core.ppo import PPO, PolicySpec, PPOConfig
 from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
 from marl_core.spaces import check_action_dict
@@ -433,6 +434,28 @@ def test_every_space_kind_trains_one_iteration():
         result = algo.train()
     for policy_id in ("box", "discrete", "masked", "multi"):
         assert math.isfinite(result["policies"][policy_id]["policy_loss"]), policy_id
+
+
+def _grouped_masked(env_config):
+    return GroupAgentsWrapper(HeterogeneousSpacesEnv(env_config), {"team": ["masked", "discrete"]})
+
+
+def test_a_group_with_a_masked_member_trains_on_legal_actions_only():
+    # The inner env raises on a masked-out action of "masked": the team's slot 0 must stay legal.
+    config = (PPOConfig().environment(_grouped_masked, env_config={"length": 6})
+              .multi_agent(policies={a: None for a in ("team", "box", "multi")},
+                           policy_mapping_fn=_own_policy)
+              .env_runners(num_envs_per_env_runner=2).training(train_batch_size=120, minibatch_size=30, num_epochs=2))
+    with config.build() as algo:
+        for _ in range(3):
+            result = algo.train()
+        assert math.isfinite(result["policies"]["team"]["policy_loss"])
+        assert result["num_env_steps_sampled_lifetime"] == 360
+        env = _grouped_masked({"length": 6})
+        obs, _ = env.reset(seed=5)
+        for _ in range(6):
+            actions = algo.compute_actions(obs, explore=True)
+            obs = env.step(actions)[0]
 
 
 def test_images_late_joiners_and_many_agents():

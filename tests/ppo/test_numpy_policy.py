@@ -28,6 +28,11 @@ CASES = {
     "image": (IMAGE, gym.spaces.Discrete(3), SMALL_CNN),
     "box-gaussian-tied-std": (BOX, gym.spaces.Tuple([gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)]),
                               {"free_log_std": False}),
+    "grouped-masked": (
+        gym.spaces.Tuple([masked_space(BOX, 3), gym.spaces.Discrete(4), masked_space(BOX, 5)]),
+        gym.spaces.Tuple([gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32), gym.spaces.Discrete(5)]),
+        {},
+    ),
     "nested": (
         gym.spaces.Dict({"img": IMAGE, "pos": BOX, "mode": gym.spaces.Discrete(3, start=1),
                          "grid": gym.spaces.MultiDiscrete([2, 4]), "pair": gym.spaces.Tuple([BOX, gym.spaces.MultiBinary(3)])}),
@@ -77,7 +82,7 @@ def test_sampled_actions_have_the_log_probs_the_learner_computes(name):
     rows, logp, _ = numpy_policy.act(obs, explore=True, rng=np.random.default_rng(3))
     again = numpy_policy.act(obs, explore=True, rng=np.random.default_rng(3))[0]
     np.testing.assert_array_equal(again, rows)  # the same generator state draws the same actions
-    learner_logp, _, _ = torch_policy.evaluate(to_tensor(obs), torch.as_tensor(rows))
+    learner_logp, _, _ = torch_policy.evaluate(to_tensor(torch_policy.masks.canonical(obs)), torch.as_tensor(rows))
     np.testing.assert_allclose(learner_logp.detach().numpy(), logp, rtol=1e-4, atol=1e-4)
     for action in numpy_policy.layout.to_env(rows):
         assert CASES[name][1].contains(action)
@@ -90,6 +95,24 @@ def test_masked_actions_are_never_drawn():
     mask[::2, 0] = 1
     rows, _, _ = policy.act({**obs, "action_mask": mask}, explore=True, rng=np.random.default_rng(0))
     assert set(rows[1::2, 0].tolist()) == {3.0} and set(rows[::2, 0].tolist()) <= {0.0, 3.0}
+
+
+def test_grouped_members_masks_govern_their_slots():
+    torch_policy, numpy_policy, obs = _pair("grouped-masked")
+    first, _, third = obs
+    first["action_mask"][:] = [0, 0, 1]
+    first["action_mask"][::4] = 0  # the member does not act now: its slot takes any action
+    third["action_mask"][:] = [0, 1, 0, 1, 0]
+    for policy in (torch_policy, numpy_policy):
+        rows, logp, _ = policy.act(obs, explore=True, rng=np.random.default_rng(0))
+        actions = policy.layout.to_env(rows)
+        assert {int(a[0]) for i, a in enumerate(actions) if i % 4} == {2}
+        assert len({int(a[0]) for a in actions[::4]}) > 1
+        assert {int(a[2]) for a in actions} == {1, 3}
+        assert np.isfinite(logp).all()
+    canonical = numpy_policy.masks.canonical(obs)
+    assert canonical["action_mask"].shape == (64, 3 + 5)  # the Box slot has no categorical leaf
+    assert set(canonical) == {"observation", "action_mask"} and len(canonical["observation"]) == 3
 
 
 def test_weights_that_do_not_fit_and_custom_modules_are_refused():
