@@ -45,7 +45,7 @@ from marl_core.errors import (
     SpaceError,
     UnknownAgentError,
 )
-from marl_core.spaces import check_acting, is_sequence_of
+from marl_core.spaces import MASK_KEY, action_mask_of, check_acting, is_sequence_of, tuple_slots
 
 __all__ = ["GroupAgentsWrapper"]
 
@@ -76,8 +76,9 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
           A member is live from its first appearance (or while the env lists it in
           ``env.agents``) until it terminates or truncates.
         - **Observations:** slot ``i`` holds member ``i``'s latest observation. A member that has
-          ended keeps its final observation; a member not seen yet holds the "zero" of its
-          space (zeros clipped into Box bounds, the first value of a Discrete).
+          ended keeps its final observation (while the group acts on, with its action mask,
+          if it has one, all zeros: it takes no action); a member not seen yet holds the
+          "zero" of its space (zeros clipped into Box bounds, the first value of a Discrete).
         - **Actions:** a group's action is a tuple with one slot per member (a list, or a numpy
           array with one row per member, as gymnasium's ``Tuple`` takes); only the slots of the
           members asked to act are sent to the env, the others (ended members) are ignored.
@@ -246,7 +247,8 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                     action,
                 )
             asked = set(self._asked[agent_id])
-            for member, member_action in zip(members, action, strict=True):
+            slots = tuple_slots(self._action_group_spaces[agent_id], action)
+            for member, member_action in zip(members, slots, strict=True):
                 if member in asked:
                     inner[member] = member_action
         return inner
@@ -296,7 +298,8 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                     )
                 group_over = all(m in self._ended for m in members)
                 if asked or group_over or episode_over:
-                    out_obs[group] = tuple(self._slots[group])
+                    acts = bool(asked) and not episode_over
+                    out_obs[group] = self._group_observation(group, asked) if acts else tuple(self._slots[group])
                     asked_now[group] = asked
                     if asked and not episode_over:
                         acting.append(group)
@@ -319,6 +322,17 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
             self._news.discard(group)
         self._asked = asked_now
         return out_obs, out_infos, acting
+
+    def _group_observation(self, group: str, asked: list[AgentID]) -> tuple[Any, ...]:
+        """The Tuple observation of a group that acts: the slot of a member not asked to act
+        (it has ended) shows its mask, if it has one, as all zeros: that member takes no action."""
+        slots = []
+        for member, observation in zip(self.groups[group], self._slots[group], strict=True):
+            mask = action_mask_of(observation) if member not in asked else None
+            if mask is not None and mask.any():
+                observation = {**observation, MASK_KEY: np.zeros_like(mask)}  # a copy: the env's dict stays
+            slots.append(observation)
+        return tuple(slots)
 
     def _flags(
         self,

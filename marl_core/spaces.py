@@ -52,21 +52,23 @@ def action_mask_of(observation: Any) -> np.ndarray | None:
     return None
 
 
-# One mask per slot of a Tuple action space (None: that slot has none).
-SlotMasks = tuple[np.ndarray | None, ...]
+# One entry per slot of a Tuple action space: a slot's mask, None (that slot has none) or,
+# for a slot that is itself a group, its own SlotMasks.
+SlotMasks = tuple[Any, ...]
 
 
 def action_masks_of(observation: Any) -> np.ndarray | SlotMasks | None:
     """Every mask that governs the action of an agent that sees ``observation``.
 
     The canonical top-level mask, or, for a tuple of member observations (a grouped agent,
-    see :class:`~marl_core.grouping.GroupAgentsWrapper`), the mask of each slot (None for a
-    slot without one); None when there is no mask. :func:`check_action` takes either form.
+    see :class:`~marl_core.grouping.GroupAgentsWrapper`), the masks of each slot, read the
+    same way (so groups of groups nest); None when there is no mask. :func:`check_action`
+    takes either form.
     """
     mask = action_mask_of(observation)
     if mask is not None or type(observation) is not tuple:
         return mask
-    slots = tuple(action_mask_of(item) for item in observation)
+    slots = tuple(action_masks_of(item) for item in observation)
     return slots if any(slot is not None for slot in slots) else None
 
 
@@ -217,7 +219,7 @@ def check_action(
 
     A Tuple space takes a list or a numpy array (its rows) as well as a tuple, as grouped
     agents (:class:`~marl_core.grouping.GroupAgentsWrapper`) and gymnasium's ``contains`` do.
-    For a Tuple space, ``mask`` may hold one mask per slot (see :func:`action_masks_of`): each
+    For a Tuple space, ``mask`` may hold masks per slot (see :func:`action_masks_of`): each
     Discrete slot's action must be legal under its mask, except in a slot whose mask allows
     nothing, which belongs to a member that does not act now (the group ignores that slot).
 
@@ -230,28 +232,29 @@ def check_action(
         reason = why_not_contained(space, _lists_as_tuples(space, action))
     if reason is not None:
         raise InvalidActionError(agent_id, f"an action in {space}", action, reason)
-    if mask is None:
-        return
+    if mask is not None:
+        _check_masks(agent_id, space, action, mask, action, "")
+
+
+def _check_masks(
+    agent_id: AgentID, space: spaces.Space, action: Any, mask: np.ndarray | SlotMasks, whole: Any, path: str
+) -> None:
+    """Raise unless ``action`` (at ``path`` in the agent's action ``whole``) is legal under ``mask``."""
     if type(mask) is not tuple:
-        _check_legal(agent_id, space, action, mask, "masked out by its action_mask")
+        if isinstance(space, spaces.Discrete) and not mask[int(action) - int(space.start)]:
+            legal = [int(i) + int(space.start) for i in np.flatnonzero(mask)]
+            where = f"in slot {path} of {_short(whole)}, masked out by that slot's action_mask"
+            raise IllegalActionError(agent_id, action, legal, hint=where if path else "masked out by its action_mask")
     elif isinstance(space, spaces.Tuple) and len(mask) == len(space.spaces):
-        for slot, (sub, slot_mask) in enumerate(zip(space.spaces, mask, strict=True)):
-            if slot_mask is not None and np.any(slot_mask):
-                hint = f"in slot {slot} of {_short(action)}, masked out by that slot's action_mask"
-                _check_legal(agent_id, sub, action[slot], slot_mask, hint)
-
-
-def _check_legal(agent_id: AgentID, space: spaces.Space, action: Any, mask: np.ndarray, hint: str) -> None:
-    """Raise unless the Discrete ``action`` (in ``space``) is allowed by ``mask``."""
-    if isinstance(space, spaces.Discrete) and not mask[int(action) - int(space.start)]:
-        legal = [int(i) + int(space.start) for i in np.flatnonzero(mask)]
-        raise IllegalActionError(agent_id, action, legal, hint=hint)
+        for slot, (sub, item, slot_mask) in enumerate(zip(space.spaces, tuple_slots(space, action), mask, strict=True)):
+            if slot_mask is not None and (type(slot_mask) is tuple or np.any(slot_mask)):
+                _check_masks(agent_id, sub, item, slot_mask, whole, f"{path}[{slot}]")
 
 
 def _lists_as_tuples(space: spaces.Space, action: Any) -> Any:
     """``action`` with the lists and arrays it holds at Tuple spaces read as tuples (for checking only)."""
     if isinstance(space, spaces.Tuple) and is_sequence_of(action, len(space.spaces)):
-        return tuple(_lists_as_tuples(sub, item) for sub, item in zip(space.spaces, action, strict=True))
+        return tuple(_lists_as_tuples(sub, item) for sub, item in zip(space.spaces, tuple_slots(space, action), strict=True))
     if isinstance(space, spaces.Dict) and isinstance(action, Mapping):
         return {key: _lists_as_tuples(space.spaces[key], item) if key in space.spaces else item
                 for key, item in action.items()}
@@ -264,6 +267,17 @@ def is_sequence_of(value: Any, length: int) -> bool:
     if isinstance(value, np.ndarray):
         return value.ndim >= 1 and len(value) == length
     return isinstance(value, (tuple, list)) and len(value) == length
+
+
+def tuple_slots(space: spaces.Tuple, action: Any) -> tuple[Any, ...]:
+    """The slots of a Tuple space's value given as a tuple, a list or a numpy array.
+
+    An array's rows are its slots, as in gymnasium's ``Tuple.contains``; a row for a Box slot
+    stays an array (of shape () for a Box of shape ()), as a Box value must be.
+    """
+    if isinstance(action, np.ndarray) and action.dtype != object:
+        return tuple(action[i, ...] if isinstance(sub, spaces.Box) else action[i] for i, sub in enumerate(space.spaces))
+    return tuple(action)
 
 
 def check_action_dict(env: Any, action_dict: Mapping[AgentID, Any], acting: Iterable[AgentID]) -> None:

@@ -181,62 +181,43 @@ class ObservationMasks:
     - A canonical masked observation (a Dict of ``"observation"`` and ``"action_mask"``,
       DESIGN.md): the mask governs the whole action; the model sees ``"observation"``.
     - A grouped agent's Tuple of member observations, for a Tuple action space with one slot
-      per member, where some members' observations are canonical masked Dicts: each such
-      member's mask governs its slot. :meth:`canonical` turns a batch of these into the
-      canonical form: the model sees the Tuple of the members' ``"observation"`` parts (the
-      whole observation of a member without a mask), and the mask is the slots' masks, in
-      slot order. A slot without a mask allows every action, and so does a slot whose mask
-      allows nothing in a row: its member does not act now, and the group ignores that slot.
+      per member, where some members' observations are canonical masked Dicts (or, for a
+      group of groups, hold some): each such member's mask governs its slot. :meth:`canonical`
+      turns a batch of these into the canonical form: the model sees the Tuple of the members'
+      ``"observation"`` parts (the whole observation of a member without a mask), and the mask
+      is the members' masks, in slot order. A slot without a mask allows every action, and so
+      does a slot whose mask allows nothing in a row: its member does not act now, and the
+      group ignores that slot.
     - Anything else carries no mask.
 
     Attributes:
         masked: whether batches in canonical form carry an ``"action_mask"``.
+        grouped: whether those masks come from a group's slots (:meth:`canonical` gathers them).
         inner_space: the observation space the model sees.
     """
 
     def __init__(self, observation_space: spaces.Space, layout: ActionLayout) -> None:
-        self._slots: list[tuple[bool, int]] | None = None
         self.masked = is_masked(observation_space)
+        self.grouped = False
+        self._plan: _Plan | None = None
         if self.masked:
-            _check_canonical(observation_space)
-            layout.check_mask(observation_space[MASK_KEY])
+            _check_canonical(observation_space, layout, "")
             self.inner_space: spaces.Space = observation_space[OBS_KEY]
             return
+        plan = _plan(observation_space, layout.space, "")
         self.inner_space = observation_space
-        action_space = layout.space
-        if not (isinstance(observation_space, spaces.Tuple) and isinstance(action_space, spaces.Tuple)
-                and len(observation_space.spaces) == len(action_space.spaces)
-                and any(is_masked(slot) for slot in observation_space.spaces)):
-            return
-        self._slots, inner = [], []
-        for slot_space, slot_action_space in zip(observation_space.spaces, action_space.spaces, strict=True):
-            slot_layout = ActionLayout(slot_action_space)
-            if is_masked(slot_space):
-                _check_canonical(slot_space)
-                slot_layout.check_mask(slot_space[MASK_KEY])
-                inner.append(slot_space[OBS_KEY])
-            else:
-                inner.append(slot_space)
-            width = sum(leaf.size for leaf in slot_layout.leaves if leaf.kind == "cat")
-            self._slots.append((is_masked(slot_space), width))
-        self.masked = True
-        self.inner_space = spaces.Tuple(inner)
+        if isinstance(plan, list):  # a group with masks in its slots
+            self._plan = plan
+            self.masked = self.grouped = True
+            self.inner_space = _inner_space(plan, observation_space)
 
     def canonical(self, obs: Any) -> Any:
         """A stacked numpy observation batch in canonical form (unchanged unless grouped)."""
-        if self._slots is None:
+        if self._plan is None:
             return obs
-        rows = next(len(slot[MASK_KEY]) for (masked, _), slot in zip(self._slots, obs, strict=True) if masked)
-        parts, masks = [], []
-        for (masked, width), slot in zip(self._slots, obs, strict=True):
-            if masked:
-                mask = np.asarray(slot[MASK_KEY])
-                parts.append(slot[OBS_KEY])
-                masks.append(np.where(mask.any(axis=1, keepdims=True), mask, np.ones_like(mask)))
-            else:
-                parts.append(slot)
-                masks.append(np.ones((rows, width), np.int8))
-        return {OBS_KEY: tuple(parts), MASK_KEY: np.concatenate(masks, axis=1)}
+        masks: list[np.ndarray] = []
+        inner = _canonical(self._plan, obs, _rows(self._plan, obs), masks)
+        return {OBS_KEY: inner, MASK_KEY: np.concatenate(masks, axis=1)}
 
     def split(self, obs: Any) -> tuple[Any, Any]:
         """(the model's part, the mask or None) of a batch in canonical form (numpy or torch)."""
@@ -245,10 +226,65 @@ class ObservationMasks:
         return obs, None
 
 
-def _check_canonical(space: spaces.Dict) -> None:
+# How to read a slot: _MASKED (a canonical masked Dict), an int (no mask: that many categorical
+# columns allow everything), or a list of slot plans (a group with masks in its slots).
+_MASKED = "masked"
+_Plan = str | int | list
+
+
+def _plan(observation_space: spaces.Space, action_space: spaces.Space, where: str) -> _Plan:
+    if is_masked(observation_space):
+        _check_canonical(observation_space, ActionLayout(action_space), where)
+        return _MASKED
+    if (isinstance(observation_space, spaces.Tuple) and isinstance(action_space, spaces.Tuple)
+            and len(observation_space.spaces) == len(action_space.spaces)):
+        slots = [_plan(sub, sub_action, f"{where}[{i}]") for i, (sub, sub_action)
+                 in enumerate(zip(observation_space.spaces, action_space.spaces, strict=True))]
+        if any(slot is _MASKED or isinstance(slot, list) for slot in slots):
+            return slots
+    return sum(leaf.size for leaf in leaves(action_space) if leaf.kind == "cat")
+
+
+def _check_canonical(space: spaces.Dict, layout: ActionLayout, where: str) -> None:
+    """Raise unless ``space`` is the canonical masked Dict with a mask that fits ``layout``."""
+    at = f"slot {where} of the grouped agent's Tuple observation: " if where else ""
     if set(space.spaces) != {OBS_KEY, MASK_KEY}:
         raise SpaceError(
-            f"an observation space with an {MASK_KEY!r} must be the canonical Dict of {OBS_KEY!r} and "
+            f"{at}an observation space with an {MASK_KEY!r} must be the canonical Dict of {OBS_KEY!r} and "
             f"{MASK_KEY!r} (DESIGN.md), received one with keys {sorted(space.spaces)}; put the "
             f"other keys in a Dict under {OBS_KEY!r}"
         )
+    try:
+        layout.check_mask(space[MASK_KEY])
+    except SpaceError as error:
+        raise SpaceError(f"{at}{error}") from None
+
+
+def _inner_space(plan: _Plan, space: spaces.Space) -> spaces.Space:
+    if plan is _MASKED:
+        return space[OBS_KEY]
+    if isinstance(plan, list):
+        return spaces.Tuple([_inner_space(sub, item) for sub, item in zip(plan, space.spaces, strict=True)])
+    return space
+
+
+def _rows(plan: list, obs: Any) -> int:
+    """The batch size, read from the first mask (a group's plan holds at least one)."""
+    for sub, item in zip(plan, obs, strict=True):
+        if sub is _MASKED:
+            return len(item[MASK_KEY])
+        if isinstance(sub, list):
+            return _rows(sub, item)
+    raise AssertionError("a group's plan holds a mask")
+
+
+def _canonical(plan: _Plan, obs: Any, rows: int, masks: list[np.ndarray]) -> Any:
+    """The model's part of ``obs``; appends the slot's mask columns to ``masks``."""
+    if plan is _MASKED:
+        mask = np.asarray(obs[MASK_KEY])
+        masks.append(np.where(mask.any(axis=1, keepdims=True), mask, np.ones_like(mask)))
+        return obs[OBS_KEY]
+    if isinstance(plan, list):
+        return tuple(_canonical(sub, item, rows, masks) for sub, item in zip(plan, obs, strict=True))
+    masks.append(np.ones((rows, plan), np.int8))
+    return obs

@@ -189,7 +189,10 @@ class PPO:
         self.config.for_policy(entry, policy_id)  # a restored config's model keys stay as saved
         if self.config.seed is not None:
             torch.manual_seed(self.config.seed + zlib.crc32(policy_id.encode()))
-        policy = TorchPolicy(obs_space, act_space, self.config.model_for(entry), self.device)
+        try:
+            policy = TorchPolicy(obs_space, act_space, self.config.model_for(entry), self.device)
+        except SpaceError as error:  # name the policy: its spaces came from an agent or a spec
+            raise SpaceError(f"policy {policy_id!r}: {error}") from None
         policy.module.eval()
         if weights_from is not None:
             source = self.policies.get(weights_from)

@@ -154,6 +154,10 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                 if "log_std" in saved["module"] and getattr(algo.policies[policy_id].module, "log_std", 0) is None:
                     why = ("saved with a free log std, which free_log_std=False did not change in versions before it "
                            f"was implemented: load it with model={ {**config.model, 'free_log_std': True} !r}")
+                elif algo.policies[policy_id].masks.grouped:
+                    why = ("its agents are groups with masked members: the model sees the members' observations "
+                           "without their masks, which steer the actions, while versions before that fed the masks "
+                           "to the model as features; such weights do not carry over, so train the policy anew")
                 raise CheckpointError(
                     f"the saved weights of policy {policy_id!r} do not fit the model built from the config ({why}): {error}"
                 ) from error

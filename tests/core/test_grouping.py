@@ -587,7 +587,7 @@ def test_vector_refuses_a_masked_member_action_before_any_env_steps() -> None:
         mask = obs_list[1]["team"][0]["action_mask"]
         illegal = int(np.flatnonzero(mask == 0)[0])
         bad = {**actions[1], "team": (illegal, actions[1]["team"][1])}
-        with pytest.raises(VectorEnvError, match=rf"env 1: illegal action for agent 'team': received {illegal}, .*in slot 0 of"):
+        with pytest.raises(VectorEnvError, match=rf"env 1: illegal action for agent 'team': received {illegal}, .*in slot \[0\] of"):
             venv.step([actions[0], bad])
         assert [inner.t for inner in venv.call("env")] == [0, 0]  # nothing stepped, in either env
         venv.step(actions)
@@ -605,7 +605,7 @@ def test_exported_grouped_env_refuses_a_masked_member_action(api: str) -> None:
         while env.agent_selection != "team":
             env.step(env.action_space(env.agent_selection).sample())
         mask = env.observe("team")[0]["action_mask"]
-        with pytest.raises(IllegalActionError, match=r"agent 'team'.*in slot 0 of"):
+        with pytest.raises(IllegalActionError, match=r"agent 'team'.*in slot \[0\] of"):
             env.step((int(np.flatnonzero(mask == 0)[0]), 0))
         env.step((int(np.flatnonzero(mask)[0]), 0))  # the same agent acts again, legally
     else:
@@ -613,8 +613,86 @@ def test_exported_grouped_env_refuses_a_masked_member_action(api: str) -> None:
         obs, _ = penv.reset(seed=0)
         actions = {a: penv.action_space(a).sample() for a in penv.agents}
         mask = obs["team"][0]["action_mask"]
-        with pytest.raises(IllegalActionError, match=r"agent 'team'.*in slot 0 of"):
+        with pytest.raises(IllegalActionError, match=r"agent 'team'.*in slot \[0\] of"):
             penv.step({**actions, "team": (int(np.flatnonzero(mask == 0)[0]), 0)})
         assert grouped.env.t == 0
         penv.step({**actions, "team": (int(np.flatnonzero(mask)[0]), 0)})
         assert grouped.env.t == 1
+
+
+class _MemberEndsEarly(MultiAgentEnv):
+    """Masked members "a" and "b" (Discrete(3) each); "b" ends at the first step with a final
+    mask that still allows action 0, "a" plays on for three more steps."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = ["a", "b"]
+        space = masked_space(spaces.Box(0, 1, (2,), np.float32), 3)
+        self.observation_spaces = {"a": space, "b": space}
+        self.action_spaces = {"a": spaces.Discrete(3), "b": spaces.Discrete(3)}
+        self.t = 0
+
+    @staticmethod
+    def _observe(legal: list[int]) -> dict:
+        return {"observation": np.zeros(2, np.float32), "action_mask": mask_from_legal(legal, 3)}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a", "b"]
+        return {"a": self._observe([0, 1, 2]), "b": self._observe([0, 1, 2])}, {}
+
+    def step(self, action_dict):
+        check_action_dict(self, action_dict, self.agents)
+        self.t += 1
+        if self.t == 1:
+            self.agents = ["a"]
+            return ({"a": self._observe([0, 1, 2]), "b": self._observe([0])}, {"a": 0.0, "b": 0.0},
+                    {"a": False, "b": True, ALL: False}, {"a": False, "b": False, ALL: False}, {})
+        done = self.t >= 4
+        return {"a": self._observe([0, 1, 2])}, {"a": 0.0}, {"a": done, ALL: done}, {"a": False, ALL: False}, {}
+
+
+def test_an_ended_members_slot_shows_no_legal_action_so_every_consumer_ignores_it() -> None:
+    from bridges.pettingzoo import to_aec, to_parallel
+
+    def grouped() -> GroupAgentsWrapper:
+        return GroupAgentsWrapper(_MemberEndsEarly(), {"g": ["a", "b"]})
+
+    env = grouped()
+    env.reset(seed=0)
+    obs = env.step({"g": (0, 0)})[0]
+    assert obs["g"][1]["action_mask"].tolist() == [0, 0, 0]  # "b" has ended: no action of its counts
+    assert env.env.agents == ["a"]
+    env.step({"g": (0, 2)})  # slot 1 is ignored
+    with VectorMultiAgentEnv([grouped], "sync") as venv:
+        venv.reset(seed=0)
+        venv.step([{"g": (0, 0)}])
+        venv.step([{"g": (0, 2)}])
+    penv = to_parallel(grouped())
+    penv.reset(seed=0)
+    penv.step({"g": (0, 0)})
+    penv.step({"g": (0, 2)})
+    aec = to_aec(grouped())
+    aec.reset(seed=0)
+    aec.step((0, 0))
+    aec.step((0, 2))
+    assert rollout(grouped(), seed=0).steps == 4
+    assert check_env(grouped, seed=0).ok
+
+
+def test_a_group_of_groups_is_checked_down_to_its_members_masks() -> None:
+    def nested() -> GroupAgentsWrapper:
+        inner = GroupAgentsWrapper(HeterogeneousSpacesEnv(), {"team": ["masked", "discrete"]})
+        return GroupAgentsWrapper(inner, {"outer": ["team", "box"]})
+
+    policy = RandomPolicy(nested(), seed=0)
+    with VectorMultiAgentEnv([nested], "sync") as venv:
+        (obs,), _ = venv.reset(seed=0)
+        actions = {a: policy(a, o) for a, o in obs.items()}
+        mask = obs["outer"][0][0]["action_mask"]
+        (team_action, box_action) = actions["outer"]
+        bad = ((int(np.flatnonzero(mask == 0)[0]), team_action[1]), box_action)
+        with pytest.raises(VectorEnvError, match=r"agent 'outer': .* \(in slot \[0\]\[0\] of"):
+            venv.step([{**actions, "outer": bad}])
+        assert venv.call("env")[0].env.t == 0  # nothing stepped
+        venv.step([actions])

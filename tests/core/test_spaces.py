@@ -24,6 +24,7 @@ from marl_core.spaces import (
     mask_from_legal,
     masked_space,
     sample_action,
+    tuple_slots,
     why_not_contained,
 )
 from tests.fixtures.envs import HeterogeneousSpacesEnv, RockPaperScissors
@@ -270,16 +271,16 @@ def test_slot_masks_govern_each_slot_of_a_tuple_action() -> None:
     masks = action_masks_of(({"observation": 0, "action_mask": np.array([1, 0, 1], np.int8)}, box, np.zeros(2)))
     assert type(masks) is tuple and masks[0].tolist() == [1, 0, 1] and masks[1] is None and masks[2] is None
     check_action("team", space, (2, box, 1), masks)
-    with pytest.raises(IllegalActionError, match=r"agent 'team': received 1, legal actions now: \[0, 2\] \(in slot 0 of \(1, "):
+    with pytest.raises(IllegalActionError, match=r"agent 'team': received 1, legal actions now: \[0, 2\] \(in slot \[0\] of \(1, "):
         check_action("team", space, (1, box, 1), masks)
-    with pytest.raises(IllegalActionError, match="in slot 0 of"):
+    with pytest.raises(IllegalActionError, match=r"in slot \[0\] of"):
         check_action("team", space, [1, box, 1], masks)
     # A slot whose mask allows nothing is a member that does not act now: any action goes.
     check_action("team", space, (1, box, 1), (np.zeros(3, np.int8), None, None))
     pair = spaces.Tuple((spaces.Discrete(3), spaces.Discrete(3)))
     pair_masks = (np.array([1, 0, 1], np.int8), np.array([0, 1, 0], np.int8))
     check_action("pair", pair, np.array([2, 1]), pair_masks)
-    with pytest.raises(IllegalActionError, match=r"received np.int64\(0\), legal actions now: \[1\] \(in slot 1 of array"):
+    with pytest.raises(IllegalActionError, match=r"received np.int64\(0\), legal actions now: \[1\] \(in slot \[1\] of array"):
         check_action("pair", pair, np.array([2, 0]), pair_masks)
 
 
@@ -289,3 +290,28 @@ def test_action_masks_of_reads_the_top_level_mask_first_and_only_tuples_for_slot
     assert action_masks_of((np.zeros(2), 3)) is None
     assert action_masks_of([{"observation": 0, "action_mask": mask}]) is None  # a list is no group
     assert action_masks_of(np.zeros(3)) is None
+
+
+def test_nested_slot_masks_of_a_group_of_groups() -> None:
+    mask = np.array([1, 0, 1], np.int8)
+    observation = (({"observation": 0, "action_mask": mask}, 5), np.zeros(2))
+    masks = action_masks_of(observation)
+    assert masks[0][0].tolist() == [1, 0, 1] and masks[0][1] is None and masks[1] is None
+    space = spaces.Tuple((spaces.Tuple((spaces.Discrete(3), spaces.Discrete(2))), spaces.Box(-1, 1, (2,))))
+    box = np.zeros(2, np.float32)
+    check_action("outer", space, ((2, 1), box), masks)
+    with pytest.raises(IllegalActionError, match=r"agent 'outer': received 1, legal actions now: \[0, 2\] \(in slot \[0\]\[0\] of"):
+        check_action("outer", space, ((1, 1), box), masks)
+    check_action("outer", space, ((1, 1), box), ((np.zeros(3, np.int8), None), None))  # that member does not act
+
+
+def test_an_array_for_a_tuple_of_scalar_boxes_gives_each_slot_an_array() -> None:
+    space = spaces.Tuple((spaces.Box(-1, 1, (), np.float32), spaces.Box(-1, 1, (), np.float32)))
+    action = np.array([0.5, -0.5], np.float32)  # gymnasium's contains takes it (casting each row)
+    check_action("pair", space, action)
+    slots = tuple_slots(space, action)
+    assert all(type(slot) is np.ndarray and slot.shape == () for slot in slots)
+    with pytest.raises(InvalidActionError, match=r"at \[1\]: .*outside"):
+        check_action("pair", space, np.array([0.5, -2.0], np.float32))
+    mixed = spaces.Tuple((spaces.Discrete(3), spaces.Box(-1, 1, (2,), np.float32)))
+    check_action("mixed", mixed, np.array([1, np.zeros(2, np.float32)], dtype=object))

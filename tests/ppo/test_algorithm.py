@@ -185,6 +185,21 @@ def test_a_checkpoint_from_before_free_log_std_worked_says_how_to_load_it(tmp_pa
         assert restored.train()["num_env_steps_sampled"] == 10
 
 
+def test_a_checkpoint_whose_model_saw_a_groups_masks_as_features_says_it_does_not_carry_over(tmp_path):
+    config = (PPOConfig().environment(_grouped_masked, env_config={"length": 6})
+              .multi_agent(policies={a: None for a in ("team", "box", "multi")}, policy_mapping_fn=_own_policy)
+              .env_runners(num_env_runners=0).training(train_batch_size=12))
+    with config.build() as algo:
+        saved = algo.save(tmp_path / "checkpoint")
+    state = torch.load(saved / "state.pt", weights_only=True)
+    module = state["policies"]["team"]["module"]
+    for key in [k for k in module if k.endswith("body.0.weight")]:  # as built when masks were features: 4 more inputs
+        module[key] = torch.cat([module[key], torch.zeros(module[key].shape[0], 4)], dim=1)
+    torch.save(state, saved / "state.pt")
+    with pytest.raises(CheckpointError, match=r"policy 'team' do not fit .*groups with masked members.*train the policy anew"):
+        PPO.from_checkpoint(saved)
+
+
 def test_a_config_handed_to_ppo_directly_is_checked():
     with pytest.raises(ConfigError, match=r"gamma must be a number from 0 to 1, received 1\.5"):
         PPO(_rps_config().training(gamma=1.5))
@@ -450,12 +465,37 @@ def test_a_group_with_a_masked_member_trains_on_legal_actions_only():
         for _ in range(3):
             result = algo.train()
         assert math.isfinite(result["policies"]["team"]["policy_loss"])
-        assert result["num_env_steps_sampled_lifetime"] == 360
+        assert result["num_env_steps_sampled_lifetime"] == 360 and result["num_env_errors_lifetime"] == 0
         env = _grouped_masked({"length": 6})
         obs, _ = env.reset(seed=5)
         for _ in range(6):
             actions = algo.compute_actions(obs, explore=True)
             obs = env.step(actions)[0]
+
+
+def _group_of_groups(env_config):
+    return GroupAgentsWrapper(_grouped_masked(env_config), {"outer": ["team", "box"]})
+
+
+def test_a_group_of_groups_with_a_masked_member_trains_on_legal_actions_only():
+    config = (PPOConfig().environment(_group_of_groups, env_config={"length": 6})
+              .multi_agent(policies={a: None for a in ("outer", "multi")}, policy_mapping_fn=_own_policy)
+              .env_runners(num_envs_per_env_runner=2).training(train_batch_size=60, minibatch_size=30, num_epochs=1))
+    with config.build() as algo:
+        for _ in range(3):
+            result = algo.train()
+        assert math.isfinite(result["policies"]["outer"]["policy_loss"])
+        assert result["num_env_errors_lifetime"] == 0  # the inner env raises on a masked-out action
+
+
+def test_a_masked_member_that_cannot_be_read_is_refused_naming_policy_and_slot():
+    config = (PPOConfig().environment(_grouped_masked, env_config={"length": 6})
+              .multi_agent(policies={"team": PolicySpec(action_space=gym.spaces.Tuple(
+                  [gym.spaces.Discrete(5), gym.spaces.Discrete(3)])), "box": None, "multi": None},
+                           policy_mapping_fn=_own_policy))
+    with pytest.raises(SpaceError, match=r"policy 'team': slot \[0\] of the grouped agent's Tuple observation: "
+                                         r"action_mask of shape \(4,\) does not fit Discrete\(5\)"):
+        config.build()
 
 
 def test_images_late_joiners_and_many_agents():

@@ -33,6 +33,12 @@ CASES = {
         gym.spaces.Tuple([gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32), gym.spaces.Discrete(5)]),
         {},
     ),
+    "group-of-groups-masked": (
+        gym.spaces.Tuple([gym.spaces.Tuple([masked_space(BOX, 4), gym.spaces.Discrete(3)]), BOX]),
+        gym.spaces.Tuple([gym.spaces.Tuple([gym.spaces.Discrete(4), gym.spaces.MultiDiscrete([2, 2])]),
+                          gym.spaces.Box(-1.0, 1.0, (2,), np.float32)]),
+        {},
+    ),
     "nested": (
         gym.spaces.Dict({"img": IMAGE, "pos": BOX, "mode": gym.spaces.Discrete(3, start=1),
                          "grid": gym.spaces.MultiDiscrete([2, 4]), "pair": gym.spaces.Tuple([BOX, gym.spaces.MultiBinary(3)])}),
@@ -113,6 +119,37 @@ def test_grouped_members_masks_govern_their_slots():
     canonical = numpy_policy.masks.canonical(obs)
     assert canonical["action_mask"].shape == (64, 3 + 5)  # the Box slot has no categorical leaf
     assert set(canonical) == {"observation", "action_mask"} and len(canonical["observation"]) == 3
+
+
+def test_a_group_of_groups_reads_the_masks_of_its_members_members():
+    torch_policy, numpy_policy, obs = _pair("group-of-groups-masked")
+    (member, _), _ = obs
+    member["action_mask"][:] = [0, 1, 0, 0]
+    canonical = numpy_policy.masks.canonical(obs)
+    assert canonical["action_mask"].shape == (64, 4 + 4)  # Discrete(4), then MultiDiscrete([2, 2]) free
+    assert canonical["action_mask"][:, 4:].all()
+    for policy in (torch_policy, numpy_policy):
+        actions = policy.layout.to_env(policy.act(obs, explore=True, rng=np.random.default_rng(0))[0])
+        assert {int(action[0][0]) for action in actions} == {1}
+
+
+@pytest.mark.parametrize(
+    ("slot", "slot_action", "message"),
+    [
+        (gym.spaces.Dict({"observation": BOX, "action_mask": gym.spaces.Box(0, 1, (3,), np.int8), "extra": BOX}),
+         gym.spaces.Discrete(3), r"slot \[0\] of the grouped agent's Tuple observation: .*canonical Dict.*'extra'"),
+        (masked_space(BOX, 4), gym.spaces.Discrete(3),
+         r"slot \[0\] of the grouped agent's Tuple observation: action_mask of shape \(4,\) does not fit Discrete\(3\)"),
+        (masked_space(BOX, 3), gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+         r"slot \[0\] of the grouped agent's Tuple observation: an action_mask needs a Discrete or MultiDiscrete"),
+    ],
+)
+def test_a_masked_member_that_does_not_fit_is_refused_naming_its_slot(slot, slot_action, message):
+    observation_space = gym.spaces.Tuple([slot, BOX])
+    action_space = gym.spaces.Tuple([slot_action, gym.spaces.Discrete(2)])
+    for build in (TorchPolicy, NumpyPolicy):
+        with pytest.raises(SpaceError, match=message):
+            build(observation_space, action_space, dict(DEFAULT_MODEL))
 
 
 def test_weights_that_do_not_fit_and_custom_modules_are_refused():
