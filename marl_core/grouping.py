@@ -325,14 +325,11 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
 
     def _group_observation(self, group: str, asked: list[AgentID]) -> tuple[Any, ...]:
         """The Tuple observation of a group that acts: the slot of a member not asked to act
-        (it has ended) shows its mask, if it has one, as all zeros: that member takes no action."""
-        slots = []
-        for member, observation in zip(self.groups[group], self._slots[group], strict=True):
-            mask = action_mask_of(observation) if member not in asked else None
-            if mask is not None and mask.any():
-                observation = {**observation, MASK_KEY: np.zeros_like(mask)}  # a copy: the env's dict stays
-            slots.append(observation)
-        return tuple(slots)
+        (it has ended) shows every action mask in it as all zeros: that member takes no action."""
+        return tuple(
+            observation if member in asked else _no_legal_action(observation)
+            for member, observation in zip(self.groups[group], self._slots[group], strict=True)
+        )
 
     def _flags(
         self,
@@ -380,6 +377,18 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
             elif any(m not in self._ended and (m in self._seen or m in live_inner) for m in members):
                 agents.append(agent_id)
         self.agents = agents
+
+
+def _no_legal_action(observation: Any) -> Any:
+    """``observation`` with its action masks all zeros (in a member that is a group too): a copy
+    where a mask allowed anything, the very object where nothing changes."""
+    if type(observation) is tuple:
+        slots = tuple(_no_legal_action(item) for item in observation)
+        return observation if all(a is b for a, b in zip(slots, observation, strict=True)) else slots
+    mask = action_mask_of(observation)
+    if mask is None or not mask.any():
+        return observation
+    return {**observation, MASK_KEY: np.zeros_like(mask)}
 
 
 @singledispatch

@@ -18,7 +18,7 @@ from gymnasium import spaces
 
 from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable, shown
 from marl_core.env import ALL, COMMON
-from marl_core.spaces import action_mask_of, action_mask_size, why_not_contained
+from marl_core.spaces import SlotMasks, action_mask_of, action_mask_size, action_masks_of, why_not_contained
 
 _RESULT_NAMES = ("obs", "rewards", "terminateds", "truncateds", "infos")
 
@@ -112,7 +112,7 @@ class Verdict:
     """What the driver needs after a checked call."""
 
     acting: list[Any]
-    masks: dict[Any, np.ndarray]
+    masks: dict[Any, np.ndarray | SlotMasks]
     done: bool
     stalled: bool = False
 
@@ -390,11 +390,16 @@ class CallChecker:
                     key="acting not alive",
                 )
 
-    def _mask(self, agent_id: Any, observation: Any, step: int, at: str) -> np.ndarray | None:
-        if not isinstance(observation, Mapping):
-            return None
+    def _mask(self, agent_id: Any, observation: Any, step: int, at: str) -> np.ndarray | SlotMasks | None:
+        """The agent's mask (its members' masks, for a group) if it is sound; else a finding."""
+        space = self.act_spaces.get(agent_id)
         try:
-            mask = action_mask_of(observation)
+            if type(observation) is tuple:  # a group: each member's mask sits in its slot
+                problem = _slot_mask_problem(observation, space, "") if isinstance(space, spaces.Tuple) else None
+                mask = action_masks_of(observation)
+            else:
+                mask = action_mask_of(observation) if isinstance(observation, Mapping) else None
+                problem = _mask_problem(mask, space, may_be_empty=False) if mask is not None and space is not None else None
         except ENV_ERRORS as error:
             self.collector.add(
                 "masks.valid",
@@ -404,24 +409,6 @@ class CallChecker:
                 key="not an array",
             )
             return None
-        space = self.act_spaces.get(agent_id)
-        if mask is None or space is None:
-            return None
-        size = action_mask_size(space)
-        problem = None
-        if size is None:
-            problem = f"an action_mask, but its action space {space} is not Discrete or MultiDiscrete"
-        elif mask.shape != (size,):
-            problem = f"an action_mask of shape {mask.shape}, but its action space {space} needs ({size},)"
-        elif mask.dtype.kind not in "biu" or not np.isin(mask, (0, 1)).all():
-            problem = f"an action_mask with values other than 0 and 1 (dtype {mask.dtype})"
-        elif isinstance(space, spaces.Discrete) and not mask.any():
-            problem = "an action_mask that allows no action"
-        elif isinstance(space, spaces.MultiDiscrete):
-            bounds = np.cumsum([0, *space.nvec.flat])
-            empty = [i for i in range(len(bounds) - 1) if not mask[bounds[i] : bounds[i + 1]].any()]
-            if empty:
-                problem = f"an action_mask that allows no value in action dimension(s) {empty}"
         if problem is None:
             return mask
         self.collector.add("masks.valid", f"agent {shown(agent_id)} must act {at} and has {problem}", agent=agent_id, step=step, key=problem[:30])
@@ -442,3 +429,42 @@ def _shape_of(result: Any) -> str:
     if isinstance(result, (tuple, list)):
         return f"a {type(result).__name__} of {len(result)} ({', '.join(type(p).__name__ for p in result)})"
     return f"a {type(result).__name__}"
+
+
+def _mask_problem(mask: np.ndarray, space: Any, may_be_empty: bool) -> str | None:
+    """What is wrong with ``mask`` for ``space`` (None: nothing). A group's member that does not
+    act now shows a mask that allows nothing, so a slot's mask ``may_be_empty``."""
+    size = action_mask_size(space)
+    if size is None:
+        return f"an action_mask, but its action space {space} is not Discrete or MultiDiscrete"
+    if mask.shape != (size,):
+        return f"an action_mask of shape {mask.shape}, but its action space {space} needs ({size},)"
+    if mask.dtype.kind not in "biu" or not np.isin(mask, (0, 1)).all():
+        return f"an action_mask with values other than 0 and 1 (dtype {mask.dtype})"
+    if may_be_empty and not mask.any():
+        return None
+    if isinstance(space, spaces.Discrete) and not mask.any():
+        return "an action_mask that allows no action"
+    if isinstance(space, spaces.MultiDiscrete):
+        bounds = np.cumsum([0, *space.nvec.flat])
+        empty = [i for i in range(len(bounds) - 1) if not mask[bounds[i] : bounds[i + 1]].any()]
+        if empty:
+            return f"an action_mask that allows no value in action dimension(s) {empty}"
+    return None
+
+
+def _slot_mask_problem(observation: tuple, space: spaces.Tuple, path: str) -> str | None:
+    """The first problem with the masks in the slots of a group's ``observation`` (None: none)."""
+    if len(observation) != len(space.spaces):
+        return None  # spaces.obs-contains says so
+    for index, (item, sub) in enumerate(zip(observation, space.spaces, strict=True)):
+        where = f"{path}[{index}]"
+        if type(item) is tuple:
+            problem = _slot_mask_problem(item, sub, where) if isinstance(sub, spaces.Tuple) else None
+        else:
+            mask = action_mask_of(item) if isinstance(item, Mapping) else None
+            problem = None if mask is None else _mask_problem(mask, sub, may_be_empty=True)
+            problem = problem and f"in slot {where} {problem}"
+        if problem:
+            return problem
+    return None

@@ -175,7 +175,9 @@ _CATALOG = (
         "masks.valid",
         "error",
         "An `\"action_mask\"` in an acting agent's observation has one 0/1 entry per action of "
-        "its Discrete (or MultiDiscrete) action space and allows at least one action.",
+        "its Discrete (or MultiDiscrete) action space and allows at least one action. A grouped "
+        "agent's members' masks, in the slots of its Tuple observation, fit their slots' spaces "
+        "alike; one that allows nothing marks a member that does not act now.",
         "action space Discrete(3)\nobs[\"action_mask\"] = np.ones(4, np.int8)  # 4 entries for 3 actions",
         "Build masks with `marl_core.spaces.mask_from_legal(legal, n)`; end the episode or skip "
         "the agent's turn when it has no legal action.",

@@ -299,11 +299,11 @@ class _Run:
                 )
                 return None
             try:
-                observation = observations.get(agent_id) if isinstance(observations, dict) else None
-                if isinstance(observation, tuple):  # a group: each member's mask sits in its slot
-                    actions[agent_id] = sample_action_for(space, observation, rng, agent_id)
+                mask = verdict.masks.get(agent_id)  # sound masks only: a group's are in its slots
+                if type(mask) is tuple:
+                    actions[agent_id] = sample_action_for(space, observations[agent_id], rng, agent_id)
                 else:
-                    actions[agent_id] = sample_action(space, rng, verdict.masks.get(agent_id), agent_id)
+                    actions[agent_id] = sample_action(space, rng, mask, agent_id)
             except ENV_ERRORS as error:
                 self.collector.add(
                     "spaces.defined",

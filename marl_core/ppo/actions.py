@@ -193,12 +193,14 @@ class ObservationMasks:
     Attributes:
         masked: whether batches in canonical form carry an ``"action_mask"``.
         grouped: whether those masks come from a group's slots (:meth:`canonical` gathers them).
+        slot_mask_size: how many entries those slots' masks have in all (0 unless grouped).
         inner_space: the observation space the model sees.
     """
 
     def __init__(self, observation_space: spaces.Space, layout: ActionLayout) -> None:
         self.masked = is_masked(observation_space)
         self.grouped = False
+        self.slot_mask_size = 0
         self._plan: _Plan | None = None
         if self.masked:
             _check_canonical(observation_space, layout, "")
@@ -210,6 +212,7 @@ class ObservationMasks:
             self._plan = plan
             self.masked = self.grouped = True
             self.inner_space = _inner_space(plan, observation_space)
+            self.slot_mask_size = _mask_size(plan, observation_space)
 
     def canonical(self, obs: Any) -> Any:
         """A stacked numpy observation batch in canonical form (unchanged unless grouped)."""
@@ -266,6 +269,14 @@ def _inner_space(plan: _Plan, space: spaces.Space) -> spaces.Space:
     if isinstance(plan, list):
         return spaces.Tuple([_inner_space(sub, item) for sub, item in zip(plan, space.spaces, strict=True)])
     return space
+
+
+def _mask_size(plan: _Plan, space: spaces.Space) -> int:
+    if plan is _MASKED:
+        return int(np.prod(space[MASK_KEY].shape))
+    if isinstance(plan, list):
+        return sum(_mask_size(sub, item) for sub, item in zip(plan, space.spaces, strict=True))
+    return 0
 
 
 def _rows(plan: list, obs: Any) -> int:

@@ -154,7 +154,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                 if "log_std" in saved["module"] and getattr(algo.policies[policy_id].module, "log_std", 0) is None:
                     why = ("saved with a free log std, which free_log_std=False did not change in versions before it "
                            f"was implemented: load it with model={ {**config.model, 'free_log_std': True} !r}")
-                elif algo.policies[policy_id].masks.grouped:
+                elif _saw_slot_masks(saved["module"], algo.policies[policy_id]):
                     why = ("its agents are groups with masked members: the model sees the members' observations "
                            "without their masks, which steer the actions, while versions before that fed the masks "
                            "to the model as features; such weights do not carry over, so train the policy anew")
@@ -181,6 +181,19 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         algo.stop()
         raise
     return algo
+
+
+def _saw_slot_masks(saved: dict[str, Any], policy: Any) -> bool:
+    """Whether ``saved`` weights are those of ``policy``'s default model as versions built it
+    when a group's slot masks were model inputs: first layers wider by the masks' entries."""
+    if not policy.masks.grouped:
+        return False
+    current = policy.module.state_dict()
+    keys = [key for key in ("pi_body.0.weight", "vf_body.0.weight") if key in current]
+    extra = policy.masks.slot_mask_size
+    return bool(keys) and all(
+        key in saved and tuple(saved[key].shape) == (current[key].shape[0], current[key].shape[1] + extra) for key in keys
+    )
 
 
 def _deque() -> Any:

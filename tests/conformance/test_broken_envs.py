@@ -187,3 +187,10 @@ def test_bad_arguments_raise() -> None:
         check_env(broken_envs.Duel, episodes=0)
     with pytest.raises(ConformanceError, match="seed must be at least 0, received -1"):
         check_env(broken_envs.Duel, seed=-1)
+
+
+def test_a_masked_member_finding_names_the_group_and_the_slot() -> None:
+    report = check_env(broken_envs.grouped_mask_too_long)
+    (finding, *_) = report.findings
+    assert finding.rule == "masks.valid" and finding.agent == "team"
+    assert "in slot [0] an action_mask of shape (4,), but its action space Discrete(3) needs (3,)" in finding.message

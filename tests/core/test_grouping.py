@@ -620,16 +620,20 @@ def test_exported_grouped_env_refuses_a_masked_member_action(api: str) -> None:
         assert grouped.env.t == 1
 
 
-class _MemberEndsEarly(MultiAgentEnv):
-    """Masked members "a" and "b" (Discrete(3) each); "b" ends at the first step with a final
-    mask that still allows action 0, "a" plays on for three more steps."""
+class _MembersEndEarly(MultiAgentEnv):
+    """Masked agents (Discrete(3) each, ``config["agents"]``, default "a" and "b"); those in
+    ``config["early"]`` (default "b") end at the first step with a final mask that still allows
+    action 0, the others play on for three more steps."""
 
     def __init__(self, config: dict | None = None) -> None:
         super().__init__()
-        self.agents = self.possible_agents = ["a", "b"]
+        config = config or {}
+        self.possible_agents = list(config.get("agents", ["a", "b"]))
+        self.early = set(config.get("early", ["b"]))
+        self.agents = list(self.possible_agents)
         space = masked_space(spaces.Box(0, 1, (2,), np.float32), 3)
-        self.observation_spaces = {"a": space, "b": space}
-        self.action_spaces = {"a": spaces.Discrete(3), "b": spaces.Discrete(3)}
+        self.observation_spaces = dict.fromkeys(self.possible_agents, space)
+        self.action_spaces = {a: spaces.Discrete(3) for a in self.possible_agents}
         self.t = 0
 
     @staticmethod
@@ -638,25 +642,28 @@ class _MemberEndsEarly(MultiAgentEnv):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        self.t, self.agents = 0, ["a", "b"]
-        return {"a": self._observe([0, 1, 2]), "b": self._observe([0, 1, 2])}, {}
+        self.t, self.agents = 0, list(self.possible_agents)
+        return {a: self._observe([0, 1, 2]) for a in self.agents}, {}
 
     def step(self, action_dict):
         check_action_dict(self, action_dict, self.agents)
         self.t += 1
         if self.t == 1:
-            self.agents = ["a"]
-            return ({"a": self._observe([0, 1, 2]), "b": self._observe([0])}, {"a": 0.0, "b": 0.0},
-                    {"a": False, "b": True, ALL: False}, {"a": False, "b": False, ALL: False}, {})
+            obs = {a: self._observe([0] if a in self.early else [0, 1, 2]) for a in self.agents}
+            ended = {a: a in self.early for a in self.agents}
+            self.agents = [a for a in self.agents if a not in self.early]
+            return obs, dict.fromkeys(obs, 0.0), {**ended, ALL: False}, {**dict.fromkeys(obs, False), ALL: False}, {}
         done = self.t >= 4
-        return {"a": self._observe([0, 1, 2])}, {"a": 0.0}, {"a": done, ALL: done}, {"a": False, ALL: False}, {}
+        obs = {a: self._observe([0, 1, 2]) for a in self.agents}
+        flags = dict.fromkeys(self.agents, done)
+        return obs, dict.fromkeys(obs, 0.0), {**flags, ALL: done}, {**dict.fromkeys(obs, False), ALL: False}, {}
 
 
 def test_an_ended_members_slot_shows_no_legal_action_so_every_consumer_ignores_it() -> None:
     from bridges.pettingzoo import to_aec, to_parallel
 
     def grouped() -> GroupAgentsWrapper:
-        return GroupAgentsWrapper(_MemberEndsEarly(), {"g": ["a", "b"]})
+        return GroupAgentsWrapper(_MembersEndEarly(), {"g": ["a", "b"]})
 
     env = grouped()
     env.reset(seed=0)
@@ -696,3 +703,26 @@ def test_a_group_of_groups_is_checked_down_to_its_members_masks() -> None:
             venv.step([{**actions, "outer": bad}])
         assert venv.call("env")[0].env.t == 0  # nothing stepped
         venv.step([actions])
+
+
+def test_an_ended_group_inside_a_group_shows_no_legal_action_either() -> None:
+    from bridges.pettingzoo import to_parallel
+
+    def nested() -> GroupAgentsWrapper:
+        inner = GroupAgentsWrapper(_MembersEndEarly({"agents": ["a", "b", "c"], "early": ["a", "b"]}), {"pair": ["a", "b"]})
+        return GroupAgentsWrapper(inner, {"outer": ["pair", "c"]})
+
+    env = nested()
+    env.reset(seed=0)
+    obs = env.step({"outer": ((0, 0), 0)})[0]
+    assert [slot["action_mask"].tolist() for slot in obs["outer"][0]] == [[0, 0, 0], [0, 0, 0]]
+    assert obs["outer"][1]["action_mask"].tolist() == [1, 1, 1]
+    with VectorMultiAgentEnv([nested], "sync") as venv:
+        venv.reset(seed=0)
+        venv.step([{"outer": ((0, 0), 0)}])
+        venv.step([{"outer": ((2, 2), 1)}])  # slot 0 is ignored: its members have ended
+    penv = to_parallel(nested())
+    penv.reset(seed=0)
+    penv.step({"outer": ((0, 0), 0)})
+    penv.step({"outer": ((2, 2), 1)})
+    assert check_env(nested, seed=0).ok

@@ -191,12 +191,21 @@ def test_a_checkpoint_whose_model_saw_a_groups_masks_as_features_says_it_does_no
               .env_runners(num_env_runners=0).training(train_batch_size=12))
     with config.build() as algo:
         saved = algo.save(tmp_path / "checkpoint")
-    state = torch.load(saved / "state.pt", weights_only=True)
-    module = state["policies"]["team"]["module"]
-    for key in [k for k in module if k.endswith("body.0.weight")]:  # as built when masks were features: 4 more inputs
-        module[key] = torch.cat([module[key], torch.zeros(module[key].shape[0], 4)], dim=1)
-    torch.save(state, saved / "state.pt")
+    original = torch.load(saved / "state.pt", weights_only=True)
+
+    def widen(inputs: int) -> None:
+        state = torch.load(saved / "state.pt", weights_only=True)
+        module = state["policies"]["team"]["module"]
+        for key in [k for k in original["policies"]["team"]["module"] if k.endswith("body.0.weight")]:
+            weight = original["policies"]["team"]["module"][key]
+            module[key] = torch.cat([weight, torch.zeros(weight.shape[0], inputs)], dim=1)
+        torch.save(state, saved / "state.pt")
+
+    widen(4)  # as built when the member's mask (4 entries) was a model input
     with pytest.raises(CheckpointError, match=r"policy 'team' do not fit .*groups with masked members.*train the policy anew"):
+        PPO.from_checkpoint(saved)
+    widen(3)  # some other change of the observations: the general hint
+    with pytest.raises(CheckpointError, match=r"policy 'team' do not fit the model built from the config \(a different model config or spaces"):
         PPO.from_checkpoint(saved)
 
 
