@@ -326,8 +326,9 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
     def _group_observation(self, group: str, asked: list[AgentID]) -> tuple[Any, ...]:
         """The Tuple observation of a group that acts: the slot of a member not asked to act
         (it has ended) shows every action mask in it as all zeros: that member takes no action."""
+        asked_set = set(asked)
         return tuple(
-            observation if member in asked else _no_legal_action(observation)
+            observation if member in asked_set else _no_legal_action(observation)
             for member, observation in zip(self.groups[group], self._slots[group], strict=True)
         )
 
