@@ -9,7 +9,7 @@ Example:
     >>> RULES["api.all-key"].severity
     'error'
     >>> sorted(rule_id for rule_id, rule in RULES.items() if rule.severity == "warning")
-    ['close.idempotent', 'ids.strings', 'obs.aliasing', 'termination.bounded']
+    ['actions.unchanged', 'close.idempotent', 'ids.strings', 'obs.aliasing', 'termination.bounded']
 """
 
 from __future__ import annotations
@@ -181,6 +181,15 @@ _CATALOG = (
         "action space Discrete(3)\nobs[\"action_mask\"] = np.ones(4, np.int8)  # 4 entries for 3 actions",
         "Build masks with `marl_core.spaces.mask_from_legal(legal, n)`; end the episode or skip "
         "the agent's turn when it has no legal action.",
+    ),
+    Rule(
+        "actions.unchanged",
+        "warning",
+        "`step(action_dict)` leaves the dict it receives, and the actions in it, as they were "
+        "(callers keep and log them).",
+        "def step(self, action_dict):\n    move = action_dict.pop(self.turn)    # the caller's dict loses a key",
+        "Read actions without changing them (`action_dict[agent_id]`, not `pop()`); copy an "
+        "array action before changing it in place.",
     ),
     Rule(
         "obs.aliasing",

@@ -256,8 +256,9 @@ class _Run:
             if actions is None:
                 break
             before = global_rng_state()
+            sent = snapshot(actions)  # the env's own copy: what it does to it is checked below
             try:
-                result = self.env.step(snapshot(actions))
+                result = self.env.step(sent)
             except ENV_ERRORS as error:
                 self.collector.add(
                     "api.step",
@@ -270,6 +271,7 @@ class _Run:
                 break
             after = global_rng_state()
             self.steps += 1
+            self._check_unchanged(sent, actions, step, label)
             frame = self.checker.split_step(result, step)
             if frame is None:
                 break
@@ -277,6 +279,25 @@ class _Run:
             self._record(episode, frame, before, after, label)
             verdict = self.checker.check(frame)
         return episode
+
+    def _check_unchanged(self, sent: dict[Any, Any], actions: dict[Any, Any], step: int, label: str) -> None:
+        """Report what ``step()`` did to the action dict it received (``sent``, a copy of ``actions``)."""
+        if not self.collector.wants("actions.unchanged"):
+            return
+        removed = [a for a in actions if a not in sent]
+        added = [a for a in sent if a not in actions]
+        changed = [a for a in actions if a in sent and not same(sent[a], actions[a])]
+        what = [text for text, agents in ((f"removed the actions of {names(removed)}", removed),
+                                          (f"added keys {names(added)}", added),
+                                          (f"changed the actions of {names(changed)} in place", changed)) if agents]
+        if what:
+            self.collector.add(
+                "actions.unchanged",
+                f"step() changed the action dict it received at step {step} of {label}: {'; '.join(what)}",
+                agent=(removed + changed + added)[0],
+                step=step,
+                key="changed",
+            )
 
     def _actions(
         self, verdict: Any, observations: Any, rng: np.random.Generator, step: int, label: str

@@ -23,6 +23,7 @@ PUBLIC = {
     "determinism.seed": "error",
     "pickle": "error",
     "masks.valid": "error",
+    "actions.unchanged": "warning",
     "obs.aliasing": "warning",
     "termination.bounded": "warning",
     "close.idempotent": "warning",
