@@ -39,7 +39,7 @@ import numpy as np
 from gymnasium.utils import seeding
 
 from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
-from marl_core.errors import EnvContractError, ResetNeededError
+from marl_core.errors import EnvContractError, ResetNeededError, UnsupportedEnvError
 from marl_core.spaces import (
     MASK_KEY,
     OBS_KEY,
@@ -274,10 +274,37 @@ def _end_flags(done: bool, terminateds: Mapping[AgentID, Any], truncateds: Mappi
     return True, False
 
 
+def _check_kind(env: Any, wanted: str) -> None:
+    """Raise unless ``env`` is a PettingZoo env of the ``wanted`` API ("AEC" or "parallel"),
+    by class or, for an env that subclasses neither, by the methods that API calls."""
+    from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+    bridge, other, other_bridge = (
+        ("PettingZooEnv", "parallel", "ParallelPettingZooEnv") if wanted == "AEC"
+        else ("ParallelPettingZooEnv", "AEC", "PettingZooEnv")
+    )
+    kind = "AEC" if isinstance(env, AECEnv) else "parallel" if isinstance(env, ParallelEnv) else None
+    received = f"{type(env).__module__}.{type(env).__qualname__}"
+    if kind == other:
+        raise UnsupportedEnvError(
+            f"{bridge} takes a PettingZoo {wanted} env, received the {other} env {received}; "
+            f"wrap it with {other_bridge} instead"
+        )
+    needs = ("reset", "step", "observation_space", "action_space") + (("last", "observe") if wanted == "AEC" else ())
+    missing = [name for name in needs if not callable(getattr(env, name, None))]
+    if kind is None and missing:
+        raise UnsupportedEnvError(
+            f"{bridge} takes a PettingZoo {wanted} env, received {received}, which has no {', '.join(missing)}"
+        )
+
+
 class _PettingZooBase(MultiAgentEnv):
     """What both PettingZoo bridges share: spaces, masks from info, render and seeding."""
 
+    _API = "AEC"
+
     def __init__(self, env: Any, *, check_legal: bool, mask_in_info: bool | None) -> None:
+        _check_kind(env, self._API)
         self.env = env
         self._running = False
         self._rng_seed: int | None = None
@@ -557,6 +584,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
           a copy of the action dict, except PettingZoo's ``aec_to_parallel_wrapper``, which only
           reads it.
     """
+
+    _API = "parallel"
 
     def __init__(self, env: Any, *, check_legal: bool = True, mask_in_info: bool | None = None) -> None:
         self._acting_list: list[AgentID] = []

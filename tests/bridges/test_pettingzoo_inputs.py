@@ -15,7 +15,7 @@ from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils.agent_selector import AgentSelector
 
 from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, to_parallel
-from marl_core.errors import IllegalActionError, UnexpectedActionError
+from marl_core.errors import IllegalActionError, UnexpectedActionError, UnsupportedEnvError
 from marl_core.spaces import mask_from_legal, masked_space
 from tests.fixtures.envs import RockPaperScissors
 
@@ -188,3 +188,51 @@ def test_a_parallel_bridge_pickles_mid_episode(actions: tuple[int, ...]) -> None
     twin = pickle.loads(pickle.dumps(env))
     assert twin.step(dict.fromkeys(obs, 1))[1] == env.step(dict.fromkeys(obs, 1))[1] == dict.fromkeys(obs, 1.0)
     assert twin.env.t == env.env.t == 2
+
+
+def test_an_env_of_the_other_api_is_refused_naming_both_and_the_right_bridge() -> None:
+    from pettingzoo.butterfly.pistonball import pistonball
+    from pettingzoo.classic.connect_four import connect_four
+
+    with pytest.raises(UnsupportedEnvError, match=r"ParallelPettingZooEnv takes a PettingZoo parallel env, received the AEC "
+                                                  r"env .*OrderEnforcingWrapper; wrap it with PettingZooEnv instead"):
+        ParallelPettingZooEnv(connect_four.env())
+    with pytest.raises(UnsupportedEnvError, match=r"PettingZooEnv takes a PettingZoo AEC env, received the parallel env "
+                                                  r".*aec_to_parallel_wrapper; wrap it with ParallelPettingZooEnv instead"):
+        PettingZooEnv(pistonball.parallel_env())
+    with pytest.raises(UnsupportedEnvError, match=r"received examples.rock_paper_scissors.RockPaperScissors, which has no .*last, observe"):
+        PettingZooEnv(RockPaperScissors())
+
+
+def test_a_duck_typed_env_with_the_methods_of_its_api_is_taken() -> None:
+    # Not a subclass of ParallelEnv: the methods of the parallel API are what counts.
+    class DuckParallel:
+        metadata: dict = {}
+
+        def __init__(self) -> None:
+            self.possible_agents = ["a", "b"]
+            self.agents: list[str] = []
+            self.t = 0
+
+        def observation_space(self, agent: str) -> spaces.Space:
+            return spaces.Discrete(4)
+
+        def action_space(self, agent: str) -> spaces.Space:
+            return spaces.Discrete(2)
+
+        def reset(self, seed: int | None = None, options: dict | None = None):
+            self.agents, self.t = ["a", "b"], 0
+            return {a: 0 for a in self.agents}, {a: {} for a in self.agents}
+
+        def step(self, actions: dict):
+            self.t += 1
+            done = self.t >= 3
+            obs = {a: self.t for a in self.agents}
+            flags = dict.fromkeys(self.agents, done)
+            if done:
+                self.agents = []
+            return obs, {a: float(actions[a]) for a in obs}, flags, dict.fromkeys(obs, False), {a: {} for a in obs}
+
+    env = ParallelPettingZooEnv(DuckParallel(), mask_in_info=False)
+    env.reset(seed=0)
+    assert env.step({"a": 1, "b": 0})[1] == {"a": 1.0, "b": 0.0}
