@@ -82,10 +82,10 @@ def _as_callable(policy: Policy | None, env: MultiAgentEnv, seed: int | None) ->
         table = dict(policy)
 
         def by_agent(agent_id: AgentID, observation: Any) -> Any:
-            try:
-                return table[agent_id](observation)
-            except KeyError:
-                raise UnknownAgentError(agent_id, table, what="agent (no policy given)") from None
+            chosen = table.get(agent_id)
+            if chosen is None:  # (a KeyError inside the policy is the policy's own, and propagates)
+                raise UnknownAgentError(agent_id, table, what="agent (no policy given)")
+            return chosen(observation)
 
         return by_agent
     return policy

@@ -199,6 +199,15 @@ def test_rollout_names_a_missing_policy() -> None:
         rollout(RockPaperScissors(), {"player1": lambda obs: 0}, seed=0)
 
 
+def test_a_key_error_inside_a_policy_is_the_policys_own() -> None:
+    def reads_a_missing_key(observation: object) -> int:
+        return {"mask": 0}["action_mask"]
+
+    with pytest.raises(KeyError, match="action_mask") as caught:
+        rollout(RockPaperScissors(), {"player1": reads_a_missing_key, "player2": lambda obs: 1}, seed=0)
+    assert not isinstance(caught.value, UnknownAgentError)
+
+
 def test_rollout_stops_at_max_steps() -> None:
     result = rollout(RockPaperScissors(), seed=0, max_steps=4)
     assert result.steps == 4 and result.truncated and not result.terminated
