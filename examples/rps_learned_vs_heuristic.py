@@ -12,6 +12,11 @@ sample in a Ray actor).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from examples.rock_paper_scissors import RockPaperScissors
 from marl_core.ppo import PPO, PPOConfig
