@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as error:
             print(f"marl-train: --set {item}: {error}", file=sys.stderr)
             return 2
-        changed.add(key.strip().split(".")[-1])
+        changed.add(key.strip().rpartition(".")[2])
     for name in ("seed", "ray_address", "num_cpus"):
         if getattr(args, name) is not None:
             setattr(config, name, getattr(args, name))

@@ -175,6 +175,8 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "policies_to_train": ("None or a list of policy ids", _optional(lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v))),
     "model": ("a dict of model settings", lambda v: isinstance(v, Mapping)),
 }
+# The builder methods, whose names may prefix a field in set("training.lr", ...).
+_SECTIONS = frozenset({"environment", "multi_agent", "env_runners", "training", "resources", "debugging"})
 _INTEGER_FIELDS = frozenset(name for name, (what, _) in _FIELD_RULES.items() if "integer" in what)
 
 
@@ -358,7 +360,10 @@ class PPOConfig:
         Values are parsed as JSON when they can be (numbers, booleans, null, lists, dicts) and
         kept as strings otherwise; ``policy_mapping_fn`` takes a ``"module:name"`` import path.
         """
-        name = key.split(".")[-1]
+        section, _, name = key.rpartition(".")
+        if section and section not in _SECTIONS:
+            raise ConfigError(f"unknown config section {section!r} in {key!r}; sections: {sorted(_SECTIONS)} "
+                              f"(or the field alone, {name!r})")
         if name not in {f.name for f in fields(self)}:
             raise ConfigError(f"unknown config field {key!r}; known fields: {sorted(f.name for f in fields(self))}")
         if isinstance(value, str):

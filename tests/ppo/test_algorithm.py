@@ -545,6 +545,10 @@ def test_config_errors_name_the_problem():
          .build())
     config = PPOConfig().set("env_runners.num_envs_per_env_runner", "16").set("training.lr", "3e-4")
     assert config.num_envs_per_env_runner == 16 and config.lr == 3e-4
+    for key in ("bogus.lr", "training.extra.lr"):
+        with pytest.raises(ConfigError, match=rf"unknown config section '{key.rpartition('.')[0]}' in '{key}'; sections: "):
+            config.set(key, "1e-3")
+    assert config.lr == 3e-4
 
 
 def test_tic_tac_toe_from_the_seeds_runs():

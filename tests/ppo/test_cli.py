@@ -117,6 +117,9 @@ def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
     status = main(["rps", "--iterations", "1", "--out", str(tmp_path), "--set", "training.learning_rate=1"])
     assert status == 2 and "unknown config field 'training.learning_rate'" in capsys.readouterr().err
     assert main(["rps", "--out", str(tmp_path), "--set", "lr"]) == 2
+    capsys.readouterr()
+    assert main(["rps", "--iterations", "1", "--out", str(tmp_path), "--set", "bogus.lr=1e-3"]) == 2
+    assert "unknown config section 'bogus' in 'bogus.lr'" in capsys.readouterr().err
     for flag, value in [("--iterations", "-3"), ("--iterations", "0"), ("--minutes", "nan"), ("--minutes", "-1"),
                         ("--num-cpus", "0"), ("--checkpoint-every", "x")]:
         with pytest.raises(SystemExit) as exit_info:
