@@ -226,7 +226,8 @@ def _check(args: argparse.Namespace) -> int:
     try:
         with _stdout_to_stderr() if args.json else contextlib.nullcontext():
             obj = load_target(args.target)
-            report = check_env(obj, seed=args.seed, episodes=args.episodes, max_steps=args.max_steps, skip=args.skip)
+            report = check_env(obj, seed=args.seed, episodes=args.episodes, max_steps=args.max_steps, skip=args.skip,
+                               name=args.target)
     except (TargetImportError, ConformanceError) as error:
         message = str(error)
         cause = error.__cause__

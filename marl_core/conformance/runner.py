@@ -73,6 +73,7 @@ def check_env(
     episodes: int = DEFAULT_EPISODES,
     max_steps: int = DEFAULT_MAX_STEPS,
     skip: Iterable[str] = (),
+    name: str | None = None,
 ) -> ConformanceReport:
     """Check a multi-agent env against every conformance rule and report all violations.
 
@@ -85,6 +86,8 @@ def check_env(
         episodes: how many episodes to explore (each is replayed twice for ``determinism.seed``).
         max_steps: step budget per episode (``termination.bounded`` warns past it).
         skip: rule ids not to check (see :data:`~marl_core.conformance.rules.RULES`).
+        name: how the report names the target (``marl-check`` passes the ``MODULE:ATTR`` typed);
+            default: the ``module.QualName`` of the object.
 
     Returns:
         The report; ``report.ok`` is False when any finding is an error. A crash of the env's code
@@ -112,6 +115,8 @@ def check_env(
         raise ConformanceError(f"seed must be at least 0, received {seed}")
     started = time.perf_counter()
     target = resolve(env_or_factory)
+    if name is not None:
+        target.name = name
     run = _Run(target, Collector(frozenset(skipped)), seed, episodes, max_steps)
     run.run()
     return ConformanceReport(

@@ -23,6 +23,14 @@ def test_clean_env_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert ": OK, 0 errors" in capsys.readouterr().out
 
 
+def test_the_report_names_the_target_as_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    # A factory that returns an inner function would otherwise be named after that function.
+    assert main(["pettingzoo.classic.rps_v2:parallel_env", "--episodes", "1"]) == 0
+    assert capsys.readouterr().out.startswith("marl-check pettingzoo.classic.rps_v2:parallel_env: OK")
+    assert main(["pettingzoo.classic.rps_v2:parallel_env", "--episodes", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["target"] == "pettingzoo.classic.rps_v2:parallel_env"
+
+
 def test_errors_exit_1_with_json(capsys: pytest.CaptureFixture[str]) -> None:
     status = main(["tests.fixtures.broken_envs:NanReward", "--json", "--episodes", "2", "--seed", "7"])
     assert status == 1
