@@ -576,11 +576,15 @@ def _import_path(reference: str, key: str) -> Any:
     does not import or is not callable."""
     try:
         target = resolve(reference)
-    except (CheckpointError, ImportError, AttributeError, ValueError) as error:
-        where = "" if os.getcwd() in sys.path else " (the working directory is not on sys.path)"
+    except CheckpointError as error:
+        raise ConfigError(f"{key} must be a 'module:name' import path, received {reference!r}") from error
+    except (ImportError, AttributeError, ValueError) as error:
+        hint = ""
+        if isinstance(error, ModuleNotFoundError):
+            hint = ("; is its package installed, or is it in the directory you run from?" if os.getcwd() in sys.path
+                    else "; is its package installed? (the working directory is not on sys.path)")
         raise ConfigError(
-            f"{key} must be a 'module:name' import path, received {reference!r}, which does not import{where}: "
-            f"{type(error).__name__}: {error}"
+            f"{key} {reference!r} does not import: {type(error).__name__}: {error}{hint}"
         ) from error
     if not callable(target):
         raise ConfigError(f"{key} must name a function, received {reference!r} (a {type(target).__name__})")

@@ -61,6 +61,7 @@ def load_policy(
     # good as any device (a run trained on a GPU plays on a laptop). Sampling settings of the
     # training run do not matter here, so no env runner (and no Ray) is started.
     torch.set_num_threads(1)
+    _check_saved_env(Path(checkpoint))
     algo = PPO.from_checkpoint(str(checkpoint), num_env_runners=0, num_envs_per_env_runner=1, device="cpu")
     try:
         policy = algo.get_policy_callable(policy_id, explore=False)
@@ -76,6 +77,29 @@ def load_policy(
         algo.stop()
         raise
     return policy, algo.stop
+
+
+def _check_saved_env(checkpoint: Path) -> None:
+    """Raise a :class:`CheckpointError` when the env the checkpoint trained does not import here:
+    most likely a checkpoint of another game (whose code the game commands do not need)."""
+    import json
+
+    from marl_core.errors import CheckpointError
+    from marl_core.ppo.config import resolve
+
+    try:
+        saved = json.loads((checkpoint / "config.json").read_text()).get("env")
+    except (OSError, ValueError, AttributeError):
+        return  # loading says what is wrong with the checkpoint itself
+    if not isinstance(saved, str):
+        return
+    try:
+        resolve(saved)
+    except (ImportError, AttributeError, ValueError, CheckpointError) as error:
+        raise CheckpointError(
+            f"it trained env {saved!r}, which does not import here ({type(error).__name__}: {error}): "
+            "a checkpoint of another game?"
+        ) from error
 
 
 # Terminal play ------------------------------------------------------------------------------
@@ -242,7 +266,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         policy, release = load_policy(args.checkpoint, args.policy)
     except (MultiAgentEnvError, FileNotFoundError) as error:
         print(f"marl-eval: cannot load {args.checkpoint}: {error}", file=sys.stderr)
-        return 1
+        return 2
     try:
         print(f"{args.games} games per opponent, half in each seat, seed {args.seed}")
         for spec in opponents:
@@ -274,7 +298,7 @@ def play_main(argv: Sequence[str] | None = None) -> int:
         policy, release = load_policy(args.checkpoint, args.policy)
     except (MultiAgentEnvError, FileNotFoundError) as error:
         print(f"marl-play: cannot load {args.checkpoint}: {error}", file=sys.stderr)
-        return 1
+        return 2
     seat = None if args.seat is None else ["first", "second"].index(args.seat)
     try:
         play_human(policy, env_factory=GAMES[args.game], seat=seat)

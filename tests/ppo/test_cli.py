@@ -142,7 +142,8 @@ def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
         ("device=tpu", "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', received 'tpu'"),
         ('model={"fcnet_hiddens": [8]}', "model has unknown keys ['fcnet_hiddens']"),
         ('model={"activation": "elu"}', "activation must be one of ['tanh', 'relu', 'silu'], received 'elu'"),
-        ("policy_mapping_fn=no_such_module:fn", "policy_mapping_fn must be a 'module:name' import path"),
+        ("policy_mapping_fn=no_such_module:fn", "policy_mapping_fn 'no_such_module:fn' does not import: ModuleNotFoundError"),
+        ("policy_mapping_fn=no_colon", "policy_mapping_fn must be a 'module:name' import path, received 'no_colon'"),
     ],
 )
 def test_bad_settings_are_refused_with_status_2_before_anything_starts(tmp_path, capsys, setting, message):
@@ -159,8 +160,8 @@ def test_an_env_that_does_not_import_is_refused_with_status_2(tmp_path, capsys):
     assert main(["rps", "--iterations", "1", "--out", str(out), "--set", "num_env_runners=0",
                  "--set", "env=no_such_package.envs:Env"]) == 2
     err = capsys.readouterr().err
-    assert "env must be a 'module:name' import path, received 'no_such_package.envs:Env', which does not import" in err
-    assert "ModuleNotFoundError: No module named 'no_such_package'" in err
+    assert ("env 'no_such_package.envs:Env' does not import: ModuleNotFoundError: No module named 'no_such_package'; "
+            "is its package installed") in err
     assert not (tmp_path / "runs").exists()
 
 

@@ -55,10 +55,11 @@ def test_eval_rejects_a_bad_opponent_before_loading(checkpoint, capsys):
     assert "unknown opponent 'mcts:zero'" in capsys.readouterr().err
 
 
-def test_eval_and_play_report_a_missing_checkpoint(tmp_path, capsys):
-    assert eval_main([str(tmp_path / "nothing")]) == 1
+def test_eval_and_play_report_a_missing_checkpoint_with_status_2(tmp_path, capsys):
+    # As marl-train --resume does: status 2 is "nothing could start".
+    assert eval_main([str(tmp_path / "nothing")]) == 2
     assert "is not a checkpoint" in capsys.readouterr().err
-    assert play_main(["connect4", str(tmp_path / "nothing")]) == 1
+    assert play_main(["connect4", str(tmp_path / "nothing")]) == 2
     assert "cannot load" in capsys.readouterr().err
 
 
@@ -97,6 +98,7 @@ def test_marl_play_as_a_process_with_piped_input(checkpoint):
 
 
 def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, capsys):
+    import json
     import shutil
 
     from marl_core.ppo import PPOConfig
@@ -111,10 +113,15 @@ def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, 
     with PPOConfig().environment("marl_core.ppo.selfplay:make_env", env_config={"game": "tic_tac_toe"}).env_runners(
             num_env_runners=0).multi_agent(policies={"main": None}, policy_mapping_fn=_everyone_main).build() as algo:
         other_game = algo.save(tmp_path / "tic_tac_toe")
+    foreign = shutil.copytree(other_game, tmp_path / "foreign")  # as an rps checkpoint read outside the repository
+    data = json.loads((foreign / "config.json").read_text())
+    (foreign / "config.json").write_text(json.dumps({**data, "env": "examples_elsewhere.rps:RockPaperScissors"}))
     expected = {broken_json: "config.json is not valid JSON", broken_state: "state.pt cannot be read",
-                empty: "holds no trainer config", other_game: "a checkpoint of another game?"}
+                empty: "holds no trainer config", other_game: "a checkpoint of another game?",
+                foreign: "it trained env 'examples_elsewhere.rps:RockPaperScissors', which does not import here "
+                         "(ModuleNotFoundError: No module named 'examples_elsewhere'): a checkpoint of another game?"}
     for path, words in expected.items():
-        assert eval_main([str(path), "--games", "2"]) == 1
+        assert eval_main([str(path), "--games", "2"]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"marl-eval: cannot load {path}: ") and words in err
 
