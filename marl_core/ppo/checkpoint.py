@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-_warned_mapping_fn: list[bool] = []  # the mapping fn warning is a WARNING once per process, then INFO
+_warned: set[str] = set()  # each warning about what a checkpoint cannot name: a WARNING once per process, then INFO
 
 
 def save_checkpoint(algo: PPO, path: Path) -> Path:
@@ -48,10 +48,10 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
         config = algo.config.to_json_dict()
         if config["policy_mapping_fn"] is None:
             config["policy_mapping_fn"] = reference_of(algo._build_mapping_fn)
-            level = logging.INFO if _warned_mapping_fn else logging.WARNING  # once per process
-            _warned_mapping_fn.append(True)
-            logger.log(level, "the current policy_mapping_fn cannot be imported by name; the checkpoint keeps %s",
-                       config["policy_mapping_fn"] or "none (pass policy_mapping_fn=... when restoring)")
+            if config["policy_mapping_fn"] is not None:
+                _warn_once(f"the current policy_mapping_fn cannot be imported by name; checkpoints keep "
+                           f"{config['policy_mapping_fn']}, the one the config was built with")
+        _warn_once(_unrestorable(config))
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         policies = {}
         for policy_id, policy in algo.policies.items():
@@ -93,6 +93,21 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
     return path
 
 
+def _unrestorable(config: dict[str, Any]) -> str:
+    """What restoring ``config`` (a :meth:`PPOConfig.to_json_dict`) will need passed again ("": nothing)."""
+    try:
+        PPOConfig.from_json_dict(config)
+    except CheckpointError as error:
+        return f"this checkpoint does not keep everything by name: {error}"
+    return ""
+
+
+def _warn_once(message: str) -> None:
+    if message:
+        logger.log(logging.INFO if message in _warned else logging.WARNING, "%s", message)
+        _warned.add(message)
+
+
 def _aside(path: Path) -> list[Path]:
     """The copies of the checkpoint ``path`` set aside while replacing it (exact names only)."""
     pattern = re.compile(rf"\.{re.escape(path.name)}\.old-[0-9a-f]{{8}}")
@@ -130,8 +145,6 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         raise CheckpointError(f"{config_file} holds no trainer config (no 'env' entry): a damaged checkpoint?")
     config = PPOConfig.from_json_dict(data, **overrides)
     config.validate(overrides)  # the saved values were taken when saved: a stricter check must not lock them out
-    if config.env is None:
-        raise CheckpointError("the saved env was not importable by name; pass env=... to from_checkpoint")
     try:
         state = torch.load(state_file, weights_only=True, map_location="cpu")
     except (RuntimeError, EOFError, OSError, ValueError) as error:  # torch's errors on a damaged file

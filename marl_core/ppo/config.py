@@ -512,35 +512,28 @@ class PPOConfig:
 
     @classmethod
     def from_json_dict(cls, data: Mapping[str, Any], **overrides: Any) -> PPOConfig:
-        """The inverse of :meth:`to_json_dict`; ``overrides`` replace fields (e.g. callables)."""
+        """The inverse of :meth:`to_json_dict`; ``overrides`` replace fields (e.g. callables).
+
+        Raises:
+            CheckpointError: parts of the config that did not save or do not import now, all of
+                them in one message, each with the argument to pass instead.
+        """
         config = cls()
         names = {f.name for f in fields(cls)}
+        problems: list[str] = []
         for key, value in data.items():
             if key not in names or key in overrides:
                 continue
-            unsaved = _unsaved_paths(value, key)
-            if unsaved:
-                raise CheckpointError(
-                    f"{', '.join(unsaved)} had no JSON form when the checkpoint was saved; pass {key}=... to "
-                    "from_checkpoint"
-                )
-            if key == "policies":
-                value = {pid: _policy_from_json(pid, entry) for pid, entry in value.items()}
-            elif key == "env_config":
-                value = _exact_from_json(value)
-            elif key in ("env", "policy_mapping_fn") and value is not None:
-                value = _resolve_saved(value, key)
-            elif key == "model" and "module" in value:
-                if value["module"] is None:
-                    raise CheckpointError("the saved model module factory was not importable by name; pass "
-                                          "model={'module': factory, ...} to from_checkpoint")
-                value = {**value, "module": _resolve_saved(value["module"], "model")}
-            elif key == "policy_mapping_fn":
-                raise CheckpointError(
-                    "the saved policy_mapping_fn was not importable by name; pass "
-                    "policy_mapping_fn=... to from_checkpoint"
-                )
+            try:
+                value = _field_from_json(key, value)
+            except CheckpointError as error:
+                problems.append(str(error))
+                continue
             setattr(config, key, value)
+        if len(problems) == 1:
+            raise CheckpointError(problems[0])
+        if problems:
+            raise CheckpointError("parts of the saved config cannot be restored:\n- " + "\n- ".join(problems))
         return config._update("from_checkpoint", overrides)
 
 
@@ -669,6 +662,42 @@ def _policy_to_json(entry: Any) -> Any:
                 out[name] = space_to_json(space) or {"__unsaved__": repr(space)[:200]}
         return out
     return {"kind": "fixed", "ref": reference_of(entry)}
+
+
+def _field_from_json(key: str, value: Any) -> Any:
+    """One field of :meth:`PPOConfig.to_json_dict` back (a :class:`CheckpointError` when it
+    cannot come back, saying what to pass instead)."""
+    unsaved = _unsaved_paths(value, key)
+    if unsaved:
+        raise CheckpointError(
+            f"{', '.join(unsaved)} had no JSON form when the checkpoint was saved; pass {key}=... to from_checkpoint"
+        )
+    if key == "policies":
+        policies, problems = {}, []
+        for policy_id, entry in value.items():
+            try:
+                policies[policy_id] = _policy_from_json(policy_id, entry)
+            except CheckpointError as error:
+                problems.append(str(error))
+        if problems:
+            raise CheckpointError("\n- ".join(problems))
+        return policies
+    if key == "env_config":
+        return _exact_from_json(value)
+    if key in ("env", "policy_mapping_fn") and value is not None:
+        return _resolve_saved(value, key)
+    if key == "env":
+        raise CheckpointError("the saved env was not importable by name; pass env=... to from_checkpoint")
+    if key == "model" and "module" in value:
+        if value["module"] is None:
+            raise CheckpointError("the saved model module factory was not importable by name; pass "
+                                  "model={'module': factory, ...} to from_checkpoint")
+        return {**value, "module": _resolve_saved(value["module"], "model")}
+    if key == "policy_mapping_fn":
+        raise CheckpointError(
+            "the saved policy_mapping_fn was not importable by name; pass policy_mapping_fn=... to from_checkpoint"
+        )
+    return value
 
 
 def _policy_from_json(policy_id: str, data: Mapping[str, Any]) -> Any:

@@ -619,10 +619,32 @@ def test_sampling_uses_its_own_torch_threads_and_the_learner_keeps_its_own():
 def test_the_mapping_fn_warning_is_logged_once_per_process(tmp_path, caplog):
     from marl_core.ppo import checkpoint
 
-    checkpoint._warned_mapping_fn.clear()
+    checkpoint._warned.clear()
     config = _rps_config().multi_agent(policy_mapping_fn=lambda agent_id, episode: rps_policy_mapping_fn(agent_id, episode))
     with caplog.at_level("INFO", logger="marl_core.ppo.checkpoint"), config.build() as algo:
         algo.save(tmp_path / "a")
         algo.save(tmp_path / "b")
-    levels = [r.levelname for r in caplog.records if "cannot be imported by name" in r.getMessage()]
+    levels = [r.levelname for r in caplog.records if "policy_mapping_fn was not importable by name" in r.getMessage()]
     assert levels == ["WARNING", "INFO"]
+
+
+def test_a_checkpoint_of_unnamed_parts_says_all_of_them_when_saved_and_when_loaded(tmp_path, caplog):
+    from marl_core.ppo import checkpoint
+
+    checkpoint._warned.clear()
+    config = (PPOConfig().environment(lambda cfg: RockPaperScissors(cfg))
+              .multi_agent(policies={"learned": None, "heuristic": beat_last_move},
+                           policy_mapping_fn=lambda agent_id, episode, **kw: "learned" if agent_id == "player1" else "heuristic",
+                           policies_to_train=["learned"])
+              .env_runners(num_env_runners=0).training(train_batch_size=40))
+    with caplog.at_level("WARNING", logger="marl_core.ppo.checkpoint"), config.build() as algo:
+        algo.train()
+        saved = algo.save(tmp_path / "ckpt")
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "the saved env was not importable" in warning and "policy_mapping_fn was not importable" in warning
+    with pytest.raises(CheckpointError) as caught:
+        PPO.from_checkpoint(saved)
+    assert str(caught.value).startswith("parts of the saved config cannot be restored:")
+    assert "pass env=..." in str(caught.value) and "pass policy_mapping_fn=..." in str(caught.value)
+    with PPO.from_checkpoint(saved, env=config.env, policy_mapping_fn=config.policy_mapping_fn) as restored:
+        assert restored.iteration == 1 and restored.train()["training_iteration"] == 2
