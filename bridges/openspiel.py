@@ -743,3 +743,8 @@ class OpenSpielEnv(MultiAgentEnv):
 
     def __str__(self) -> str:
         return f"<OpenSpielEnv<{self.game}>>"
+
+
+# The other direction (MultiAgentEnv -> pyspiel.Game) lives in its own module; it is importable
+# from here too, where DESIGN.md's layout puts it.
+from bridges.openspiel_game import to_openspiel  # noqa: E402, F401

@@ -437,3 +437,9 @@ def test_max_steps_is_checked_and_can_change_between_steps() -> None:
     env.max_steps = None
     env.reset(seed=0)
     assert env.max_steps is None and env.agents == env.possible_agents
+
+
+def test_to_openspiel_is_importable_where_the_design_lays_it_out() -> None:
+    from bridges import openspiel, openspiel_game
+
+    assert openspiel.to_openspiel is openspiel_game.to_openspiel
