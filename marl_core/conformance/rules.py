@@ -167,7 +167,8 @@ _CATALOG = (
         "error",
         "The env factory (or the env, when an instance is given) survives a cloudpickle round "
         "trip, as remote rollout workers need.",
-        "self.log = open(\"env.log\", \"w\")      # file handles, locks, sockets do not pickle",
+        "lock = threading.Lock()\nmake_env = lambda: MyEnv(lock)      # the factory carries a lock\n"
+        "# checking an instance: self.log = open(\"env.log\", \"w\") in MyEnv.__init__",
         "Create unpicklable resources lazily (in `reset()`), or implement `__getstate__` / "
         "`__setstate__`.",
     ),
