@@ -34,6 +34,7 @@ from typing import Any
 
 from bridges.compat import Case
 from bridges.matrix_probes import overhead, round_trip
+from marl_core._cli import number_arg
 
 logger = logging.getLogger(__name__)
 
@@ -349,8 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="marl-matrix", description=__doc__.split("\n\n")[0])
     parser.add_argument("--subset", choices=("all", "fast"), default="all",
                         help="all: every case; fast: the first runnable non-slow cases of each source")
-    parser.add_argument("--jobs", type=int, default=2, help="rows run at once, each in its own process")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds a row may take")
+    parser.add_argument("--jobs", type=number_arg(int), default=2, help="rows run at once, each in its own process")
+    parser.add_argument("--timeout", type=number_arg(float), default=300.0, help="seconds a row may take")
     parser.add_argument("--only", default=None, help="run only cases whose id contains this text")
     parser.add_argument("--output", default="compat_matrix.md",
                         help="where to write the Markdown; a partial run (--subset fast, --only) replaces "

@@ -36,26 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from marl_core._cli import number_arg
 from marl_core.errors import ConfigError, MultiAgentEnvError, RunLogError
 from marl_core.ppo.presets import PRESETS, load_preset
-
-
-def number_arg(kind: type, *, minimum: float = 0, inclusive: bool = False, why: str = "") -> Any:
-    """An argparse type: a number of ``kind`` above ``minimum`` (or equal to it, with ``inclusive``);
-    ``why`` is added to the message of a number out of range."""
-    bound = f"{minimum} or more" if inclusive else f"above {minimum}"
-
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, received {text!r}") from None
-        if not (value >= minimum if inclusive else value > minimum):  # NaN fails both
-            raise argparse.ArgumentTypeError(f"expected a number {bound}{why}, received {text!r}")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in its messages
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,9 +21,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from marl_core._cli import number_arg
 from marl_core.env import ALL
 from marl_core.errors import OpponentSpecError
-from marl_core.ppo.cli import number_arg
 from marl_core.ppo.evaluation import (
     PolicyFn,
     evaluate,

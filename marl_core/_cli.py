@@ -1,0 +1,24 @@
+"""What the command lines share: argument types with messages that say what was expected."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def number_arg(kind: type, *, minimum: float = 0, inclusive: bool = False, why: str = "") -> Any:
+    """An argparse type: a number of ``kind`` above ``minimum`` (or equal to it, with ``inclusive``);
+    ``why`` is added to the message of a number out of range."""
+    bound = f"{minimum} or more" if inclusive else f"above {minimum}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, received {text!r}") from None
+        if not (value >= minimum if inclusive else value > minimum):  # NaN fails both
+            raise argparse.ArgumentTypeError(f"expected a number {bound}{why}, received {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
