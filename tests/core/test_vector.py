@@ -836,3 +836,19 @@ def test_async_vector_inside_a_ray_worker() -> None:
     assert len(pids) == 2 and len(rewards_list) == 2
     assert all(list(rewards.values()) == [0.0] for rewards in rewards_list)
     assert wait_gone(pids) == []
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path) -> None:
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from marl_core import VectorMultiAgentEnv\n"
+        "from tests.fixtures.envs import RockPaperScissors\n"
+        "venv = VectorMultiAgentEnv([RockPaperScissors] * 2, 'async')\n"
+        "venv.close()\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode != 0
+    assert 'while starting; a script that builds an async vector must guard its entry point with `if __name__ == "__main__":`' in done.stderr
