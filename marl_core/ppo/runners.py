@@ -12,13 +12,28 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
+
+from marl_core.errors import ConfigError
 
 if TYPE_CHECKING:
     from marl_core.ppo.config import PPOConfig
 
 logger = logging.getLogger(__name__)
+
+
+def _check_reachable(address: str) -> None:
+    """Raise a :class:`ConfigError` when nothing answers at a ``host:port`` (or ``ray://host:port``)
+    Ray address: ``ray.init`` would retry for minutes before saying so. Other forms ("auto") are Ray's."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not (sep and host and port.isdigit()):
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as error:
+        raise ConfigError(f"cannot reach a Ray cluster at ray_address={address!r}: {error}") from None
 
 
 class RunnerGroup:
@@ -37,6 +52,7 @@ class RunnerGroup:
         self._cluster: Any = None
         if self.owns_ray:
             if ray_address:
+                _check_reachable(ray_address)
                 ray.init(address=ray_address, log_to_driver=False, logging_level=logging.WARNING)
             else:
                 self._cluster = _start_local_ray(num_cpus)

@@ -648,3 +648,10 @@ def test_a_checkpoint_of_unnamed_parts_says_all_of_them_when_saved_and_when_load
     assert "pass env=..." in str(caught.value) and "pass policy_mapping_fn=..." in str(caught.value)
     with PPO.from_checkpoint(saved, env=config.env, policy_mapping_fn=config.policy_mapping_fn) as restored:
         assert restored.iteration == 1 and restored.train()["training_iteration"] == 2
+
+
+def test_a_ray_address_where_nothing_answers_is_refused_at_once():
+    # ray.init would retry for minutes before giving up.
+    config = _rps_config().env_runners(num_env_runners=1).resources(ray_address="127.0.0.1:1")
+    with pytest.raises(ConfigError, match=r"cannot reach a Ray cluster at ray_address='127\.0\.0\.1:1': .*refused"):
+        config.build()
