@@ -122,7 +122,7 @@ def _check_kind(env: Any, wanted: str) -> None:
             f"{bridge} takes a PettingZoo {wanted} env, received the {other} env {received}; "
             f"wrap it with {other_bridge} instead"
         )
-    needs = ("reset", "step", "observation_space", "action_space") + (("last", "observe") if wanted == "AEC" else ())
+    needs = ("reset", "step", "observation_space", "action_space") + (("observe",) if wanted == "AEC" else ())
     missing = [name for name in needs if not callable(getattr(env, name, None))]
     if kind is None and missing:
         raise UnsupportedEnvError(

@@ -278,13 +278,13 @@ class Workers:
             if status == "ok":
                 continue
             self.shutdown()
-            if status == "dead":  # before its first reply: most often a script without a main guard
-                raise VectorEnvError(
-                    f"{reply} while starting; a script that builds an async vector must guard its entry "
-                    f"point with `if __name__ == \"__main__\":` (with the {context!r} start method every worker "
-                    "imports the main module, and so runs its unguarded code), see the worker's error above",
-                    self.envs_of[worker].start,
+            if status == "dead":  # before its first reply
+                hint = "" if context == "fork" else (
+                    f"; a likely cause: with the {context!r} start method every worker imports the main module, so "
+                    "a script that builds an async vector must guard its entry point with "
+                    "`if __name__ == \"__main__\":` (the worker's own error, if it printed one, is above)"
                 )
+                raise VectorEnvError(f"{reply} while starting{hint}", self.envs_of[worker].start)
             index, failure = reply
             raise remote_error(f"env {index}: its factory raised", index, failure) from failure[3]
 

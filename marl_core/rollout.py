@@ -80,6 +80,9 @@ def _as_callable(policy: Policy | None, env: MultiAgentEnv, seed: int | None) ->
         return RandomPolicy(env, seed)
     if isinstance(policy, Mapping):
         table = dict(policy)
+        odd = {agent_id: chosen for agent_id, chosen in table.items() if not callable(chosen)}
+        if odd:
+            raise TypeError(f"a policy per agent must be a callable (observation -> action); received {odd!r}")
 
         def by_agent(agent_id: AgentID, observation: Any) -> Any:
             chosen = table.get(agent_id)

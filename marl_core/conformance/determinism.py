@@ -34,7 +34,8 @@ def snapshot(value: Any, depth: int = 0) -> Any:
     if isinstance(value, list):
         return [snapshot(v, depth + 1) for v in value]
     if isinstance(value, tuple):
-        return tuple(snapshot(v, depth + 1) for v in value)
+        items = [snapshot(v, depth + 1) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a namedtuple stays one
     return value
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from marl_core.errors import CheckpointError
-from marl_core.ppo.config import PPOConfig, reference_of
+from marl_core.ppo.config import PPOConfig, reference_of, restore_error
 from marl_core.ppo.model import TorchPolicy
 
 if TYPE_CHECKING:
@@ -95,11 +95,24 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
 
 def _unrestorable(config: dict[str, Any]) -> str:
     """What restoring ``config`` (a :meth:`PPOConfig.to_json_dict`) will need passed again ("": nothing)."""
-    try:
-        PPOConfig.from_json_dict(config)
-    except CheckpointError as error:
-        return f"this checkpoint does not keep everything by name: {error}"
-    return ""
+    _, problems = PPOConfig._restore(config, {})
+    if config.get("env") is None:
+        problems.insert(0, "the saved env was not importable by name; pass env=... to from_checkpoint")
+    problems += [f"{reference!r} ({where}) is defined in the script that runs (__main__), which another process "
+                 f"cannot import; define it in a module, or pass it again to from_checkpoint"
+                 for where, reference in _main_references(config)]
+    return f"this checkpoint does not keep everything by name: {restore_error(problems)}" if problems else ""
+
+
+def _main_references(value: Any, where: str = "config") -> list[tuple[str, str]]:
+    """The ``"__main__:..."`` import paths in a saved config, with where they are."""
+    if isinstance(value, str):
+        return [(where, value)] if value.startswith("__main__:") else []
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in _main_references(item, f"{where}[{key!r}]")]
+    if isinstance(value, list):
+        return [found for index, item in enumerate(value) for found in _main_references(item, f"{where}[{index}]")]
+    return []
 
 
 def _warn_once(message: str) -> None:
@@ -143,7 +156,12 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         raise CheckpointError(f"{config_file} is not valid JSON (a damaged checkpoint?): {error}") from error
     if not isinstance(data, dict) or ("env" not in data and "env" not in overrides):
         raise CheckpointError(f"{config_file} holds no trainer config (no 'env' entry): a damaged checkpoint?")
-    config = PPOConfig.from_json_dict(data, **overrides)
+    config, problems = PPOConfig._restore(data, overrides)
+    if data.get("env", "") is None and "env" not in overrides:  # saved, without a name
+        problems.insert(0, "the saved env was not importable by name; pass env=... to from_checkpoint")
+    if problems:
+        raise restore_error(problems)
+    config = config._update("from_checkpoint", overrides)
     config.validate(overrides)  # the saved values were taken when saved: a stricter check must not lock them out
     try:
         state = torch.load(state_file, weights_only=True, map_location="cpu")

@@ -361,10 +361,14 @@ class PPOConfig:
         kept as strings otherwise; ``policy_mapping_fn`` takes a ``"module:name"`` import path.
         """
         section, _, name = key.rpartition(".")
+        known = {f.name for f in fields(self)}
+        if section == "model":
+            raise ConfigError(f"{key!r}: model keys are set through the model field, as a JSON object: "
+                              f"model='{{\"{name}\": ...}}'")
         if section and section not in _SECTIONS:
-            raise ConfigError(f"unknown config section {section!r} in {key!r}; sections: {sorted(_SECTIONS)} "
-                              f"(or the field alone, {name!r})")
-        if name not in {f.name for f in fields(self)}:
+            alone = f" (or the field alone, {name!r})" if name in known else ""
+            raise ConfigError(f"unknown config section {section!r} in {key!r}; sections: {sorted(_SECTIONS)}{alone}")
+        if name not in known:
             raise ConfigError(f"unknown config field {key!r}; known fields: {sorted(f.name for f in fields(self))}")
         if isinstance(value, str):
             with contextlib.suppress(json.JSONDecodeError):
@@ -518,23 +522,25 @@ class PPOConfig:
             CheckpointError: parts of the config that did not save or do not import now, all of
                 them in one message, each with the argument to pass instead.
         """
+        config, problems = cls._restore(data, overrides)
+        if problems:
+            raise restore_error(problems)
+        return config._update("from_checkpoint", overrides)
+
+    @classmethod
+    def _restore(cls, data: Mapping[str, Any], overrides: Mapping[str, Any]) -> tuple[PPOConfig, list[str]]:
+        """The fields of ``data`` that come back, and what keeps the others from coming back."""
         config = cls()
         names = {f.name for f in fields(cls)}
         problems: list[str] = []
         for key, value in data.items():
             if key not in names or key in overrides:
                 continue
-            try:
-                value = _field_from_json(key, value)
-            except CheckpointError as error:
-                problems.append(str(error))
-                continue
-            setattr(config, key, value)
-        if len(problems) == 1:
-            raise CheckpointError(problems[0])
-        if problems:
-            raise CheckpointError("parts of the saved config cannot be restored:\n- " + "\n- ".join(problems))
-        return config._update("from_checkpoint", overrides)
+            value, field_problems = _field_from_json(key, value)
+            problems.extend(field_problems)
+            if not field_problems:
+                setattr(config, key, value)
+        return config, problems
 
 
 def reference_of(obj: Any) -> str | None:
@@ -664,40 +670,44 @@ def _policy_to_json(entry: Any) -> Any:
     return {"kind": "fixed", "ref": reference_of(entry)}
 
 
-def _field_from_json(key: str, value: Any) -> Any:
-    """One field of :meth:`PPOConfig.to_json_dict` back (a :class:`CheckpointError` when it
-    cannot come back, saying what to pass instead)."""
+def restore_error(problems: list[str]) -> CheckpointError:
+    """One error for every part of a saved config that cannot come back."""
+    if len(problems) == 1:
+        return CheckpointError(problems[0])
+    return CheckpointError("parts of the saved config cannot be restored:\n- " + "\n- ".join(problems))
+
+
+def _field_from_json(key: str, value: Any) -> tuple[Any, list[str]]:
+    """One field of :meth:`PPOConfig.to_json_dict` back, and what keeps it (or its parts) from
+    coming back, each saying what to pass instead."""
     unsaved = _unsaved_paths(value, key)
     if unsaved:
-        raise CheckpointError(
-            f"{', '.join(unsaved)} had no JSON form when the checkpoint was saved; pass {key}=... to from_checkpoint"
-        )
-    if key == "policies":
-        policies, problems = {}, []
-        for policy_id, entry in value.items():
-            try:
-                policies[policy_id] = _policy_from_json(policy_id, entry)
-            except CheckpointError as error:
-                problems.append(str(error))
-        if problems:
-            raise CheckpointError("\n- ".join(problems))
-        return policies
-    if key == "env_config":
-        return _exact_from_json(value)
-    if key in ("env", "policy_mapping_fn") and value is not None:
-        return _resolve_saved(value, key)
-    if key == "env":
-        raise CheckpointError("the saved env was not importable by name; pass env=... to from_checkpoint")
-    if key == "model" and "module" in value:
-        if value["module"] is None:
-            raise CheckpointError("the saved model module factory was not importable by name; pass "
-                                  "model={'module': factory, ...} to from_checkpoint")
-        return {**value, "module": _resolve_saved(value["module"], "model")}
-    if key == "policy_mapping_fn":
-        raise CheckpointError(
-            "the saved policy_mapping_fn was not importable by name; pass policy_mapping_fn=... to from_checkpoint"
-        )
-    return value
+        return None, [f"{', '.join(unsaved)} had no JSON form when the checkpoint was saved; pass {key}=... to "
+                      "from_checkpoint"]
+    try:
+        if key == "policies":
+            policies, problems = {}, []
+            for policy_id, entry in value.items():
+                try:
+                    policies[policy_id] = _policy_from_json(policy_id, entry)
+                except CheckpointError as error:
+                    problems.append(str(error))
+            return policies, problems
+        if key == "env_config":
+            return _exact_from_json(value), []
+        if key in ("env", "policy_mapping_fn") and value is not None:
+            return _resolve_saved(value, key), []
+        if key == "model" and "module" in value:
+            if value["module"] is None:
+                return None, ["the saved model module factory was not importable by name; pass "
+                              "model={'module': factory, ...} to from_checkpoint"]
+            return {**value, "module": _resolve_saved(value["module"], "model")}, []
+        if key == "policy_mapping_fn":
+            return None, ["the saved policy_mapping_fn was not importable by name; pass policy_mapping_fn=... to "
+                          "from_checkpoint"]
+    except CheckpointError as error:
+        return None, [str(error)]
+    return value, []
 
 
 def _policy_from_json(policy_id: str, data: Mapping[str, Any]) -> Any:

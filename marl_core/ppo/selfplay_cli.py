@@ -93,6 +93,11 @@ def _check_saved_env(checkpoint: Path) -> None:
         return  # loading says what is wrong with the checkpoint itself
     if not isinstance(saved, str):
         return
+    if saved.startswith("__main__:"):
+        raise CheckpointError(
+            f"it trained env {saved!r}, defined in the script that trained it, which no other process can import; "
+            "load it with PPO.from_checkpoint(path, env=...)"
+        )
     try:
         resolve(saved)
     except (ImportError, AttributeError, ValueError, CheckpointError) as error:

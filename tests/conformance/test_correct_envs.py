@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from gymnasium import spaces
 
 from examples.rock_paper_scissors import RockPaperScissors
 from examples.tic_tac_toe import TicTacToe
-from marl_core import make_multi_agent
+from marl_core import MultiAgentEnv, make_multi_agent
 from marl_core.conformance import check_env
 from tests.fixtures import seed_envs
 from tests.fixtures.broken_envs import Duel
@@ -55,3 +57,31 @@ def test_one_hundred_agents_through_space_overrides() -> None:
 
 def test_other_seeds_give_other_trajectories_and_still_pass() -> None:
     assert check_env(TicTacToe, seed=12345, episodes=3).findings == ()
+
+
+class _GraphActions(MultiAgentEnv):
+    """Two agents act with Graph actions (namedtuples) for 3 steps; the actions are only read."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = ["a", "b"]
+        self.observation_spaces = dict.fromkeys(self.agents, spaces.Discrete(4))
+        graph = spaces.Graph(node_space=spaces.Box(-1.0, 1.0, (2,), np.float32), edge_space=spaces.Discrete(3))
+        self.action_spaces = dict.fromkeys(self.agents, graph)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return dict.fromkeys(self.agents, 0), {}
+
+    def step(self, action_dict):
+        self.t += 1
+        rewards = {a: float(len(action.nodes)) for a, action in action_dict.items()}  # a namedtuple's field
+        done = self.t >= 3
+        return dict.fromkeys(self.agents, self.t), rewards, {"__all__": done}, {"__all__": False}, {}
+
+
+def test_namedtuple_actions_reach_the_env_as_themselves_and_are_not_reported_as_changed() -> None:
+    report = check_env(_GraphActions, skip=["spaces.obs-contains"])
+    assert "actions.unchanged" not in report.rules and "api.step" not in report.rules, str(report)

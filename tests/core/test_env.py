@@ -208,6 +208,11 @@ def test_a_key_error_inside_a_policy_is_the_policys_own() -> None:
     assert not isinstance(caught.value, UnknownAgentError)
 
 
+def test_a_policy_that_is_not_callable_is_refused_before_the_episode() -> None:
+    with pytest.raises(TypeError, match=r"a policy per agent must be a callable .*\{'player1': None\}"):
+        rollout(RockPaperScissors(), {"player1": None, "player2": lambda obs: 1}, seed=0)
+
+
 def test_rollout_stops_at_max_steps() -> None:
     result = rollout(RockPaperScissors(), seed=0, max_steps=4)
     assert result.steps == 4 and result.truncated and not result.terminated

@@ -851,4 +851,5 @@ def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path) -> Non
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert done.returncode != 0
-    assert 'while starting; a script that builds an async vector must guard its entry point with `if __name__ == "__main__":`' in done.stderr
+    assert "while starting; a likely cause: with the 'forkserver' start method every worker imports the main module" in done.stderr
+    assert 'must guard its entry point with `if __name__ == "__main__":`' in done.stderr

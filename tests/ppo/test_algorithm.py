@@ -2,7 +2,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -207,6 +212,56 @@ def test_a_checkpoint_whose_model_saw_a_groups_masks_as_features_says_it_does_no
     widen(3)  # some other change of the observations: the general hint
     with pytest.raises(CheckpointError, match=r"policy 'team' do not fit the model built from the config \(a different model config or spaces"):
         PPO.from_checkpoint(saved)
+
+
+def test_a_config_without_an_env_round_trips_through_json():
+    back = PPOConfig.from_json_dict(PPOConfig().training(lr=1e-3).to_json_dict())
+    assert back.env is None and back.lr == 1e-3
+
+
+def test_unnamed_fixed_policies_are_each_a_line_of_one_message(tmp_path):
+    config = _rps_config().multi_agent(policies={"learned": None, "a": lambda obs: 0, "beat_last": lambda obs: 1})
+    data = json.loads(json.dumps(config.to_json_dict()))
+    with pytest.raises(CheckpointError) as caught:
+        PPOConfig.from_json_dict(data)
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "parts of the saved config cannot be restored:"
+    assert [line[:22] for line in lines[1:]] == ["- fixed policy 'a' was", "- fixed policy 'beat_l"]
+
+
+def test_model_keys_through_set_are_pointed_to_the_model_field():
+    with pytest.raises(ConfigError, match=r"'model.hiddens': model keys are set through the model field, as a JSON "
+                                          r"object: model='\{\"hiddens\": ...\}'"):
+        PPOConfig().set("model.hiddens", "[64, 64]")
+    with pytest.raises(ConfigError, match=r"unknown config section 'bogus' in 'bogus.nope'; sections: \[[^]]*\]$"):
+        PPOConfig().set("bogus.nope", "1")
+
+
+def test_save_warns_about_what_the_running_script_defines(tmp_path):
+    # Names in __main__ import in the saving process only: loading elsewhere would fail.
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        from examples.rock_paper_scissors import RockPaperScissors
+        from marl_core.ppo import PPOConfig
+        from marl_core.ppo.presets import beat_last_move
+
+        class MyRPS(RockPaperScissors):
+            pass
+
+        def my_map(agent_id, episode, **kwargs):
+            return "learned" if agent_id == "player1" else "beat_last"
+
+        config = (PPOConfig().environment(MyRPS).multi_agent(policies={{"learned": None, "beat_last": beat_last_move}},
+                  policy_mapping_fn=my_map).env_runners(num_env_runners=0).training(train_batch_size=40))
+        with config.build() as algo:
+            algo.save({str(tmp_path / "ckpt")!r})
+    """))
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "'__main__:MyRPS' (config['env']) is defined in the script that runs (__main__)" in done.stderr
+    assert "'__main__:my_map' (config['policy_mapping_fn'])" in done.stderr
 
 
 def test_a_config_handed_to_ppo_directly_is_checked():
