@@ -246,7 +246,7 @@ def test_save_warns_about_what_the_running_script_defines(tmp_path):
         from marl_core.ppo.presets import beat_last_move
 
         class MyRPS(RockPaperScissors):
-            pass
+            '''The env of the training script itself.'''
 
         def my_map(agent_id, episode, **kwargs):
             return "learned" if agent_id == "player1" else "beat_last"
