@@ -99,8 +99,9 @@ class MultiAgentAECEnv(AECEnv):
         - **Seeding and chance:** ``reset(seed=s)`` resets the MultiAgentEnv with ``seed=s``.
         - **Masks:** the MultiAgentEnv's Dict observations (with ``"action_mask"``) pass through.
           With ``check_legal`` (the default), ``step`` refuses an action that the agent's mask
-          (or, for a grouped agent, a member's mask in its slot) forbids, before it is buffered: an action buffered now could only be refused once the
-          last agent has acted, when it can no longer be taken back.
+          (or, for a grouped agent, a member's mask in its slot) forbids, before it is
+          buffered: an action buffered now could only be refused once the last agent has
+          acted, when it can no longer be taken back.
         - Bad input (an action outside the space, a masked action, a step before ``reset`` or
           after the end) raises, and the state is unchanged: the same agent must act again.
         - ``common_infos`` holds the ``"__common__"`` infos of the MultiAgentEnv's last reset or

@@ -218,9 +218,11 @@ class ObservationMasks:
         """A stacked numpy observation batch in canonical form (unchanged unless grouped)."""
         if self._plan is None:
             return obs
-        masks: list[np.ndarray] = []
-        inner = _canonical(self._plan, obs, _rows(self._plan, obs), masks)
-        return {OBS_KEY: inner, MASK_KEY: np.concatenate(masks, axis=1)}
+        masks: list[np.ndarray | int] = []
+        inner = _canonical(self._plan, obs, masks)
+        rows = next(len(mask) for mask in masks if not isinstance(mask, int))  # a group's plan holds a mask
+        return {OBS_KEY: inner, MASK_KEY: np.concatenate(
+            [np.ones((rows, mask), np.int8) if isinstance(mask, int) else mask for mask in masks], axis=1)}
 
     def split(self, obs: Any) -> tuple[Any, Any]:
         """(the model's part, the mask or None) of a batch in canonical form (numpy or torch)."""
@@ -279,23 +281,14 @@ def _mask_size(plan: _Plan, space: spaces.Space) -> int:
     return 0
 
 
-def _rows(plan: list, obs: Any) -> int:
-    """The batch size, read from the first mask (a group's plan holds at least one)."""
-    for sub, item in zip(plan, obs, strict=True):
-        if sub is _MASKED:
-            return len(item[MASK_KEY])
-        if isinstance(sub, list):
-            return _rows(sub, item)
-    raise AssertionError("a group's plan holds a mask")
-
-
-def _canonical(plan: _Plan, obs: Any, rows: int, masks: list[np.ndarray]) -> Any:
-    """The model's part of ``obs``; appends the slot's mask columns to ``masks``."""
+def _canonical(plan: _Plan, obs: Any, masks: list[np.ndarray | int]) -> Any:
+    """The model's part of ``obs``; appends the slot's mask columns to ``masks`` (for a slot
+    without a mask, how many columns allow everything)."""
     if plan is _MASKED:
         mask = np.asarray(obs[MASK_KEY])
         masks.append(np.where(mask.any(axis=1, keepdims=True), mask, np.ones_like(mask)))
         return obs[OBS_KEY]
     if isinstance(plan, list):
-        return tuple(_canonical(sub, item, rows, masks) for sub, item in zip(plan, obs, strict=True))
-    masks.append(np.ones((rows, plan), np.int8))
+        return tuple(_canonical(sub, item, masks) for sub, item in zip(plan, obs, strict=True))
+    masks.append(plan)
     return obs

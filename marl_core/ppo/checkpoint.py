@@ -95,9 +95,7 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
 
 def _unrestorable(config: dict[str, Any]) -> str:
     """What restoring ``config`` (a :meth:`PPOConfig.to_json_dict`) will need passed again ("": nothing)."""
-    _, problems = PPOConfig._restore(config, {})
-    if config.get("env") is None:
-        problems.insert(0, "the saved env was not importable by name; pass env=... to from_checkpoint")
+    _, problems = PPOConfig._restore(config, {}, require_env=True)
     problems += [f"{reference!r} ({where}) is defined in the script that runs (__main__), which another process "
                  f"cannot import; define it in a module, or pass it again to from_checkpoint"
                  for where, reference in _main_references(config)]
@@ -156,9 +154,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         raise CheckpointError(f"{config_file} is not valid JSON (a damaged checkpoint?): {error}") from error
     if not isinstance(data, dict) or ("env" not in data and "env" not in overrides):
         raise CheckpointError(f"{config_file} holds no trainer config (no 'env' entry): a damaged checkpoint?")
-    config, problems = PPOConfig._restore(data, overrides)
-    if data.get("env", "") is None and "env" not in overrides:  # saved, without a name
-        problems.insert(0, "the saved env was not importable by name; pass env=... to from_checkpoint")
+    config, problems = PPOConfig._restore(data, overrides, require_env=True)
     if problems:
         raise restore_error(problems)
     config = config._update("from_checkpoint", overrides)

@@ -528,8 +528,11 @@ class PPOConfig:
         return config._update("from_checkpoint", overrides)
 
     @classmethod
-    def _restore(cls, data: Mapping[str, Any], overrides: Mapping[str, Any]) -> tuple[PPOConfig, list[str]]:
-        """The fields of ``data`` that come back, and what keeps the others from coming back."""
+    def _restore(
+        cls, data: Mapping[str, Any], overrides: Mapping[str, Any], *, require_env: bool = False
+    ) -> tuple[PPOConfig, list[str]]:
+        """The fields of ``data`` that come back, and what keeps the others from coming back
+        (with ``require_env``, as for a checkpoint: an env saved without a name, too)."""
         config = cls()
         names = {f.name for f in fields(cls)}
         problems: list[str] = []
@@ -540,6 +543,8 @@ class PPOConfig:
             problems.extend(field_problems)
             if not field_problems:
                 setattr(config, key, value)
+        if require_env and data.get("env", "") is None and "env" not in overrides:
+            problems.insert(0, "the saved env was not importable by name; pass env=... to from_checkpoint")
         return config, problems
 
 
