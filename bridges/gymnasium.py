@@ -159,7 +159,7 @@ class SingleAgentEnv(gym.Env):
           :class:`~marl_core.errors.EnvContractError`, never dropped.
         - **Dead agents / "__all__":** ``terminated`` is the agent's flag or
           ``terminateds["__all__"]``; ``truncated`` is the agent's truncation or
-          ``truncateds["__all__"]`` when it is not terminated. If the episode ends without a final
+          ``truncateds["__all__"]``; both may be True, as in Gymnasium. If the episode ends without a final
           observation for the agent, the previous observation is returned and
           ``info["final_observation_missing"]`` is True.
         - **Chance / simultaneous moves:** none; the one agent must be in every observation dict
@@ -222,7 +222,7 @@ class SingleAgentEnv(gym.Env):
         self._unexpected(obs, "observations")
         self._unexpected(rewards, "rewards")
         terminated = bool(terminateds.get(self.agent_id, False) or terminateds.get(ALL, False))
-        truncated = not terminated and bool(truncateds.get(self.agent_id, False) or truncateds.get(ALL, False))
+        truncated = bool(truncateds.get(self.agent_id, False) or truncateds.get(ALL, False))
         info = self._info(infos)
         if self.agent_id in obs:
             self._last_observation = obs[self.agent_id]

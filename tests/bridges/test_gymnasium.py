@@ -247,6 +247,22 @@ def test_to_gymnasium_marks_a_missing_final_observation() -> None:
     assert info["final_observation_missing"] is True
 
 
+class _EndsBothWays(_EndsWithoutObservation):
+    """The last step both terminates and truncates the one agent (a time limit on the last move)."""
+
+    def step(self, action_dict):
+        self.t += 1
+        done = self.t >= 2
+        return {"solo": self.t}, {"solo": 1.0}, {"solo": done, "__all__": done}, {"solo": done}, {}
+
+
+def test_to_gymnasium_keeps_both_end_flags() -> None:
+    single = to_gymnasium(_EndsBothWays())
+    single.reset(seed=0)
+    assert single.step(0)[2:4] == (False, False)
+    assert single.step(0)[2:4] == (True, True)
+
+
 def test_the_two_directions_undo_each_other() -> None:
     raw = gym.make("CartPole-v1")
     ours = from_gymnasium(raw)
