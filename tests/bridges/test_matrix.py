@@ -125,9 +125,15 @@ def test_a_partial_run_replaces_its_rows_and_keeps_the_others(tmp_path: Path, mo
     assert output.read_text(encoding="utf-8") == before
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--timeout", "-1"), ("--timeout", "nan"), ("--jobs", "0"), ("--jobs", "two")])
-def test_a_timeout_or_jobs_that_cannot_work_is_a_usage_error(flag: str, value: str, tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [("--timeout", "-1", "a number above 0"), ("--timeout", "nan", "a number above 0"),
+     ("--jobs", "0", "an integer above 0"), ("--jobs", "two", "an integer,"), ("--jobs", "1.5", "an integer,")],
+)
+def test_a_timeout_or_jobs_that_cannot_work_is_a_usage_error(
+    flag: str, value: str, expected: str, tmp_path: Path, capsys
+) -> None:
     with pytest.raises(SystemExit) as caught:
         main([flag, value, "--output", str(tmp_path / "m.md")])
-    assert caught.value.code == 2 and f"argument {flag}: expected a number" in capsys.readouterr().err
+    assert caught.value.code == 2 and f"argument {flag}: expected {expected}" in capsys.readouterr().err
     assert not (tmp_path / "m.md").exists()

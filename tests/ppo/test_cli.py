@@ -120,12 +120,16 @@ def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
     capsys.readouterr()
     assert main(["rps", "--iterations", "1", "--out", str(tmp_path), "--set", "bogus.lr=1e-3"]) == 2
     assert "unknown config section 'bogus' in 'bogus.lr'" in capsys.readouterr().err
-    for flag, value in [("--iterations", "-3"), ("--iterations", "0"), ("--minutes", "nan"), ("--minutes", "-1"),
-                        ("--num-cpus", "0"), ("--checkpoint-every", "x")]:
+    for flag, value, expected in [
+        ("--iterations", "-3", "an integer above 0"), ("--iterations", "0", "an integer above 0"),
+        ("--iterations", "2.5", "an integer, received '2.5'"), ("--minutes", "nan", "a number above 0"),
+        ("--minutes", "-1", "a number above 0"), ("--num-cpus", "0", "an integer above 0"),
+        ("--checkpoint-every", "x", "an integer, received 'x'"),
+    ]:
         with pytest.raises(SystemExit) as exit_info:
             main(["rps", flag, value, "--out", str(tmp_path)])
         assert exit_info.value.code == 2
-        assert f"argument {flag}: expected a number" in capsys.readouterr().err
+        assert f"argument {flag}: expected {expected}" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())  # nothing was started
 
 
