@@ -60,7 +60,8 @@ class GymnasiumEnv(MultiAgentEnv):
         - **Chance / simultaneous moves:** none beyond the env's own; the one agent acts at
           every step.
         - **Seeding:** ``reset(seed=s)`` seeds the env with ``s``, so seeded episodes repeat
-          exactly when the env's do; the bridge draws no random numbers of its own.
+          exactly when the env's do; the bridge draws no random numbers of its own, and its
+          ``np_random`` is seeded with ``s`` too.
         - **Masks:** only with ``mask_info_key``: the mask moves from ``info`` into the
           observation (int8, 1 = legal) and stays in ``info`` too.
         - **Errors:** an action outside the action space, masked out (with ``check_legal``), for
@@ -112,9 +113,12 @@ class GymnasiumEnv(MultiAgentEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
+        super().reset(seed=seed)
+        self.agents = []  # until the env's reset has gone through
         observation, info = self.env.reset(seed=seed, options=options)
+        observation = self._observation(observation, info)
         self.agents = [self.agent_id]
-        return {self.agent_id: self._observation(observation, info)}, {self.agent_id: dict(info)}
+        return {self.agent_id: observation}, {self.agent_id: dict(info)}
 
     def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
         if not self.agents:

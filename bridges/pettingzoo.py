@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.utils import seeding
 
 from bridges.pettingzoo_checks import ActionChecker, Bounds, admitter
 from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
@@ -139,7 +138,6 @@ class _PettingZooBase(MultiAgentEnv):
         _check_kind(env, self._API)
         self.env = env
         self._running = False
-        self._rng_seed: int | None = None
         super().__init__()
         self.metadata = dict(getattr(env, "metadata", {}) or {})
         possible = getattr(env, "possible_agents", None)
@@ -205,32 +203,6 @@ class _PettingZooBase(MultiAgentEnv):
             space = self.action_spaces[agent_id] = self.env.action_space(agent_id)
         return space
 
-    def _seed_own_rng(self, seed: int | None) -> None:
-        """Seed ``np_random`` from ``seed``; the generator is built when first used."""
-        if seed is not None:
-            self._rng_seed = seed
-            self._np_random = None
-            self._np_random_seed = None
-
-    @property
-    def np_random(self) -> np.random.Generator:
-        """The bridge's own generator, seeded by the last ``reset(seed=...)`` (the bridge draws nothing)."""
-        if self._np_random is None:
-            self._np_random, self._np_random_seed = seeding.np_random(self._rng_seed)
-        return self._np_random
-
-    @np_random.setter
-    def np_random(self, value: np.random.Generator) -> None:
-        self._np_random = value
-        self._np_random_seed = -1
-
-    @property
-    def np_random_seed(self) -> int:
-        """The seed of :attr:`np_random` (-1 when a generator was assigned directly)."""
-        if self._np_random_seed is None:
-            self._np_random, self._np_random_seed = seeding.np_random(self._rng_seed)
-        return self._np_random_seed
-
     @property  # type: ignore[override]
     def agents(self) -> list[AgentID]:
         """The agents alive now (empty before ``reset`` and after the end)."""
@@ -283,7 +255,7 @@ class PettingZooEnv(_PettingZooBase):
         - **"__all__":** True in ``terminateds`` when the last agent has left, or in ``truncateds``
           instead when an agent ending in that step was truncated and not terminated.
         - **Chance and seeding:** ``reset(seed=s)`` resets the wrapped env with ``seed=s``; the
-          bridge draws no random numbers of its own.
+          bridge draws no random numbers of its own, and its ``np_random`` is seeded with ``s``.
         - **Simultaneous moves:** none in the AEC API; use :class:`ParallelPettingZooEnv`.
         - **Masks:** masks in the observation stay as they are; masks in ``info`` move into a
           ``Dict`` observation (see the module docstring) and out of the info.
@@ -307,7 +279,7 @@ class PettingZooEnv(_PettingZooBase):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
         """Reset the wrapped env with ``seed`` and ``options``; the obs dict holds the first agent."""
-        self._seed_own_rng(seed)
+        super().reset(seed=seed)
         self._reset_env(seed, options)
         obs: ObsDict = {}
         infos: MultiAgentDict = {}
@@ -440,7 +412,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
         """Reset the wrapped env with ``seed`` and ``options``; every live agent acts first."""
-        self._seed_own_rng(seed)
+        super().reset(seed=seed)
         raw_obs, raw_infos = self._reset_env(seed, options)
         obs, infos = self._adopt(raw_obs or {}, raw_infos or {}, {}, {})
         if not self._acting_list:

@@ -29,6 +29,7 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
 from marl_core.errors import (
@@ -53,16 +54,24 @@ _SPECIAL = (ALL, COMMON)
 
 
 def string_id(source_id: Hashable) -> AgentID:
-    """Our string id for an RLlib agent id: strings stay, ``i`` (an int) becomes ``"agent_i"``.
+    """Our string id for an RLlib agent id: strings stay, ``i`` (an int, numpy's too) becomes ``"agent_i"``.
 
     >>> string_id(3), string_id("player1")
     ('agent_3', 'player1')
     """
     if isinstance(source_id, str):
         return str(source_id)  # also turns numpy's str_ into a plain str
-    if isinstance(source_id, int) and not isinstance(source_id, bool):
-        return f"agent_{source_id}"
+    if isinstance(source_id, (int, np.integer)) and not isinstance(source_id, bool):
+        return f"agent_{int(source_id)}"
     return str(source_id)
+
+
+def _declared_space(env: Any, kind: str, source_id: Hashable) -> gym.Space | None:
+    """The ``kind`` space an RLlib env gives for ``source_id``; None when it has none."""
+    try:
+        return getattr(env, f"get_{kind}_space")(source_id)
+    except KeyError:  # RLlib looks the id up in its space dicts
+        return None
 
 
 def _declared_agents(env: Any) -> list[Hashable]:
@@ -98,8 +107,8 @@ class RLlibEnv(MultiAgentEnv):
         - **Chance / simultaneous moves:** whoever is in the observation dict acts, as in RLlib;
           an action for anyone else, a missing one or one outside its space raises before the env
           is stepped.
-        - **Seeding:** ``reset(seed=s)`` passes ``s`` to the env; the bridge draws no random
-          numbers of its own. An env that draws from global RNGs instead (the RLlib docs'
+        - **Seeding:** ``reset(seed=s)`` passes ``s`` to the env and seeds the bridge's
+          ``np_random``; the bridge draws no random numbers of its own. An env that draws from global RNGs instead (the RLlib docs'
           TicTacToe) stays unseeded, and the conformance checker reports it.
         - **Masks:** observations pass unchanged, so a canonical ``"action_mask"`` stays canonical.
         - **Dicts:** every returned dict is a new one; the env's dicts are never mutated.
@@ -115,7 +124,8 @@ class RLlibEnv(MultiAgentEnv):
             self._ours(agent)
         self.agents = []
         spaces_known = bool(source_agents) and all(
-            env.get_observation_space(a) is not None and env.get_action_space(a) is not None for a in source_agents
+            _declared_space(env, "observation", a) is not None and _declared_space(env, "action", a) is not None
+            for a in source_agents
         )
         if spaces_known:
             self.observation_spaces = {self._ours(a): env.get_observation_space(a) for a in source_agents}
@@ -157,11 +167,7 @@ class RLlibEnv(MultiAgentEnv):
     # Spaces -------------------------------------------------------------------------------------
 
     def _source_space(self, agent_id: AgentID, kind: str) -> gym.Space:
-        source_id = self._to_source.get(agent_id, agent_id)
-        try:
-            space = getattr(self.env, f"get_{kind}_space")(source_id)
-        except KeyError:  # RLlib looks the id up in its space dicts
-            space = None
+        space = _declared_space(self.env, kind, self._to_source.get(agent_id, agent_id))
         if space is None:
             if agent_id not in self._to_source:
                 raise UnknownAgentError(agent_id, self.possible_agents, what=f"agent id (no {kind} space)")
@@ -183,8 +189,7 @@ class RLlibEnv(MultiAgentEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
-        # No super().reset(seed=seed): the bridge draws no random numbers, and building a seeded
-        # generator on every reset costs more than a whole short episode of some envs.
+        super().reset(seed=seed)
         result = self.env.reset(seed=seed, options=options)
         if not (isinstance(result, tuple) and len(result) == 2):
             raise EnvContractError(
@@ -300,6 +305,11 @@ def to_rllib(env: MultiAgentEnv) -> Any:
     """Our MultiAgentEnv as an instance of a subclass of RLlib's ``MultiAgentEnv``.
 
     An :class:`RLlibEnv` (made by :func:`from_rllib`) gives back the RLlib env it wraps.
+
+    RLlib's own env check (``check_multiagent_environments``, which RLlib's env runner runs on
+    the envs it builds unless the config sets ``disable_env_checking``) steps with ``action_space.sample()``, blind to action
+    masks; an env that refuses masked actions (our bridges' default ``check_legal=True``) fails
+    it at random. Build such an env with ``check_legal=False`` for that check, or disable it.
 
     Raises:
         SpaceError: ``env`` is not one of our MultiAgentEnvs.

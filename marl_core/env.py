@@ -37,6 +37,7 @@ from typing import Any, Generic, TypeVar
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.utils import seeding
 
 from marl_core.errors import ResetNeededError, SpaceError, UnknownAgentError
 
@@ -70,6 +71,7 @@ class MultiAgentEnv(gym.Env):
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
+    _rng_seed: int | None = None  # the seed of the generator np_random builds when first used
 
     def __init__(self) -> None:
         # Subclasses may have set these before calling super().__init__(); keep them if so.
@@ -130,10 +132,33 @@ class MultiAgentEnv(gym.Env):
     ) -> tuple[ObsDict, MultiAgentDict]:
         """Start an episode; ``super().reset(seed=seed)`` seeds ``self.np_random``.
 
-        Subclasses return ``(obs, infos)``; the base only seeds and returns empty dicts.
+        Subclasses return ``(obs, infos)``; the base only seeds and returns empty dicts. The
+        generator is built when first drawn from, with the same numbers as Gymnasium's, so a
+        reset that draws nothing (a bridge's, say) pays nothing for it.
         """
-        super().reset(seed=seed)
+        if seed is not None:
+            if type(seed) is not int or seed < 0:
+                seeding.np_random(seed)  # raises Gymnasium's error for a seed it refuses
+            self._rng_seed, self._np_random, self._np_random_seed = seed, None, None
         return {}, {}
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        """The env's generator, seeded by the last ``reset(seed=...)`` (unseeded before one)."""
+        if self._np_random is None:
+            self._np_random, self._np_random_seed = seeding.np_random(self._rng_seed)
+        return self._np_random
+
+    @np_random.setter
+    def np_random(self, value: np.random.Generator) -> None:
+        self._np_random, self._np_random_seed = value, -1
+
+    @property
+    def np_random_seed(self) -> int:
+        """The seed of :attr:`np_random` (-1 when a generator was assigned directly)."""
+        if self._np_random_seed is None:
+            self._np_random, self._np_random_seed = seeding.np_random(self._rng_seed)
+        return self._np_random_seed
 
     def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
         """Apply one action per acting agent and return the five dicts."""
@@ -225,6 +250,10 @@ class MultiAgentWrapper(MultiAgentEnv, Generic[EnvT]):
     @np_random.setter
     def np_random(self, value: np.random.Generator) -> None:
         self.env.np_random = value
+
+    @property
+    def np_random_seed(self) -> int:
+        return self.env.np_random_seed
 
     @property
     def render_mode(self) -> str | None:  # type: ignore[override]

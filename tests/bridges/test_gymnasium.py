@@ -263,6 +263,25 @@ def test_to_gymnasium_keeps_both_end_flags() -> None:
     assert single.step(0)[2:4] == (True, True)
 
 
+def test_a_failed_reset_leaves_the_bridge_needing_a_reset() -> None:
+    env = from_gymnasium(gym.make("CartPole-v1"), mask_info_key="action_mask")  # CartPole gives no mask
+    with pytest.raises(EnvContractError, match="expected an action mask under info"):
+        env.reset(seed=0)
+    assert env.agents == []
+    with pytest.raises(ResetNeededError):
+        env.step({"agent_0": 0})
+    assert env.env.unwrapped.steps_beyond_terminated is None and env.env._elapsed_steps == 0
+
+
+def test_the_bridge_seeds_its_own_generator() -> None:
+    from gymnasium.utils import seeding
+
+    env = from_gymnasium(gym.make("CartPole-v1"))
+    env.reset(seed=9)
+    assert env.np_random_seed == 9
+    assert env.np_random.integers(1 << 30) == seeding.np_random(9)[0].integers(1 << 30)
+
+
 def test_the_two_directions_undo_each_other() -> None:
     raw = gym.make("CartPole-v1")
     ours = from_gymnasium(raw)

@@ -6,6 +6,7 @@ import importlib
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from ray.rllib.env.multi_agent_env import MultiAgentEnv as RLlibMultiAgentEnv
 from ray.rllib.env.multi_agent_env import make_multi_agent as rllib_make_multi_agent
@@ -177,6 +178,39 @@ def test_the_space_of_an_unknown_agent_is_an_unknown_agent_error(kind: str) -> N
     with pytest.raises(UnknownAgentError, match=rf"unknown agent id \(no {kind} space\) 'agent_7'; known: \['agent_0', 'agent_1'\]"):
         getattr(env, f"get_{kind}_space")("agent_7")
     assert getattr(env, f"get_{kind}_space")("agent_1") == getattr(gym.make("CartPole-v1"), f"{kind}_space")
+
+
+class _PartlyDeclaredSpaces(RLlibMultiAgentEnv):
+    def __init__(self, config: Any = None) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = ["a", "b"]
+        self.observation_spaces = {"a": gym.spaces.Discrete(2)}
+        self.action_spaces = {"a": gym.spaces.Discrete(2), "b": gym.spaces.Discrete(2)}
+
+
+def test_an_agent_without_a_space_is_named_not_a_key_error() -> None:
+    env = from_rllib(_PartlyDeclaredSpaces())  # RLlib's own lookup raised KeyError('b') here
+    assert env.get_observation_space("a") == gym.spaces.Discrete(2)
+    with pytest.raises(SpaceError, match="_PartlyDeclaredSpaces has no observation space for agent 'b'"):
+        env.get_observation_space("b")
+
+
+def test_numpy_integer_ids_become_agent_strings_too() -> None:
+    raw = _PartlyDeclaredSpaces()
+    raw.agents = raw.possible_agents = list(np.arange(2))
+    raw.observation_spaces = raw.action_spaces = {np.int64(i): gym.spaces.Discrete(2) for i in range(2)}
+    env = from_rllib(raw)
+    assert env.possible_agents == ["agent_0", "agent_1"] and string_id(np.int32(4)) == "agent_4"
+    assert env.get_action_space("agent_1") == gym.spaces.Discrete(2)
+
+
+def test_reset_seeds_the_bridges_own_generator() -> None:
+    from gymnasium.utils import seeding
+
+    env = from_rllib(rllib_make_multi_agent("CartPole-v1")({"num_agents": 2}))
+    env.reset(seed=9)
+    assert env.np_random_seed == 9
+    assert env.np_random.integers(1 << 30) == seeding.np_random(9)[0].integers(1 << 30)
 
 
 def test_from_rllib_rejects_other_objects() -> None:

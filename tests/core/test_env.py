@@ -108,6 +108,24 @@ def test_reset_seeds_np_random() -> None:
     assert any(not np.array_equal(first[a], other[a]) for a in first)
 
 
+def test_np_random_is_gymnasiums_generator_for_the_last_seed() -> None:
+    from gymnasium.error import Error
+    from gymnasium.utils import seeding
+
+    env = MultiAgentEnv()  # its reset() draws nothing
+    env.reset(seed=5)
+    env.reset(seed=7)  # nothing drew from the first: only the last seed counts
+    assert env.np_random_seed == 7
+    drawn = env.np_random.integers(1 << 30, size=4)
+    assert np.array_equal(drawn, seeding.np_random(7)[0].integers(1 << 30, size=4))
+    env.np_random = np.random.default_rng(1)
+    assert env.np_random_seed == -1
+    for bad in (-1, 1.5, "3"):
+        with pytest.raises(Error, match="Seed must be"):
+            env.reset(seed=bad)
+    assert env.np_random_seed == -1  # a refused seed changes nothing
+
+
 # Orders of play -------------------------------------------------------------------------------
 
 
