@@ -29,7 +29,16 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
+from marl_core.env import (
+    ALL,
+    COMMON,
+    AgentID,
+    MultiAgentDict,
+    MultiAgentEnv,
+    ObsDict,
+    StepResult,
+    scalar_reward,
+)
 from marl_core.errors import EnvContractError, ResetNeededError, SpaceError
 from marl_core.spaces import MASK_KEY, OBS_KEY, check_action, check_action_dict, masked_space
 
@@ -52,7 +61,8 @@ class GymnasiumEnv(MultiAgentEnv):
 
     Semantics:
         - **Rewards:** the env's reward, as a float, for ``agent_id`` at every step; nothing is
-          added or dropped.
+          added or dropped. A reward that is not one number (a multi-objective env's vector) is
+          an :class:`~marl_core.errors.EnvContractError`, after which the env needs a reset.
         - **Dead agents / "__all__":** the agent ends when the env terminates or truncates, and
           so does the episode: ``terminateds["__all__"]`` and ``truncateds["__all__"]`` copy the
           env's two flags. The final observation is the env's. ``step()`` after that raises
@@ -128,14 +138,17 @@ class GymnasiumEnv(MultiAgentEnv):
         check_action_dict(self, action_dict, self.agents)
         if self._mask is not None and self.check_legal:
             check_action(self.agent_id, self.env.action_space, action_dict[self.agent_id], self._mask)
-        observation, reward, terminated, truncated, info = self.env.step(action_dict[self.agent_id])
-        terminated, truncated = bool(terminated), bool(truncated)
-        if terminated or truncated:
-            self.agents = []
         agent_id = self.agent_id
+        self.agents = []  # until the step has gone through: a failed one needs a reset
+        observation, reward, terminated, truncated, info = self.env.step(action_dict[agent_id])
+        reward = scalar_reward(agent_id, reward, self.env)
+        observation = self._observation(observation, info)
+        terminated, truncated = bool(terminated), bool(truncated)
+        if not (terminated or truncated):
+            self.agents = [agent_id]
         return (
-            {agent_id: self._observation(observation, info)},
-            {agent_id: float(reward)},
+            {agent_id: observation},
+            {agent_id: reward},
             {agent_id: terminated, ALL: terminated},
             {agent_id: truncated, ALL: truncated},
             {agent_id: dict(info)},
@@ -159,8 +172,8 @@ class SingleAgentEnv(gym.Env):
 
     Semantics:
         - **Rewards:** the reward the env names for its agent at a step (0.0 when it names none
-          at that step); rewards for any other id are an
-          :class:`~marl_core.errors.EnvContractError`, never dropped.
+          at that step). Observations, rewards or infos for any other id (infos under
+          ``"__common__"`` aside) are an :class:`~marl_core.errors.EnvContractError`, never dropped.
         - **Dead agents / "__all__":** ``terminated`` is the agent's flag or
           ``terminateds["__all__"]``; ``truncated`` is the agent's truncation or
           ``truncateds["__all__"]``; both may be True, as in Gymnasium. If the episode ends without a final
@@ -191,8 +204,8 @@ class SingleAgentEnv(gym.Env):
         self._last_observation: Any = None
         self._running = False
 
-    def _unexpected(self, mapping: Mapping[Any, Any], what: str) -> None:
-        others = [key for key in mapping if key not in (self.agent_id, ALL, COMMON)]
+    def _unexpected(self, mapping: Mapping[Any, Any], what: str, also: tuple[str, ...] = ()) -> None:
+        others = [key for key in mapping if key != self.agent_id and key not in also]
         if others:
             raise EnvContractError(
                 f"{what} for agents {others!r} from a one-agent env whose only agent is {self.agent_id!r}"
@@ -208,6 +221,7 @@ class SingleAgentEnv(gym.Env):
         super().reset(seed=seed)
         obs, infos = self.env.reset(seed=seed, options=options)
         self._unexpected(obs, "observations")
+        self._unexpected(infos, "infos", also=(COMMON,))
         if self.agent_id not in obs:
             raise EnvContractError(
                 f"reset() returned no observation for agent {self.agent_id!r} (observations for: {sorted(obs)})"
@@ -225,6 +239,7 @@ class SingleAgentEnv(gym.Env):
         obs, rewards, terminateds, truncateds, infos = self.env.step({self.agent_id: action})
         self._unexpected(obs, "observations")
         self._unexpected(rewards, "rewards")
+        self._unexpected(infos, "infos", also=(COMMON,))
         terminated = bool(terminateds.get(self.agent_id, False) or terminateds.get(ALL, False))
         truncated = bool(truncateds.get(self.agent_id, False) or truncateds.get(ALL, False))
         info = self._info(infos)
@@ -240,7 +255,8 @@ class SingleAgentEnv(gym.Env):
             )
         if terminated or truncated:
             self._running = False
-        return self._last_observation, float(rewards.get(self.agent_id, 0.0)), terminated, truncated, info
+        reward = scalar_reward(self.agent_id, rewards.get(self.agent_id, 0.0), self.env)
+        return self._last_observation, reward, terminated, truncated, info
 
     def render(self) -> Any:
         return self.env.render()

@@ -39,7 +39,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 
-from marl_core.errors import ResetNeededError, SpaceError, UnknownAgentError
+from marl_core.errors import EnvContractError, ResetNeededError, SpaceError, UnknownAgentError
 
 AgentID = str
 ALL = "__all__"
@@ -290,6 +290,22 @@ def agent_id_of(index: int) -> AgentID:
     return f"agent_{index}"
 
 
+def scalar_reward(agent_id: AgentID, reward: Any, source: Any) -> float:
+    """``reward`` (from ``source``, for ``agent_id``) as a float.
+
+    Raises:
+        EnvContractError: the reward is not one number (a multi-objective env's vector, say).
+    """
+    try:
+        return float(reward)
+    except (TypeError, ValueError):
+        raise EnvContractError(
+            f"{source} gave agent {agent_id!r} a reward that is not one number: {reward!r}; rewards are "
+            f"floats, so a multi-objective env's reward vector must be scalarized first (mo-gymnasium's "
+            f"LinearReward wrapper, say)"
+        ) from None
+
+
 def make_multi_agent(
     env_name_or_creator: str | Callable[[dict[str, Any]], gym.Env],
 ) -> type[MultiAgentEnv]:
@@ -333,6 +349,7 @@ def make_multi_agent(
             }
             self.action_spaces = {a: e.action_space for a, e in zip(self.possible_agents, self.envs, strict=True)}
             self.render_mode = getattr(self.envs[0], "render_mode", None)
+            self.metadata = dict(getattr(self.envs[0], "metadata", None) or {"render_modes": []})
             self._ended: set[AgentID] = set()
 
         def reset(
@@ -354,14 +371,15 @@ def make_multi_agent(
 
             check_action_dict(self, action_dict, self.agents)
             obs, rewards, terminateds, truncateds, infos = {}, {}, {}, {}, {}
-            for agent_id in list(self.agents):
+            acting, self.agents = self.agents, []  # until every copy has stepped: a failed step needs a reset
+            for agent_id in acting:
                 env = self.envs[self.possible_agents.index(agent_id)]
                 o, r, term, trunc, info = env.step(action_dict[agent_id])
-                obs[agent_id], rewards[agent_id], infos[agent_id] = o, float(r), info
+                obs[agent_id], rewards[agent_id], infos[agent_id] = o, scalar_reward(agent_id, r, env), info
                 terminateds[agent_id], truncateds[agent_id] = bool(term), bool(trunc)
                 if term or trunc:
                     self._ended.add(agent_id)
-            self.agents = [a for a in self.agents if a not in self._ended]
+            self.agents = [a for a in acting if a not in self._ended]
             done = not self.agents
             cut_short = any(truncateds[a] and not terminateds[a] for a in truncateds)
             terminateds[ALL] = done and not cut_short

@@ -45,7 +45,14 @@ from marl_core.errors import (
     SpaceError,
     UnknownAgentError,
 )
-from marl_core.spaces import MASK_KEY, action_mask_of, check_acting, is_sequence_of, tuple_slots
+from marl_core.spaces import (
+    MASK_KEY,
+    action_mask_of,
+    check_acting,
+    is_sequence_of,
+    tuple_slots,
+    why_action_not_contained,
+)
 
 __all__ = ["GroupAgentsWrapper"]
 
@@ -65,7 +72,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
 
     Raises:
         GroupingError: an empty group, a member listed twice or in two groups, a member the env
-            does not know, or a group id that is already an agent id.
+            does not know, or a group id that is not a string or is already an agent id.
         SpaceError: a given space that is not a Tuple with one entry per member, or a member
             whose observation space has no placeholder value (see Observations below).
 
@@ -80,8 +87,10 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
           if it has one, all zeros: it takes no action); a member not seen yet holds the
           "zero" of its space (zeros clipped into Box bounds, the first value of a Discrete).
         - **Actions:** a group's action is a tuple with one slot per member (a list, or a numpy
-          array with one row per member, as gymnasium's ``Tuple`` takes); only the slots of the
-          members asked to act are sent to the env, the others (ended members) are ignored.
+          array with one row per member, as gymnasium's ``Tuple`` takes). The slots of the
+          members asked to act are checked against their spaces before the env steps
+          (:class:`~marl_core.errors.InvalidActionError` naming the group and the slot) and sent
+          to the env; the others (members not asked, ended ones) are ignored.
         - **Rewards:** a group's reward in a step is the sum of its members' rewards in that
           step (a member without a reward counts 0), present whenever any member got one.
           ``infos[group]["individual_rewards"]`` maps every member to its reward summed since
@@ -117,6 +126,8 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         self._group_of: dict[AgentID, str] = {}
         known = set(inner_agents)
         for group, members in self.groups.items():
+            if not isinstance(group, str):
+                raise GroupingError(f"group id {group!r} is not a string ({type(group).__name__}); agent ids are strings")
             if not members:
                 raise GroupingError(f"group {group!r} has no members")
             if group in known or group in (ALL, COMMON):
@@ -247,9 +258,12 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                     action,
                 )
             asked = set(self._asked[agent_id])
-            slots = tuple_slots(self._action_group_spaces[agent_id], action)
-            for member, member_action in zip(members, slots, strict=True):
-                if member in asked:
+            space = self._action_group_spaces[agent_id]
+            for slot, (member, member_action) in enumerate(zip(members, tuple_slots(space, action), strict=True)):
+                if member in asked:  # checked before anything steps; the other slots are ignored
+                    reason = why_action_not_contained(space.spaces[slot], member_action, f"[{slot}]")
+                    if reason is not None:
+                        raise InvalidActionError(agent_id, f"an action in {space}", action, f"member {member!r}, {reason}")
                     inner[member] = member_action
         return inner
 

@@ -227,13 +227,20 @@ def check_action(
         InvalidActionError: the action is not in the space.
         IllegalActionError: the action (or a slot's action) is in the space but masked out.
     """
-    reason = why_not_contained(space, action)
-    if reason is not None and isinstance(space, (spaces.Tuple, spaces.Dict)):  # lists or arrays for tuples, maybe
-        reason = why_not_contained(space, _lists_as_tuples(space, action))
+    reason = why_action_not_contained(space, action)
     if reason is not None:
         raise InvalidActionError(agent_id, f"an action in {space}", action, reason)
     if mask is not None:
         _check_masks(agent_id, space, action, mask, action, "")
+
+
+def why_action_not_contained(space: spaces.Space, action: Any, path: str = "") -> str | None:
+    """:func:`why_not_contained` for an action: a Tuple space's value may also be a list or a
+    numpy array (its rows), as :func:`check_action` takes it."""
+    reason = why_not_contained(space, action, path)
+    if reason is not None and isinstance(space, (spaces.Tuple, spaces.Dict)):  # lists or arrays for tuples, maybe
+        reason = why_not_contained(space, _lists_as_tuples(space, action), path)
+    return reason
 
 
 def _check_masks(

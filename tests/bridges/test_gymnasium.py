@@ -282,6 +282,64 @@ def test_the_bridge_seeds_its_own_generator() -> None:
     assert env.np_random.integers(1 << 30) == seeding.np_random(9)[0].integers(1 << 30)
 
 
+class _VectorReward(gym.Env):
+    """A multi-objective env: two objectives, one reward entry each."""
+
+    observation_space = action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return 0, {}
+
+    def step(self, action):
+        self.t += 1
+        return 1, np.array([1.0, -1.0], np.float32), False, False, {}
+
+
+def test_a_reward_that_is_not_one_number_is_named_and_ends_the_episode() -> None:
+    for env in (from_gymnasium(_VectorReward()), make_multi_agent(lambda config: _VectorReward())()):
+        env.reset(seed=0)
+        with pytest.raises(EnvContractError, match=r"agent 'agent_0' a reward that is not one number: array\(\[ 1., -1.\]"):
+            env.step({"agent_0": 1})
+        with pytest.raises(ResetNeededError):
+            env.step({"agent_0": 1})
+        env.reset(seed=0)
+
+
+class _StrayKeys(_EndsWithoutObservation):
+    """Infos or rewards under ids that are not the one agent's."""
+
+    def __init__(self, infos, rewards) -> None:
+        super().__init__()
+        self.stray_infos, self.stray_rewards = infos, rewards
+
+    def step(self, action_dict):
+        return {"solo": 1}, self.stray_rewards, {"__all__": False}, {"__all__": False}, self.stray_infos
+
+
+@pytest.mark.parametrize(
+    ("infos", "rewards", "named"),
+    [({"ghost": {"x": 1}}, {"solo": 1.0}, r"infos for agents \['ghost'\]"),
+     ({}, {"solo": 1.0, "__common__": 5.0}, r"rewards for agents \['__common__'\]")],
+)
+def test_to_gymnasium_refuses_what_it_would_drop(infos, rewards, named) -> None:
+    single = to_gymnasium(_StrayKeys(infos, rewards))
+    single.reset(seed=0)
+    with pytest.raises(EnvContractError, match=named):
+        single.step(0)
+    fine = to_gymnasium(_StrayKeys({"__common__": {"t": 1}}, {"solo": 1.0}))
+    fine.reset(seed=0)
+    assert fine.step(0)[4] == {"__common__": {"t": 1}}
+
+
+def test_make_multi_agent_keeps_the_envs_render_metadata() -> None:
+    multi = make_multi_agent("CartPole-v1")({"num_agents": 1, "render_mode": "rgb_array"})
+    assert multi.metadata["render_modes"] == gym.make("CartPole-v1").metadata["render_modes"]
+    # gymnasium's check_env raised "With no render_modes, expects the Env.render_mode to be None".
+    assert not [w for w in _check_env_warnings(to_gymnasium(multi)) if "render" in w.lower() and NO_SPEC not in w]
+
+
 def test_the_two_directions_undo_each_other() -> None:
     raw = gym.make("CartPole-v1")
     ours = from_gymnasium(raw)

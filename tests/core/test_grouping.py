@@ -432,6 +432,25 @@ def test_bad_action_dicts_raise_before_the_env_steps() -> None:
 
 
 
+def test_a_groups_action_is_checked_slot_by_slot_before_the_env_steps() -> None:
+    env = RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]})
+    env.reset(seed=0)
+    for action, reason in [
+        ((5, 1), r"member 'player1', at \[0\]: 5 is outside Discrete\(3\)"),
+        ((0, 1.7), r"member 'player2', at \[1\]: a float \(1.7\) where the space needs an integer"),
+        (np.array([0.0, 1.0]), r"member 'player1', at \[0\]: a float64"),
+    ]:
+        with pytest.raises(InvalidActionError, match=rf"agent 'team': expected an action in Tuple.*{reason}"):
+            env.step({"team": action})
+    assert env.env.num_moves == 0  # the env has not stepped
+    assert env.step({"team": [1, 2]})[0]["team"] == (2, 1)
+
+
+def test_group_ids_are_strings() -> None:
+    with pytest.raises(GroupingError, match=r"group id 0 is not a string \(int\); agent ids are strings"):
+        RockPaperScissors().with_agent_groups({0: ["player1", "player2"]})
+
+
 def test_a_groups_action_may_be_an_array_with_one_row_per_member() -> None:
     # gymnasium's Tuple takes an array's rows as its slots; the grouped env and its vector do too.
     env = RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]})
