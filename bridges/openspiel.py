@@ -108,9 +108,37 @@ def _copied_without_init(game: pyspiel.Game) -> bool:
 
 
 def _reseeded(game: pyspiel.Game) -> bool:
-    """Whether ``game`` samples chance inside pyspiel from an ``rng_seed`` parameter."""
-    chance_mode = game.get_type().chance_mode
-    return chance_mode == _pyspiel().GameType.ChanceMode.SAMPLED_STOCHASTIC and "rng_seed" in game.get_parameters()
+    """Whether ``game`` samples chance inside pyspiel from an ``rng_seed`` parameter, its own or
+    that of a game in its parameters (``misere(game=negotiation())``)."""
+    game_type = game.get_type()
+    if game_type.chance_mode != _pyspiel().GameType.ChanceMode.SAMPLED_STOCHASTIC:
+        return False
+    return _with_rng_seed(game.get_parameters(), game_type.short_name, 0) is not None
+
+
+def _with_rng_seed(params: Mapping[str, Any], short_name: str, seed: int) -> dict[str, Any] | None:
+    """``params`` of the game ``short_name`` with ``rng_seed=seed`` wherever a game in them (the
+    game itself or one nested in a parameter) takes one; None when none does. A nested game's
+    parameters may list only its name, so its type says whether it takes an ``rng_seed``."""
+    params = dict(params)
+    found = "rng_seed" in params or "rng_seed" in _parameter_names(short_name)
+    if found:
+        params["rng_seed"] = seed
+    for key, value in params.items():
+        if isinstance(value, Mapping) and isinstance(value.get("name"), str):
+            nested = _with_rng_seed(value, value["name"], seed)
+            if nested is not None:
+                params[key], found = nested, True
+    return params if found else None
+
+
+@functools.cache
+def _parameter_names(short_name: str) -> frozenset[str]:
+    """The parameters that the registered game type ``short_name`` takes (none if unknown)."""
+    for game_type in _pyspiel().registered_games():
+        if game_type.short_name == short_name:
+            return frozenset(game_type.parameter_specification)
+    return frozenset()
 
 
 def _sample(outcomes: list[tuple[int, float]], draw: float) -> int:
@@ -293,6 +321,10 @@ class OpenSpielEnv(MultiAgentEnv):
             )
         if max_steps is not None and (type(max_steps) is not int or max_steps < 1):
             raise UnsupportedEnvError(f"max_steps must be a positive int or None, received {max_steps!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise UnsupportedEnvError(
+                f"render_mode must be one of {self.metadata['render_modes']} or None, received {render_mode!r}"
+            )
         self.observation_type: ObservationType = choose_observation_type(self.game, observation_type)
         self._check_legal_actions(name)
         # Instance attributes are kept under 30 on purpose: CPython 3.11 keeps up to 30 in a compact
@@ -532,17 +564,28 @@ class OpenSpielEnv(MultiAgentEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
-        """Start a game; ``seed`` seeds the chance events (and the game's ``rng_seed`` if it has one)."""
+        """Start a game; ``seed`` seeds the chance events (and the game's ``rng_seed`` if it has one).
+
+        OpenSpiel games take no options: ``options`` must be None or empty.
+        """
+        if options:
+            raise UnsupportedEnvError(
+                f"OpenSpielEnv.reset() takes no options (an OpenSpiel game's settings are its parameters, "
+                f"given with the game: 'name(key=value)'), received {options!r}"
+            )
         if seed is not None:  # unseeded resets keep drawing from the generator as it is
             super().reset(seed=seed)
             self._uniforms = []
             if _reseeded(self.game):
-                params = dict(self.game.get_parameters())
-                params["rng_seed"] = int(self.np_random.integers(2**31 - 1))
-                self.game = _pyspiel().load_game(self.game.get_type().short_name, params)
+                short_name = self.game.get_type().short_name
+                rng_seed = int(self.np_random.integers(2**31 - 1))
+                params = _with_rng_seed(self.game.get_parameters(), short_name, rng_seed)
+                self.game = _pyspiel().load_game(short_name, params)
         state = self.state = self.game.new_initial_state()
         self._steps = 0
         self._returns = None
+        if self._view is not None:  # some observers write only what they set (a row per time step)
+            self._view.fill(0)
         if self._openings is None:
             node = state.current_player()
         else:
@@ -709,6 +752,14 @@ class OpenSpielEnv(MultiAgentEnv):
     # Copying and pickling (pyspiel observers cannot be copied; they are rebuilt) ----------------
 
     def __getstate__(self) -> dict[str, Any]:
+        if self.game.get_type().chance_mode == _pyspiel().GameType.ChanceMode.SAMPLED_STOCHASTIC:
+            try:  # pickling such a game saves its generator, which some games (misere's) cannot
+                self.game.serialize()
+            except _pyspiel().SpielError as error:
+                raise UnsupportedEnvError(
+                    f"OpenSpiel game {self.game} cannot be copied or pickled: pyspiel cannot save the state "
+                    f"of its random generator ({error}); build a new env where a copy is needed"
+                ) from None
         state = dict(self.__dict__)
         # The observer is rebuilt, its tensor's values carried over: some Python games' observers
         # write only what changed (python_dynamic_routing writes one row per time step).

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -46,6 +48,8 @@ RewardModel = Literal["rewards", "terminal"]
 
 _POOL_SIZE = 64  # envs kept for reuse per exported game
 _REGISTERED: dict[str, tuple[_Spec, pyspiel.GameType, pyspiel.GameInfo]] = {}
+# A name pyspiel's load_game reads as a name alone (anything else is parsed as parameters).
+_NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,13 @@ def _utility_of(
         )
     if utility_range is None:
         utility_range = (source.min_utility(), source.max_utility()) if source is not None else (-np.inf, np.inf)
+    elif not (len(utility_range) == 2 and float(utility_range[0]) <= float(utility_range[1])):  # NaN fails too
+        raise UnsupportedEnvError(f"utility_range must be (min_utility, max_utility) with min <= max, received {utility_range!r}")
+    if utility_sum is not None and (utility not in ("zero_sum", "constant_sum") or (utility == "zero_sum" and utility_sum != 0)):
+        raise UnsupportedEnvError(
+            f"utility_sum={utility_sum!r} contradicts utility={utility!r}: the sum is declared for constant-sum "
+            f"games only (0 for zero sum); pass utility='constant_sum' with it"
+        )
     if utility == "zero_sum":
         utility_sum = 0.0
     elif utility == "constant_sum" and utility_sum is None:
@@ -139,8 +150,10 @@ def to_openspiel(
         env_factory: builds a fresh env, called without arguments (or with ``{}`` when it needs a
             config); called here once to read the spaces, then whenever a state needs an env
             (envs of discarded states are reused). Every agent needs a ``Discrete`` action space.
-        name: the game's short name, registered with pyspiel so ``pyspiel.load_game(name)`` works.
-            Exporting again under the same name replaces the previous export.
+        name: the game's short name (letters, digits, underscores), registered with pyspiel so
+            ``pyspiel.load_game(name)`` works. Exporting again under the same name replaces the
+            previous export for ``load_game``; ``pyspiel.registered_games()`` keeps listing the
+            first export's game type, which pyspiel cannot replace.
         long_name: the game's long name (default: ``name``).
         seeds: the seeds an episode may start from. With one seed the game starts at a decision
             node; with several, the initial state is a chance node choosing one uniformly.
@@ -164,8 +177,10 @@ def to_openspiel(
         The ``pyspiel.Game``.
 
     Raises:
-        UnsupportedEnvError: an action space is not Discrete, ``seeds`` is empty, or ``name`` is
-            taken by a game that pyspiel already knows.
+        UnsupportedEnvError: an action space is not Discrete, ``seeds`` is empty, ``name`` is not
+            a plain name or is taken by a game that pyspiel already knows, or arguments contradict
+            each other (``max_game_length`` below 1, ``utility_range`` min above max, a
+            ``utility_sum`` for a game that is not constant sum).
 
     Semantics:
         - **Players**: ``env.possible_agents`` in order are players 0..n-1. A node where one agent
@@ -186,6 +201,11 @@ def to_openspiel(
         - **Chance and seeding**: the only chance event is the seed (see ``seeds``); everything
           random in the env follows from it, so cloning a state replays its history exactly.
     """
+    if not isinstance(name, str) or _NAME.fullmatch(name) is None:
+        raise UnsupportedEnvError(
+            f"to_openspiel name must be letters, digits and underscores (pyspiel parses anything else "
+            f"as parameters), received {name!r}"
+        )
     if name in pyspiel.registered_names() and name not in _REGISTERED:
         raise UnsupportedEnvError(f"to_openspiel name {name!r} is already a pyspiel game; choose another name")
     spec, game_type, game_info = _define(
@@ -229,6 +249,8 @@ def _define(
         raise UnsupportedEnvError(f"dynamics must be 'auto', 'sequential' or 'simultaneous', received {dynamics!r}")
     if reward_model not in ("rewards", "terminal"):
         raise UnsupportedEnvError(f"reward_model must be 'rewards' or 'terminal', received {reward_model!r}")
+    if type(max_game_length) is not int or max_game_length < 1:
+        raise UnsupportedEnvError(f"max_game_length must be a positive int, received {max_game_length!r}")
     build = _no_argument(env_factory)
     probe = build()
     agents = tuple(probe.possible_agents)
@@ -550,10 +572,17 @@ class _EnvState(pyspiel.State):
 
 
 def _render(value: Any) -> str:
+    """``value`` as text that tells every two different values apart: arrays in full (no ``...``),
+    each float as its shortest exact form, also inside dicts, tuples and lists."""
     if isinstance(value, dict):
         return "{" + ", ".join(f"{key}: {_render(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, (tuple, list)):
+        items = ", ".join(_render(item) for item in value)
+        return f"({items})" if isinstance(value, tuple) else f"[{items}]"
     if isinstance(value, np.ndarray):
-        return np.array2string(value, separator=",", threshold=10_000).replace("\n", "")
+        return np.array2string(
+            value, separator=",", threshold=sys.maxsize, max_line_width=sys.maxsize, floatmode="unique"
+        ).replace("\n", "")
     return repr(value)
 
 

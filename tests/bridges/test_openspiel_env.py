@@ -218,6 +218,57 @@ def test_games_sampling_chance_inside_pyspiel_are_reseeded() -> None:
     assert str(env.state) == first and first != second
 
 
+@pytest.mark.parametrize("name", ["misere(game=negotiation())", "cached_tree(game=negotiation())"])
+def test_a_game_nested_in_a_wrapper_game_is_reseeded_too(name: str) -> None:
+    env = OpenSpielEnv(name)  # the wrapper has no rng_seed; the negotiation inside it does
+    deals = []
+    for seed in (3, 4, 3):
+        env.reset(seed=seed)
+        deals.append(str(env.state))
+    fresh = OpenSpielEnv(name)
+    fresh.reset(seed=3)
+    assert deals[0] == deals[2] == str(fresh.state) and deals[0] != deals[1]
+
+
+def test_a_new_episode_starts_from_a_clear_observation() -> None:
+    """python_dynamic_routing's observer writes one row per time step and never clears the others."""
+
+    def observations(env: OpenSpielEnv) -> list[np.ndarray]:
+        obs, _ = env.reset(seed=0)
+        seen = []
+        while True:
+            seen += [o["observation"] for _, o in sorted(obs.items())]
+            obs, _, terminateds, truncateds, _ = env.step(
+                {a: int(np.flatnonzero(o["action_mask"])[0]) for a, o in obs.items()}
+            )
+            if terminateds["__all__"] or truncateds["__all__"]:
+                return seen
+
+    env = OpenSpielEnv("python_dynamic_routing")
+    first, again, fresh = observations(env), observations(env), observations(OpenSpielEnv("python_dynamic_routing"))
+    assert len(first) > 1 and all(np.array_equal(x, y) for x, y in zip(first, again, strict=True))
+    assert all(np.array_equal(x, y) for x, y in zip(first, fresh, strict=True))
+
+
+def test_a_game_pyspiel_cannot_copy_is_named() -> None:
+    env = OpenSpielEnv("misere(game=negotiation())")
+    env.reset(seed=0)
+    for clone in (copy.deepcopy, pickle.dumps):
+        with pytest.raises(UnsupportedEnvError, match=r"misere\(game=negotiation\(.*cannot be copied or pickled"):
+            clone(env)
+    copy.deepcopy(OpenSpielEnv("negotiation"))  # one whose generator pyspiel can save
+
+
+def test_bad_render_modes_and_reset_options_are_refused() -> None:
+    with pytest.raises(UnsupportedEnvError, match=r"render_mode must be one of \['ansi'\] or None, received 'human'"):
+        OpenSpielEnv("tic_tac_toe", render_mode="human")
+    env = OpenSpielEnv("tic_tac_toe", render_mode="ansi")
+    with pytest.raises(UnsupportedEnvError, match=r"takes no options .*received \{'start': 3\}"):
+        env.reset(seed=0, options={"start": 3})
+    assert env.state is None  # refused before anything started
+    env.reset(seed=0, options={})
+
+
 def test_golden_seeded_trace() -> None:
     """Seeded play with first-legal actions: a regression trace of chance and decisions."""
     env = OpenSpielEnv("leduc_poker")

@@ -20,6 +20,7 @@ from bridges import OpenSpielEnv, to_openspiel
 from examples.rock_paper_scissors import RockPaperScissors
 from examples.tic_tac_toe import TicTacToe
 from marl_core.conformance import check_env
+from marl_core.env import MultiAgentEnv
 from marl_core.errors import EnvContractError, IllegalActionError, UnsupportedEnvError
 from tests.fixtures.envs import HeterogeneousSpacesEnv, IrregularOrderEnv, JoinLeaveEnv
 
@@ -247,6 +248,66 @@ def test_refusals() -> None:
         to_openspiel(TicTacToe, name="tic_tac_toe")
     with pytest.raises(UnsupportedEnvError, match="at least one seed"):
         to_openspiel(TicTacToe, name="test_no_seed", seeds=())
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"name": "bad(name)"}, r"letters, digits and underscores .*received 'bad\(name\)'"),
+        ({"name": ""}, r"letters, digits and underscores .*received ''"),
+        ({"max_game_length": 0}, r"max_game_length must be a positive int, received 0"),
+        ({"max_game_length": -5}, r"max_game_length must be a positive int, received -5"),
+        ({"utility_range": (1.0, -1.0)}, r"min <= max, received \(1.0, -1.0\)"),
+        ({"utility": "zero_sum", "utility_sum": 3.0}, r"utility_sum=3.0 contradicts utility='zero_sum'"),
+        ({"utility": "general_sum", "utility_sum": 1.0}, r"utility_sum=1.0 contradicts utility='general_sum'"),
+    ],
+)
+def test_contradictory_or_unusable_arguments_are_refused_before_registering(arguments, message) -> None:
+    arguments = {"name": "test_refused_arguments", **arguments}
+    with pytest.raises(UnsupportedEnvError, match=message):
+        to_openspiel(TicTacToe, **arguments)
+    assert arguments["name"] not in pyspiel.registered_names()
+
+
+class _Signal(MultiAgentEnv):
+    """'a' picks 0 or 1; 'b' sees the pick at one entry of a long vector, then guesses it."""
+
+    SIZE = 10_001
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        self.observation_spaces = {k: gym.spaces.Box(0, 1, (self.SIZE,), np.float32) for k in self.possible_agents}
+        self.action_spaces = {k: gym.spaces.Discrete(2) for k in self.possible_agents}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.agents = ["a", "b"]
+        return {"a": np.zeros(self.SIZE, np.float32)}, {}
+
+    def step(self, actions):
+        if "a" in actions:
+            self.pick = actions["a"]
+            seen = np.zeros(self.SIZE, np.float32)
+            seen[self.SIZE // 2] = self.pick
+            return {"b": seen}, {}, {"__all__": False}, {"__all__": False}, {}
+        won = 1.0 if actions["b"] == self.pick else -1.0
+        zeros = np.zeros(self.SIZE, np.float32)
+        return {"a": zeros, "b": zeros}, {"a": -won, "b": won}, {"__all__": True}, {"__all__": False}, {}
+
+
+def test_information_state_strings_tell_apart_long_observations_and_close_floats() -> None:
+    game = to_openspiel(_Signal, name="test_signal_strings", utility="zero_sum")
+    picked_0, picked_1 = game.new_initial_state(), game.new_initial_state()
+    picked_0.apply_action(0)
+    picked_1.apply_action(1)
+    assert picked_0.information_state_string(1) != picked_1.information_state_string(1)
+    assert picked_0.observation_string(1) != picked_1.observation_string(1)
+    assert "..." not in picked_0.observation_string(1)
+    from bridges.openspiel_game import _render
+
+    assert _render(np.float32([1.0, 1.0000001])) != _render(np.float32([1.0, 1.0]))
+    assert _render((np.zeros(2000), 1)) != _render((np.eye(1, 2000, 1999)[0], 1))  # inside tuples too
 
 
 def test_exported_games_pickle_deep_copy_and_load_in_another_process() -> None:
