@@ -39,7 +39,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 
-from marl_core.errors import EnvContractError, ResetNeededError, SpaceError, UnknownAgentError
+from marl_core.errors import EnvContractError, ResetNeededError, SeedError, SpaceError, UnknownAgentError
 
 AgentID = str
 ALL = "__all__"
@@ -137,8 +137,8 @@ class MultiAgentEnv(gym.Env):
         reset that draws nothing (a bridge's, say) pays nothing for it.
         """
         if seed is not None:
-            if type(seed) is not int or seed < 0:
-                seeding.np_random(seed)  # raises Gymnasium's error for a seed it refuses
+            if not (isinstance(seed, int) and seed >= 0):  # what Gymnasium's seeding refuses
+                raise SeedError(seed)
             self._rng_seed, self._np_random, self._np_random_seed = seed, None, None
         return {}, {}
 

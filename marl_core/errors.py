@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from gymnasium.error import Error as GymnasiumError
+
 
 def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
     """An unpickled error: its message arguments and attributes, without calling ``cls.__init__``."""
@@ -121,6 +123,13 @@ class IllegalActionError(InvalidActionError):
 
 class ResetNeededError(MultiAgentEnvError):
     """``step()`` called before ``reset()`` or after the episode ended."""
+
+
+class SeedError(MultiAgentEnvError, GymnasiumError):
+    """A seed that is not a non-negative int (a Gymnasium error too, as Gymnasium raises one)."""
+
+    def __init__(self, seed: Any) -> None:
+        super().__init__(f"reset(seed=...) needs a non-negative int or None, received {seed!r}")
 
 
 class SpaceError(MultiAgentEnvError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from marl_core import ALL, MultiAgentEnv, MultiAgentWrapper, make_multi_agent, play, rollout
-from marl_core.errors import MultiAgentEnvError, SpaceError, UnknownAgentError
+from marl_core.errors import MultiAgentEnvError, SeedError, SpaceError, UnknownAgentError
 from tests.fixtures import seed_envs
 from tests.fixtures.envs import (
     HeterogeneousSpacesEnv,
@@ -120,9 +121,10 @@ def test_np_random_is_gymnasiums_generator_for_the_last_seed() -> None:
     assert np.array_equal(drawn, seeding.np_random(7)[0].integers(1 << 30, size=4))
     env.np_random = np.random.default_rng(1)
     assert env.np_random_seed == -1
-    for bad in (-1, 1.5, "3"):
-        with pytest.raises(Error, match="Seed must be"):
+    for bad in (-1, 1.5, "3", np.int64(3)):
+        with pytest.raises(SeedError, match=rf"needs a non-negative int or None, received {re.escape(repr(bad))}") as caught:
             env.reset(seed=bad)
+        assert isinstance(caught.value, Error) and isinstance(caught.value, MultiAgentEnvError)
     assert env.np_random_seed == -1  # a refused seed changes nothing
 
 
