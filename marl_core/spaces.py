@@ -7,6 +7,7 @@ One canonical action-mask form: a ``Dict`` observation with ``"observation"`` an
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
@@ -127,8 +128,12 @@ def _(space: spaces.Box, value: Any, path: str) -> str | None:
         return f"{_where(path)}shape {value.shape} but the space needs {space.shape}"
     if not np.can_cast(value.dtype, space.dtype):
         return f"{_where(path)}dtype {value.dtype} but the space needs {space.dtype}"
-    if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value) | np.isinf(space.low) | np.isinf(space.high)):
-        return f"{_where(path)}contains NaN or infinity"
+    if np.issubdtype(value.dtype, np.floating):
+        nan = np.argwhere(np.isnan(value))
+        if len(nan):
+            return f"{_where(path)}contains NaN at index {tuple(int(i) for i in nan[0])}"
+        if not np.all(np.isfinite(value) | np.isinf(space.low) | np.isinf(space.high)):
+            return f"{_where(path)}contains infinity where the space is bounded"
     if not space.contains(value):
         below = np.argwhere(value < space.low)
         above = np.argwhere(value > space.high)
@@ -380,8 +385,9 @@ def sample_action_for(
 
 @singledispatch
 def _sample(space: spaces.Space, rng: np.random.Generator) -> Any:
-    space.seed(int(rng.integers(2**31 - 1)))
-    return space.sample()
+    own = copy.deepcopy(space)  # seeding the env's own space object would change what the env draws from it
+    own.seed(int(rng.integers(2**31 - 1)))
+    return own.sample()
 
 
 @_sample.register

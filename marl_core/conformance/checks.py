@@ -18,7 +18,15 @@ from gymnasium import spaces
 
 from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable, shown
 from marl_core.env import ALL, COMMON
-from marl_core.spaces import SlotMasks, action_mask_of, action_mask_size, action_masks_of, why_not_contained
+from marl_core.spaces import (
+    MASK_KEY,
+    OBS_KEY,
+    SlotMasks,
+    action_mask_of,
+    action_mask_size,
+    action_masks_of,
+    why_not_contained,
+)
 
 _RESULT_NAMES = ("obs", "rewards", "terminateds", "truncateds", "infos")
 
@@ -410,6 +418,10 @@ class CallChecker:
             )
             return None
         if problem is None:
+            form = _mask_form_problem(observation, mask) if isinstance(observation, Mapping) and mask is not None else None
+            if form is not None:  # a sound mask in another form: still followed, but the trainer refuses it
+                self.collector.add("masks.valid", f"agent {shown(agent_id)} {at} has {form}", agent=agent_id, step=step,
+                                   key=form[:30])
             return mask
         self.collector.add("masks.valid", f"agent {shown(agent_id)} must act {at} and has {problem}", agent=agent_id, step=step, key=problem[:30])
         return None
@@ -439,7 +451,7 @@ def _mask_problem(mask: np.ndarray, space: Any, may_be_empty: bool) -> str | Non
         return f"an action_mask, but its action space {space} is not Discrete or MultiDiscrete"
     if mask.shape != (size,):
         return f"an action_mask of shape {mask.shape}, but its action space {space} needs ({size},)"
-    if mask.dtype.kind not in "biu" or not np.isin(mask, (0, 1)).all():
+    if mask.dtype.kind not in "biuf" or not np.isin(mask, (0, 1)).all():
         return f"an action_mask with values other than 0 and 1 (dtype {mask.dtype})"
     if may_be_empty and not mask.any():
         return None
@@ -453,6 +465,18 @@ def _mask_problem(mask: np.ndarray, space: Any, may_be_empty: bool) -> str | Non
     return None
 
 
+def _mask_form_problem(observation: Mapping[Any, Any], mask: np.ndarray) -> str | None:
+    """What sets a sound mask apart from the one canonical form (DESIGN.md), or None."""
+    if set(observation) != {OBS_KEY, MASK_KEY}:
+        return (
+            f"an action_mask in a Dict with keys {sorted(map(str, observation))}; a masked observation is a "
+            f"Dict of exactly {OBS_KEY!r} and {MASK_KEY!r}"
+        )
+    if mask.dtype.kind not in "biu":
+        return f"an action_mask of dtype {mask.dtype}; masks hold integers (int8, 1 = legal)"
+    return None
+
+
 def _slot_mask_problem(observation: tuple, space: spaces.Tuple, path: str) -> str | None:
     """The first problem with the masks in the slots of a group's ``observation`` (None: none)."""
     if len(observation) != len(space.spaces):
@@ -463,7 +487,7 @@ def _slot_mask_problem(observation: tuple, space: spaces.Tuple, path: str) -> st
             problem = _slot_mask_problem(item, sub, where) if isinstance(sub, spaces.Tuple) else None
         else:
             mask = action_mask_of(item) if isinstance(item, Mapping) else None
-            problem = None if mask is None else _mask_problem(mask, sub, may_be_empty=True)
+            problem = None if mask is None else _mask_problem(mask, sub, may_be_empty=True) or _mask_form_problem(item, mask)
             problem = problem and f"in slot {where} {problem}"
         if problem:
             return problem

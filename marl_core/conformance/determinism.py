@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from marl_core.conformance.checks import Frame, names
-from marl_core.conformance.collect import shown
+from marl_core.conformance.collect import ENV_ERRORS, shown
 
 MAX_DEPTH = 64
 """Containers nested deeper than this (a dict that holds itself) are not looked into: kept as
@@ -170,7 +170,7 @@ def _where_different(a: Any, b: Any, path: str, depth: int = 0) -> tuple[str, An
 def _same_number(a: Any, b: Any) -> bool:
     try:
         return float(a) == float(b)
-    except (TypeError, ValueError):
+    except ENV_ERRORS:  # a user's object may raise anything; the checker must not
         return False
 
 

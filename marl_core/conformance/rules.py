@@ -120,8 +120,8 @@ _CATALOG = (
     Rule(
         "rewards.numeric",
         "error",
-        "Rewards are finite real numbers (Python or numpy ints and floats, not bools, arrays "
-        "or NaN).",
+        "Rewards are finite real numbers (Python or numpy ints and floats, or 0-d arrays of "
+        "them; not bools, other arrays or NaN).",
         "rewards = {\"a\": float(\"nan\")}            # or np.array([1.0]), or None",
         "Return one finite `float` per rewarded agent; leave agents without reward out.",
     ),
@@ -156,7 +156,8 @@ _CATALOG = (
         "error",
         "`reset(seed=s)` and the same actions give identical trajectories (observations, "
         "rewards, flags, who acts), on two fresh instances and on one instance reset again; "
-        "the env draws no randomness from numpy's or Python's global generator.",
+        "the env draws no randomness from numpy's or Python's global generator unless its own "
+        "`reset(seed=...)` seeds that generator (two such instances in one process then share it).",
         "def reset(self, *, seed=None, options=None):\n"
         "    self.start = np.random.choice(self.possible_agents)  # global, unseeded",
         "Call `super().reset(seed=seed)` and draw only from `self.np_random`; reset every piece "
@@ -175,8 +176,9 @@ _CATALOG = (
     Rule(
         "masks.valid",
         "error",
-        "An `\"action_mask\"` in an acting agent's observation has one 0/1 entry per action of "
-        "its Discrete (or MultiDiscrete) action space and allows at least one action. A grouped "
+        "An `\"action_mask\"` in an acting agent's observation has one 0/1 integer entry per "
+        "action of its Discrete (or MultiDiscrete) action space, allows at least one action and "
+        "sits in the canonical Dict of exactly `\"observation\"` and `\"action_mask\"`. A grouped "
         "agent's members' masks, in the slots of its Tuple observation, fit their slots' spaces "
         "alike; one that allows nothing marks a member that does not act now.",
         "action space Discrete(3)\nobs[\"action_mask\"] = np.ones(4, np.int8)  # 4 entries for 3 actions",

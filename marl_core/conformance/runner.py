@@ -54,6 +54,7 @@ DEFAULT_EPISODES = 3
 DEFAULT_MAX_STEPS = 1000
 """Step budget per episode by default (``termination.bounded`` warns past it)."""
 
+_GONE = object()  # a key missing from a dict returned earlier
 _POSSIBLE_HINT = "Set self.possible_agents in __init__ to the list of every agent id that may ever appear."
 
 _RAISED_HINT = (
@@ -143,6 +144,7 @@ class _Run:
         self.max_steps = max_steps
         self.steps = 0
         self._previous: list[tuple[Any, Any, Any, str]] = []
+        self._previous_dicts: list[tuple[str, dict[Any, Any], list[tuple[Any, Any]], str]] = []
 
     def run(self) -> None:
         self._pickle()
@@ -293,8 +295,8 @@ class _Run:
         added = [a for a in sent if a not in actions]
         changed = [a for a in actions if a in sent and not same(sent[a], actions[a])]
         what = [text for text, agents in ((f"removed the actions of {names(removed)}", removed),
-                                          (f"added keys {names(added)}", added),
-                                          (f"changed the actions of {names(changed)} in place", changed)) if agents]
+                                          (f"added keys {names(added)}", added)) if agents]
+        what += [f"changed the action of {shown(a)} from {shown(actions[a])} to {shown(sent[a])}" for a in changed]
         if what:
             self.collector.add(
                 "actions.unchanged",
@@ -364,8 +366,20 @@ class _Run:
                     step=frame.step,
                     key="changed",
                 )
+        for name, returned, items, where in self._previous_dicts:
+            if len(returned) != len(items) or any(returned.get(key, _GONE) is not value for key, value in items):
+                self.collector.add(
+                    "obs.aliasing",
+                    f"the {name} dict returned {where} was changed by the next call (step {frame.step} of "
+                    f"{label}): the env reuses one dict, so a stored result shows later values",
+                    step=frame.step,
+                    key=f"dict {name}",
+                )
         at = f"at step {frame.step} of {label}" if frame.step else f"by reset() in {label}"
         self._previous = [(a, frame.obs[a], record.obs[a], at) for a in frame.obs]
+        returned_dicts = zip(("obs", "infos", "rewards", "terminateds", "truncateds"),
+                             (frame.obs, frame.infos, frame.rewards, frame.terminateds, frame.truncateds), strict=True)
+        self._previous_dicts = [(name, d, list(d.items()), at) for name, d in returned_dicts if frame.step or name in ("obs", "infos")]
 
     # Determinism -----------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from gymnasium import spaces
 from marl_core import MultiAgentEnv
 from marl_core.conformance import RULES, check_env
 from marl_core.errors import ConformanceError, MultiAgentEnvError
+from marl_core.spaces import masked_space
 from tests.fixtures import broken_envs
 from tests.fixtures.broken_envs import BROKEN
 
@@ -194,3 +195,119 @@ def test_a_masked_member_finding_names_the_group_and_the_slot() -> None:
     (finding, *_) = report.findings
     assert finding.rule == "masks.valid" and finding.agent == "team"
     assert "in slot [0] an action_mask of shape (4,), but its action space Discrete(3) needs (3,)" in finding.message
+
+
+class FloatMaskDuel(broken_envs.Duel):
+    """Masks of 0.0 / 1.0 floats (RLlib's action-masking examples use a float Box)."""
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        box = spaces.Box(-100.0, 100.0, (2,), np.float32)
+        mask_space = spaces.Box(0.0, 1.0, (self.MASK_SIZE,), np.float32)
+        self.observation_spaces = {a: spaces.Dict({"observation": box, "action_mask": mask_space}) for a in self.IDS}
+
+    def mask(self) -> np.ndarray:
+        return super().mask().astype(np.float32)
+
+
+class OtherMaskKeysDuel(broken_envs.Duel):
+    """A mask beside an ``"observations"`` entry (RLlib's example key), not the canonical Dict."""
+
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        self.observation_spaces = {
+            a: spaces.Dict({"observations": space["observation"], "action_mask": space["action_mask"]})
+            for a, space in self.observation_spaces.items()
+        }
+
+    def observe(self, agent_id):
+        observation = super().observe(agent_id)
+        return {"observations": observation["observation"], "action_mask": observation["action_mask"]}
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [(FloatMaskDuel, "an action_mask of dtype float32; masks hold integers (int8, 1 = legal)"),
+     (OtherMaskKeysDuel, "an action_mask in a Dict with keys ['action_mask', 'observations']; a masked observation "
+                         "is a Dict of exactly 'observation' and 'action_mask'")],
+)
+def test_a_sound_mask_in_another_form_is_reported_and_still_followed(target, words) -> None:
+    report = check_env(target)
+    assert report.rules == {"masks.valid"}, str(report)  # no api.step: the actions sampled were legal
+    assert all(words in finding.message for finding in report.findings), str(report)
+
+
+class SharedTextSpace(MultiAgentEnv):
+    """Correct: one Text space object is both spaces; the env seeds it and samples observations from it."""
+
+    def __init__(self, config=None) -> None:
+        super().__init__()
+        self.space = spaces.Text(6)
+        self.agents = self.possible_agents = ["a"]
+        self.observation_spaces = self.action_spaces = {"a": self.space}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.space.seed(seed)
+        self.t = 0
+        self.agents = ["a"]
+        return {"a": self.space.sample()}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        done = self.t >= 3
+        if done:
+            self.agents = []
+        return {"a": self.space.sample()}, {"a": 1.0}, {"__all__": done}, {"__all__": False}, {}
+
+
+def test_sampling_actions_leaves_the_envs_own_space_objects_alone() -> None:
+    report = check_env(SharedTextSpace)
+    assert report.ok and not report.findings, str(report)  # was a false determinism.seed error
+
+
+class NanInUnboundedBox(broken_envs.Duel):
+    def __init__(self, config=None) -> None:
+        super().__init__(config)
+        box = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.observation_spaces = {a: masked_space(box, self.MASK_SIZE) for a in self.IDS}
+
+    def observe(self, agent_id):
+        observation = super().observe(agent_id)
+        observation["observation"][0] = np.nan
+        return observation
+
+
+def test_nan_is_named_in_an_unbounded_box_too() -> None:
+    finding = check_env(NanInUnboundedBox).findings[0]
+    assert finding.rule == "spaces.obs-contains" and "contains NaN at index (0,)" in finding.message, finding.message
+
+
+def test_a_changed_action_is_shown_as_sent_and_as_found_afterwards() -> None:
+    finding = next(f for f in check_env(broken_envs.ChangesArrayActionsInPlace).findings if f.rule == "actions.unchanged")
+    assert f"changed the action of '{finding.agent}' from array([" in finding.message
+    assert "dtype=float32) to array([0.], dtype=float32)" in finding.message  # clipped to [0, 1] in place
+
+
+class _Hostile:
+    """A reward whose every comparison and conversion raises something unusual."""
+
+    def __eq__(self, other):
+        raise RuntimeError("no comparing me")
+
+    __hash__ = object.__hash__
+
+    def __float__(self):
+        raise RuntimeError("no converting me")
+
+
+class HostileReward(broken_envs.Duel):
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        return obs, {agent_id: _Hostile() for agent_id in rewards}, terminateds, truncateds, infos
+
+
+def test_a_reward_that_raises_on_every_use_is_a_finding_not_a_crash() -> None:
+    report = check_env(HostileReward)
+    assert "rewards.numeric" in report.rules, str(report)
