@@ -34,15 +34,17 @@ class ResetFailure:
         self.text = text
 
 
-def rebuild(envs: list[MultiAgentEnv], local: int, factory: Callable[[], MultiAgentEnv], seed: int | None) -> Any:
+def rebuild(envs: list[MultiAgentEnv], local: int, factory: Callable[[], MultiAgentEnv],
+            seed_and_options: tuple[int | None, dict[str, Any] | None]) -> Any:
     """Close ``envs[local]`` (best effort), replace it by a new env from ``factory`` and reset it
-    with ``seed``; return the reset's ``(obs, infos)``."""
+    with ``(seed, options)``; return the reset's ``(obs, infos)``."""
+    seed, options = seed_and_options
     try:
         envs[local].close()
     except Exception:
         logger.debug("closing a failed env raised", exc_info=True)
     envs[local] = factory()
-    return envs[local].reset(seed=seed, options=None)
+    return envs[local].reset(seed=seed, options=options)
 
 
 def execute(env: MultiAgentEnv, command: str, payload: Any) -> Any:

@@ -65,7 +65,11 @@ class Transition:
 
 @dataclass(frozen=True)
 class EpisodeResult:
-    """What :func:`rollout` measured over one episode."""
+    """What :func:`rollout` measured over one episode.
+
+    ``returns`` holds every agent seen (0.0 for one never rewarded) and every agent rewarded,
+    seen or not; ``lengths`` every agent seen, with the number of actions it sent.
+    """
 
     returns: dict[AgentID, float]
     lengths: dict[AgentID, int]
@@ -158,6 +162,7 @@ def rollout(
         for agent_id in last.obs:
             if agent_id not in lengths:
                 lengths[agent_id] = 0
+                returns.setdefault(agent_id, 0.0)
                 seen.append(agent_id)
         for agent_id in last.actions or {}:
             lengths[agent_id] += 1

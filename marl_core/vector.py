@@ -108,7 +108,8 @@ class VectorMultiAgentEnv:
           needs ``reset()``. A worker that dies makes the vector unusable except for ``close()``.
         - **Fault isolation** (``on_error="rebuild"``): a sub-env whose ``reset``/``step`` raises
           is closed (best effort), rebuilt from its factory (in its worker process in ``"async"``
-          mode) and reset with a seed drawn from that env's own RNG stream (seeded by
+          mode) and reset (with the options of the ``reset()`` that failed, if one did; an
+          autoreset has none) with a seed drawn from that env's own RNG stream (seeded by
           ``reset(seed=s)`` from ``s + i``, so seeded runs repeat); the other envs' results are
           kept. The call returns the rebuilt env's first observations as for an autoreset (rewards
           ``{}``, ``{"__all__": False}``; :attr:`autoreset` is True for it), and reports the
@@ -173,6 +174,7 @@ class VectorMultiAgentEnv:
                 try:
                     self._envs.append(env_fn())
                 except Exception as error:
+                    self._close_envs()  # those built already, as a worker does with its own
                     message = f"env {index}: its factory raised {type(error).__name__}: {error}"
                     raise VectorEnvError(message, index) from error
         else:
@@ -283,6 +285,9 @@ class VectorMultiAgentEnv:
         if self._workers is not None:
             self._finalizer()
             return
+        self._close_envs()
+
+    def _close_envs(self) -> None:
         for index, env in enumerate(self._envs):
             try:
                 env.close()
@@ -378,9 +383,13 @@ class VectorMultiAgentEnv:
         index = min(failures)
         failure = failures[index]
         others = f" (envs {sorted(failures)} failed)" if len(failures) > 1 else ""
-        if isinstance(failure, str):  # the worker process is gone
-            self._broken = failure
+        dead = [i for i, reply in sorted(failures.items()) if isinstance(reply, str)]  # worker processes gone
+        if dead:
+            self._broken = failures[dead[0]]
+        if isinstance(failure, str):
             raise VectorEnvError(failure + others, index)
+        if dead:
+            others += f"; {self._broken}"
         raise remote_error(f"env {index} raised", index, failure, others) from failure[3]
 
     def _replace_failed_resets(self, commands: list[tuple[str, Any]], results: list[Any]) -> None:
@@ -398,12 +407,17 @@ class VectorMultiAgentEnv:
         """``_run_all`` for ``on_error="rebuild"``: failed envs are rebuilt, the others kept."""
         replies = self._attempt(dict(enumerate(commands)))
         results = {index: reply for index, (status, reply) in replies.items() if status == "ok"}
-        results.update(self._rebuild({i: reply for i, (status, reply) in replies.items() if status != "ok"}))
+        failed = {i: reply for i, (status, reply) in replies.items() if status != "ok"}
+        # A reset that failed is retried with the caller's options (a step's autoreset has none).
+        options = {i: commands[i][1][1] for i in failed if commands[i][0] == "reset"}
+        results.update(self._rebuild(failed, options))
         return [results[index] for index in range(self.num_envs)]
 
-    def _rebuild(self, failed: dict[int, str]) -> dict[int, Any]:
+    def _rebuild(self, failed: dict[int, str], options: dict[int, Any] | None = None) -> dict[int, Any]:
         """Record the failures in ``failed`` (env index -> traceback text) and rebuild those envs,
-        retrying up to ``max_rebuild_attempts``; return each rebuilt env's ``(obs, infos)``."""
+        retrying up to ``max_rebuild_attempts``; return each rebuilt env's ``(obs, infos)``. Each
+        rebuilt env is reset with its ``options`` (None for envs not in it)."""
+        options = options or {}
         rebuilt: dict[int, Any] = {}
         for attempt in range(self.max_rebuild_attempts + 1):
             if not failed:
@@ -416,7 +430,7 @@ class VectorMultiAgentEnv:
             if attempt == self.max_rebuild_attempts:
                 break
             seeds = {i: int(self._rebuild_rngs[i].integers(2**31)) for i in failed}
-            replies = self._attempt({i: ("rebuild", seed) for i, seed in seeds.items()})
+            replies = self._attempt({i: ("rebuild", (seed, options.get(i))) for i, seed in seeds.items()})
             rebuilt.update({i: reply for i, (status, reply) in replies.items() if status == "ok"})
             failed = {i: reply for i, (status, reply) in replies.items() if status != "ok"}
         index = min(failed)
@@ -529,6 +543,9 @@ def stack(observations: Sequence[Any]) -> Any:
         raise SpaceError(f"stack(): observations of different shapes {shapes} cannot be stacked") from error
     if batch.dtype != object:
         return batch
+    for row, observation in enumerate(observations):  # a dict, tuple or None beside plain values
+        if observation is None or isinstance(observation, (Mapping, tuple)):
+            raise SpaceError(f"stack(): row {row} is {_describe(observation)}, row 0 {_describe(first)}")
     try:  # objects, or rows that are lists of different lengths: stack row by row
         return np.stack([np.asarray(observation) for observation in observations])
     except ValueError as error:
@@ -621,5 +638,9 @@ def _unstack(batched: Any, count: int, policy: str) -> list[Any]:
     if len(batched) != count:
         raise VectorEnvError(f"scatter(): {len(batched)} actions for policy {policy!r} but its batch has {count} rows")
     if isinstance(batched, np.ndarray):
-        return [batched[row].copy() if batched.ndim > 1 else batched[row] for row in range(count)]
+        if batched.ndim > 1:
+            return [batched[row].copy() for row in range(count)]
+        if batched.dtype.kind == "f":  # one number per row for a shape-() Box, which holds 0-d arrays, not scalars
+            return [batched[row, ...].copy() for row in range(count)]
+        return [batched[row] for row in range(count)]
     return list(batched)

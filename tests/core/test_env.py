@@ -42,6 +42,12 @@ def test_seed_rock_paper_scissors_runs_unchanged() -> None:
     assert result.returns["player1"] == -result.returns["player2"]
 
 
+def test_rollout_returns_name_every_agent_seen_even_unrewarded() -> None:
+    result = rollout(TicTacToe(), seed=1, max_steps=1)  # player2 is asked to move, not yet rewarded
+    assert result.agents_seen == ["player1", "player2"]
+    assert result.returns == {"player1": 0.0, "player2": 0.0} and result.lengths == {"player1": 1, "player2": 0}
+
+
 def test_seed_tic_tac_toe_runs_unchanged() -> None:
     env = seed_envs.TicTacToe()
     result = rollout(env, seed=3)

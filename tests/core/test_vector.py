@@ -21,6 +21,7 @@ import pytest
 from marl_core.env import ALL, MultiAgentEnv
 from marl_core.errors import MultiAgentEnvError, ResetNeededError, SpaceError, VectorEnvError
 from marl_core.rollout import RandomPolicy
+from marl_core.spaces import check_action_dict
 from marl_core.vector import PolicyBatch, VectorMultiAgentEnv, gather, scatter, stack
 from tests.fixtures.envs import (
     CORRECT_ENVS,
@@ -568,6 +569,78 @@ def test_rebuild_covers_reset_and_gives_up_after_max_attempts(mode: str, num_wor
             venv.step([{"player1": 0, "player2": 0}] * 2)
 
 
+class LevelEnv(RockPaperScissors):
+    """Rock-paper-scissors whose reset needs ``options["level"]`` and fails the first time
+    (per process), whatever the options."""
+
+    resets = [0]
+
+    def reset(self, *, seed=None, options=None):
+        LevelEnv.resets[0] += 1
+        if LevelEnv.resets[0] == 2:
+            raise RuntimeError("transient")
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"player1": {"level": options["level"]}}
+
+
+@pytest.mark.parametrize(("mode", "num_workers"), [("sync", None), ("async", 1)])
+def test_an_env_rebuilt_during_reset_gets_the_callers_options(mode: str, num_workers: int | None) -> None:
+    LevelEnv.resets[0] = 0  # sync mode: this process's count (async: the one worker's)
+    with VectorMultiAgentEnv([LevelEnv, LevelEnv], mode, num_workers=num_workers, on_error="rebuild") as venv:
+        _, infos = venv.reset(seed=0, options={"level": 7})
+        assert [info["player1"]["level"] for info in infos] == [7, 7]  # env 1 was rebuilt, with the options
+        assert [index for index, _ in venv.last_failures] == [1]
+        with pytest.raises(VectorEnvError, match=r"(?s)env 0 could not be rebuilt in 3 attempts.*KeyError: 'level'"):
+            venv.reset(seed=0, options={"levle": 7})  # a typo fails every rebuild too: not an accepted reset
+
+
+class ClosingCount(RockPaperScissors):
+    closed = [0]
+
+    def close(self) -> None:
+        ClosingCount.closed[0] += 1
+
+
+def test_a_failing_factory_closes_the_envs_built_before_it() -> None:
+    ClosingCount.closed[0] = 0
+    with pytest.raises(VectorEnvError, match="env 2: its factory raised OSError"):
+        VectorMultiAgentEnv([ClosingCount, ClosingCount, broken_factory], "sync")
+    assert ClosingCount.closed[0] == 2
+
+
+def test_a_worker_dying_beside_an_env_error_makes_the_vector_unusable_at_once() -> None:
+    venv = VectorMultiAgentEnv([lambda: ExplodingEnv(fail_at=1), DyingEnv], "async")
+    pids = venv._workers.pids
+    venv.reset(seed=0)
+    with pytest.raises(VectorEnvError, match=r"env 0 raised RuntimeError.*envs \[0, 1\] failed.*worker process of env 1"):
+        venv.step([{"player1": 0, "player2": 0}] * 2)
+    with pytest.raises(VectorEnvError, match="unusable"):
+        venv.reset(seed=0)
+    venv.close()
+    assert wait_gone(pids) == []
+
+
+class ScalarBoxEnv(RockPaperScissors):
+    """One agent pushing with a shape-() Box action."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action_spaces = {a: gym.spaces.Box(-1.0, 1.0, (), np.float32) for a in self.possible_agents}
+
+    def step(self, action_dict):
+        check_action_dict(self, action_dict, self.agents)
+        return super().step({a: int(action > 0) for a, action in action_dict.items()})
+
+
+def test_scatter_gives_a_shape_0_box_zero_dimensional_arrays() -> None:
+    with VectorMultiAgentEnv([ScalarBoxEnv, ScalarBoxEnv]) as venv:
+        obs_list, _ = venv.reset(seed=0)
+        batches = gather(obs_list, lambda i, a: "p")
+        actions = scatter({"p": np.linspace(-0.5, 0.5, len(batches["p"].keys), dtype=np.float32)}, batches, 2)
+        assert all(type(action) is np.ndarray and action.shape == () for row in actions for action in row.values())
+        venv.step(actions)  # refused before: np.float32 is not in Box(-1.0, 1.0, (), float32)
+
+
 def test_rebuild_arguments_are_validated() -> None:
     with pytest.raises(VectorEnvError, match="on_error must be 'raise' or 'rebuild', received 'ignore'"):
         VectorMultiAgentEnv([RockPaperScissors], on_error="ignore")  # type: ignore[arg-type]
@@ -724,6 +797,8 @@ def test_stack_is_leaf_wise() -> None:
         ([{"a": 1}, {"b": 1}], r"row 1 is a dict with keys \['b'\]"),
         ([(1, 2), (1,)], "row 1 is a tuple of 1, row 0 a tuple of 2"),
         ([{"a": 1}, 5], "row 1 is a int"),
+        ([np.float32(1), {"x": 1}], r"row 1 is a dict with keys \['x'\], row 0 a float32"),
+        ([0, None], "row 1 is a NoneType, row 0 a int"),
         ([np.zeros(2), np.zeros(3)], r"different shapes \[\(2,\), \(3,\)\]"),
     ],
 )
