@@ -236,6 +236,7 @@ class SingleAgentEnv(gym.Env):
                 f"step() for agent {self.agent_id!r} called before reset() or after the episode ended"
             )
         check_action(self.agent_id, self.action_space, action)
+        self._running = False  # until the step has gone through: a failed one needs a reset
         obs, rewards, terminateds, truncateds, infos = self.env.step({self.agent_id: action})
         self._unexpected(obs, "observations")
         self._unexpected(rewards, "rewards")
@@ -253,9 +254,8 @@ class SingleAgentEnv(gym.Env):
                 f"step() returned no observation for agent {self.agent_id!r} although the episode goes on "
                 f"(observations for: {sorted(obs)})"
             )
-        if terminated or truncated:
-            self._running = False
         reward = scalar_reward(self.agent_id, rewards.get(self.agent_id, 0.0), self.env)
+        self._running = not (terminated or truncated)
         return self._last_observation, reward, terminated, truncated, info
 
     def render(self) -> Any:

@@ -48,8 +48,8 @@ RewardModel = Literal["rewards", "terminal"]
 
 _POOL_SIZE = 64  # envs kept for reuse per exported game
 _REGISTERED: dict[str, tuple[_Spec, pyspiel.GameType, pyspiel.GameInfo]] = {}
-# A name pyspiel's load_game reads as a name alone (anything else is parsed as parameters).
-_NAME = re.compile(r"[A-Za-z0-9_]+")
+# A name pyspiel's load_game reads as a name alone: "(" starts its parameters.
+_NAME = re.compile(r"[^()]+")
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def to_openspiel(
         env_factory: builds a fresh env, called without arguments (or with ``{}`` when it needs a
             config); called here once to read the spaces, then whenever a state needs an env
             (envs of discarded states are reused). Every agent needs a ``Discrete`` action space.
-        name: the game's short name (letters, digits, underscores), registered with pyspiel so
+        name: the game's short name (without parentheses), registered with pyspiel so
             ``pyspiel.load_game(name)`` works. Exporting again under the same name replaces the
             previous export for ``load_game``; ``pyspiel.registered_games()`` keeps listing the
             first export's game type, which pyspiel cannot replace.
@@ -203,8 +203,8 @@ def to_openspiel(
     """
     if not isinstance(name, str) or _NAME.fullmatch(name) is None:
         raise UnsupportedEnvError(
-            f"to_openspiel name must be letters, digits and underscores (pyspiel parses anything else "
-            f"as parameters), received {name!r}"
+            f"to_openspiel name must be a non-empty string without '(' or ')' (pyspiel reads "
+            f"'name(...)' as a name with parameters), received {name!r}"
         )
     if name in pyspiel.registered_names() and name not in _REGISTERED:
         raise UnsupportedEnvError(f"to_openspiel name {name!r} is already a pyspiel game; choose another name")
@@ -249,7 +249,7 @@ def _define(
         raise UnsupportedEnvError(f"dynamics must be 'auto', 'sequential' or 'simultaneous', received {dynamics!r}")
     if reward_model not in ("rewards", "terminal"):
         raise UnsupportedEnvError(f"reward_model must be 'rewards' or 'terminal', received {reward_model!r}")
-    if type(max_game_length) is not int or max_game_length < 1:
+    if not isinstance(max_game_length, (int, np.integer)) or isinstance(max_game_length, bool) or max_game_length < 1:
         raise UnsupportedEnvError(f"max_game_length must be a positive int, received {max_game_length!r}")
     build = _no_argument(env_factory)
     probe = build()

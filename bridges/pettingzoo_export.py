@@ -74,8 +74,10 @@ class _SpacesOf:
 
 
 def _metadata(env: MultiAgentEnv, parallelizable: bool) -> dict[str, Any]:
+    """The env's metadata with ``is_parallelizable``: ``parallelizable`` unless the env says so
+    itself (a PettingZoo parallel env's flag survives the round trip through ``to_aec``)."""
     metadata = dict(getattr(env, "metadata", {}) or {})
-    metadata["is_parallelizable"] = parallelizable
+    metadata["is_parallelizable"] = bool(metadata.get("is_parallelizable", parallelizable)) or parallelizable
     return metadata
 
 
@@ -90,7 +92,9 @@ class MultiAgentAECEnv(AECEnv):
         - **Rewards:** the MultiAgentEnv's rewards of a step land in ``rewards`` after the action
           that completes the step (buffering steps clear ``rewards``), and accumulate in
           ``last()`` as in any AEC env, so each agent's sum is unchanged. A reward for an agent
-          that has not joined yet waits until it joins.
+          that has not joined yet waits until it joins. The one exception: a reward for an agent
+          that has already left (after its dead step) cannot reach it in the AEC API; it is
+          logged as a warning, and left out.
         - **Dead agents and "__all__":** agents that end (or all agents, on ``"__all__"``) get
           ``terminations`` / ``truncations`` and a dead step, first in the order of the
           observation dict; ``step`` must then receive None for them.

@@ -137,9 +137,10 @@ class MultiAgentEnv(gym.Env):
         reset that draws nothing (a bridge's, say) pays nothing for it.
         """
         if seed is not None:
-            if not (isinstance(seed, int) and seed >= 0):  # what Gymnasium's seeding refuses
+            number = int(seed) if isinstance(seed, np.integer) else seed  # numpy's too, as PettingZoo takes them
+            if not (isinstance(number, int) and number >= 0):  # what Gymnasium's seeding refuses
                 raise SeedError(seed)
-            self._rng_seed, self._np_random, self._np_random_seed = seed, None, None
+            self._rng_seed, self._np_random, self._np_random_seed = number, None, None
         return {}, {}
 
     @property
@@ -294,9 +295,12 @@ def scalar_reward(agent_id: AgentID, reward: Any, source: Any) -> float:
     """``reward`` (from ``source``, for ``agent_id``) as a float.
 
     Raises:
-        EnvContractError: the reward is not one number (a multi-objective env's vector, say).
+        EnvContractError: the reward is not one number: a multi-objective env's vector, a
+            string or a bool (which ``float()`` would turn into one silently).
     """
     try:
+        if isinstance(reward, (str, bytes, bool, np.bool_)):
+            raise TypeError(type(reward).__name__)
         return float(reward)
     except (TypeError, ValueError):
         raise EnvContractError(

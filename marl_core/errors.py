@@ -126,10 +126,10 @@ class ResetNeededError(MultiAgentEnvError):
 
 
 class SeedError(MultiAgentEnvError, GymnasiumError):
-    """A seed that is not a non-negative int (a Gymnasium error too, as Gymnasium raises one)."""
+    """A seed that is not a non-negative integer (a Gymnasium error too, as Gymnasium raises one)."""
 
     def __init__(self, seed: Any) -> None:
-        super().__init__(f"reset(seed=...) needs a non-negative int or None, received {seed!r}")
+        super().__init__(f"reset(seed=...) needs a non-negative integer or None, received {seed!r}")
 
 
 class SpaceError(MultiAgentEnvError):

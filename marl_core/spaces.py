@@ -7,7 +7,6 @@ One canonical action-mask form: a ``Dict`` observation with ``"observation"`` an
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
@@ -129,11 +128,13 @@ def _(space: spaces.Box, value: Any, path: str) -> str | None:
     if not np.can_cast(value.dtype, space.dtype):
         return f"{_where(path)}dtype {value.dtype} but the space needs {space.dtype}"
     if np.issubdtype(value.dtype, np.floating):
-        nan = np.argwhere(np.isnan(value))
-        if len(nan):
-            return f"{_where(path)}contains NaN at index {tuple(int(i) for i in nan[0])}"
-        if not np.all(np.isfinite(value) | np.isinf(space.low) | np.isinf(space.high)):
-            return f"{_where(path)}contains infinity where the space is bounded"
+        finite = np.isfinite(value)
+        if not finite.all():  # the rare case: find what is wrong
+            nan = np.argwhere(np.isnan(value))
+            if len(nan):
+                return f"{_where(path)}contains NaN" + (f" at index {tuple(int(i) for i in nan[0])}" if value.ndim else "")
+            if not np.all(finite | np.isinf(space.low) | np.isinf(space.high)):
+                return f"{_where(path)}contains infinity where the space is bounded"
     if not space.contains(value):
         below = np.argwhere(value < space.low)
         above = np.argwhere(value > space.high)
@@ -154,6 +155,8 @@ def _(space: spaces.Discrete, value: Any, path: str) -> str | None:
         return f"{_where(path)}a {type(value).__name__} ({value!r}) where the space needs an integer in {space}"
     if isinstance(value, np.ndarray) and (value.shape != () or not np.issubdtype(value.dtype, np.integer)):
         return f"{_where(path)}an array of shape {value.shape} and dtype {value.dtype} where {space} needs an integer"
+    if isinstance(value, (np.integer, np.ndarray)) and not np.can_cast(value.dtype, space.dtype):
+        return f"{_where(path)}a {value.dtype} ({value!r}), which does not cast safely to {space}'s dtype {space.dtype}"
     try:
         inside = space.contains(value)
     except OverflowError:  # a Python int beyond the space's integer type
@@ -385,9 +388,27 @@ def sample_action_for(
 
 @singledispatch
 def _sample(space: spaces.Space, rng: np.random.Generator) -> Any:
-    own = copy.deepcopy(space)  # seeding the env's own space object would change what the env draws from it
-    own.seed(int(rng.integers(2**31 - 1)))
-    return own.sample()
+    # Seeding the env's own space objects would change what the env draws from them: their
+    # generators are put back afterwards (seed() gives each space in the tree a new one).
+    generators = [(each, each.__dict__.get("_np_random")) for each in _space_tree(space)]
+    try:
+        space.seed(int(rng.integers(2**31 - 1)))
+        return space.sample()
+    finally:
+        for each, generator in generators:
+            each._np_random = generator
+
+
+def _space_tree(space: spaces.Space) -> list[spaces.Space]:
+    """``space`` and the spaces it holds, at any depth (Dict, Tuple, Sequence, Graph, OneOf...)."""
+    found, pending = [], [space]
+    while pending:
+        each = pending.pop()
+        found.append(each)
+        for value in vars(each).values():
+            items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else (value,)
+            pending.extend(item for item in items if isinstance(item, spaces.Space))
+    return found
 
 
 @_sample.register

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -402,8 +402,11 @@ class CallChecker:
         """The agent's mask (its members' masks, for a group) if it is sound; else a finding."""
         space = self.act_spaces.get(agent_id)
         try:
+            form = None
             if type(observation) is tuple:  # a group: each member's mask sits in its slot
-                problem = _slot_mask_problem(observation, space, "") if isinstance(space, spaces.Tuple) else None
+                grouped = isinstance(space, spaces.Tuple)
+                problem = _slot_mask_problem(observation, space, "", _sound_slot) if grouped else None
+                form = _slot_mask_problem(observation, space, "", _slot_form) if grouped and not problem else None
                 mask = action_masks_of(observation)
             else:
                 mask = action_mask_of(observation) if isinstance(observation, Mapping) else None
@@ -418,7 +421,8 @@ class CallChecker:
             )
             return None
         if problem is None:
-            form = _mask_form_problem(observation, mask) if isinstance(observation, Mapping) and mask is not None else None
+            if isinstance(observation, Mapping) and mask is not None:
+                form = _mask_form_problem(observation, mask)
             if form is not None:  # a sound mask in another form: still followed, but the trainer refuses it
                 self.collector.add("masks.valid", f"agent {shown(agent_id)} {at} has {form}", agent=agent_id, step=step,
                                    key=form[:30])
@@ -477,17 +481,28 @@ def _mask_form_problem(observation: Mapping[Any, Any], mask: np.ndarray) -> str 
     return None
 
 
-def _slot_mask_problem(observation: tuple, space: spaces.Tuple, path: str) -> str | None:
-    """The first problem with the masks in the slots of a group's ``observation`` (None: none)."""
+def _sound_slot(item: Mapping[Any, Any], mask: np.ndarray, space: Any) -> str | None:
+    return _mask_problem(mask, space, may_be_empty=True)
+
+
+def _slot_form(item: Mapping[Any, Any], mask: np.ndarray, space: Any) -> str | None:
+    return _mask_form_problem(item, mask)
+
+
+def _slot_mask_problem(
+    observation: tuple, space: spaces.Tuple, path: str, problem_of: Callable[[Mapping[Any, Any], np.ndarray, Any], str | None]
+) -> str | None:
+    """The first problem that ``problem_of(member observation, mask, slot space)`` finds with
+    the masks in the slots of a group's ``observation`` (None: none)."""
     if len(observation) != len(space.spaces):
         return None  # spaces.obs-contains says so
     for index, (item, sub) in enumerate(zip(observation, space.spaces, strict=True)):
         where = f"{path}[{index}]"
         if type(item) is tuple:
-            problem = _slot_mask_problem(item, sub, where) if isinstance(sub, spaces.Tuple) else None
+            problem = _slot_mask_problem(item, sub, where, problem_of) if isinstance(sub, spaces.Tuple) else None
         else:
             mask = action_mask_of(item) if isinstance(item, Mapping) else None
-            problem = None if mask is None else _mask_problem(mask, sub, may_be_empty=True) or _mask_form_problem(item, mask)
+            problem = None if mask is None else problem_of(item, mask, sub)
             problem = problem and f"in slot {where} {problem}"
         if problem:
             return problem

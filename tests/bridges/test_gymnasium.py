@@ -318,6 +318,20 @@ class _StrayKeys(_EndsWithoutObservation):
         return {"solo": 1}, self.stray_rewards, {"__all__": False}, {"__all__": False}, self.stray_infos
 
 
+def test_to_gymnasium_needs_a_reset_after_a_reward_that_is_not_one_number() -> None:
+    single = to_gymnasium(_StrayKeys({}, {"solo": np.array([1.0, 2.0])}))
+    single.reset(seed=0)
+    with pytest.raises(EnvContractError, match="a reward that is not one number"):
+        single.step(0)
+    with pytest.raises(ResetNeededError):
+        single.step(0)
+    for not_a_number in ("2.5", True):  # float() would take both silently
+        single = to_gymnasium(_StrayKeys({}, {"solo": not_a_number}))
+        single.reset(seed=0)
+        with pytest.raises(EnvContractError, match=f"a reward that is not one number: {not_a_number!r}"):
+            single.step(0)
+
+
 @pytest.mark.parametrize(
     ("infos", "rewards", "named"),
     [({"ghost": {"x": 1}}, {"solo": 1.0}, r"infos for agents \['ghost'\]"),

@@ -253,8 +253,8 @@ def test_refusals() -> None:
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        ({"name": "bad(name)"}, r"letters, digits and underscores .*received 'bad\(name\)'"),
-        ({"name": ""}, r"letters, digits and underscores .*received ''"),
+        ({"name": "bad(name)"}, r"without '\(' or '\)' .*received 'bad\(name\)'"),
+        ({"name": ""}, r"a non-empty string .*received ''"),
         ({"max_game_length": 0}, r"max_game_length must be a positive int, received 0"),
         ({"max_game_length": -5}, r"max_game_length must be a positive int, received -5"),
         ({"utility_range": (1.0, -1.0)}, r"min <= max, received \(1.0, -1.0\)"),
@@ -385,6 +385,11 @@ def test_a_zero_dimensional_observation_keeps_its_tensor_through_export() -> Non
     obs, *_ = env.step({"player_0": 2, "player_1": 0})
     assert obs["player_0"]["observation"].shape == () and float(obs["player_0"]["observation"]) == 0.0
     assert float(obs["player_1"]["observation"]) == 2.0
+
+
+def test_names_pyspiel_takes_and_integer_like_arguments_are_accepted() -> None:
+    game = to_openspiel(TicTacToe, name="test-game.v1", max_game_length=np.int64(50))
+    assert pyspiel.load_game("test-game.v1").max_game_length() == 50 == game.max_game_length()
 
 
 def test_load_game_by_name_and_re_export() -> None:

@@ -132,6 +132,17 @@ def test_checker_finds_no_error_after_a_round_trip(name):
         assert report.ok, report.errors
 
 
+def test_to_aec_keeps_a_parallel_envs_is_parallelizable_so_pettingzoo_converts_it_back():
+    from pettingzoo.butterfly import pistonball_v6
+    from pettingzoo.utils.conversions import aec_to_parallel
+
+    aec = to_aec(ParallelPettingZooEnv(pistonball_v6.parallel_env(n_pistons=3)))
+    assert aec.metadata["is_parallelizable"] is True  # it was always False
+    with contextlib.redirect_stdout(io.StringIO()):
+        parallel_api_test(aec_to_parallel(aec), num_cycles=20)
+    assert to_aec(TicTacToe()).metadata["is_parallelizable"] is False
+
+
 def test_to_parallel_names_the_agents_not_asked_to_act():
     env = to_parallel(TicTacToe())
     with pytest.raises(UnsupportedEnvError, match=r"\['player2'\] were not asked to act \(acting now: \['player1'\]\).*to_aec"):

@@ -225,9 +225,14 @@ class OtherMaskKeysDuel(broken_envs.Duel):
         return {"observations": observation["observation"], "action_mask": observation["action_mask"]}
 
 
+def grouped_float_mask_duel():
+    return FloatMaskDuel().with_agent_groups({"team": ["a", "b"]})
+
+
 @pytest.mark.parametrize(
     ("target", "words"),
     [(FloatMaskDuel, "an action_mask of dtype float32; masks hold integers (int8, 1 = legal)"),
+     (grouped_float_mask_duel, "in slot [0] an action_mask of dtype float32; masks hold integers"),
      (OtherMaskKeysDuel, "an action_mask in a Dict with keys ['action_mask', 'observations']; a masked observation "
                          "is a Dict of exactly 'observation' and 'action_mask'")],
 )

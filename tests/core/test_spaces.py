@@ -81,6 +81,56 @@ def test_discrete_rejects_floats_and_bools() -> None:
     assert why_not_contained(spaces.Discrete(3), np.int64(2)) is None
 
 
+def test_discrete_names_an_integer_type_that_does_not_cast() -> None:
+    assert why_not_contained(spaces.Discrete(9), np.uint64(2)) == (
+        "a uint64 (np.uint64(2)), which does not cast safely to Discrete(9)'s dtype int64"
+    )  # it said "2 is outside Discrete(9)"
+    assert why_not_contained(spaces.Discrete(9), np.int32(2)) is None
+
+
+def test_nan_is_named_with_its_index_and_infinity_only_where_bounded() -> None:
+    box = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    assert why_not_contained(box, np.float32([0.0, np.nan])) == "contains NaN at index (1,)"
+    assert why_not_contained(box, np.float32([np.inf, 0.0])) is None
+    assert why_not_contained(spaces.Box(-1, 1, (), np.float32), np.array(np.nan, np.float32)) == "contains NaN"
+    assert why_not_contained(spaces.Box(-1, 1, (2,), np.float32), np.float32([np.inf, 0.0])) == (
+        "contains infinity where the space is bounded"
+    )
+
+
+class _LegalMoves(spaces.Space):
+    """A custom space that samples from state it shares with its env (which holds a lock)."""
+
+    def __init__(self, board: dict) -> None:
+        super().__init__((), np.int64)
+        self.board = board
+
+    def sample(self, mask=None, probability=None):
+        return int(self.np_random.choice(self.board["legal"]))
+
+    def contains(self, x) -> bool:
+        return x in self.board["legal"]
+
+
+def test_sampling_a_custom_space_leaves_its_generator_and_its_references_alone() -> None:
+    import threading
+
+    space = _LegalMoves({"legal": [1, 4, 6], "lock": threading.Lock()})  # deepcopy would fail on the lock
+    space.seed(5)
+    expected = [space.sample() for _ in range(5)]
+    space.seed(5)
+    drawn = [sample_action(space, np.random.default_rng(seed)) for seed in range(20)]
+    assert set(drawn) <= {1, 4, 6} and len(set(drawn)) > 1
+    assert [space.sample() for _ in range(5)] == expected  # the env's own draws are as if nothing happened
+    graph = spaces.Graph(spaces.Box(0, 1, (2,)), spaces.Discrete(3))
+    graph.seed(1)
+    first = graph.sample()
+    graph.seed(1)
+    sample_action(graph, np.random.default_rng(0))
+    again = graph.sample()
+    assert np.array_equal(first.nodes, again.nodes) and np.array_equal(first.edges, again.edges)
+
+
 def test_discrete_reports_integers_too_big_for_its_dtype_instead_of_overflowing() -> None:
     assert "outside Discrete(3)" in why_not_contained(spaces.Discrete(3), 2**70)
     with pytest.raises(InvalidActionError, match="'agent_0'"):
