@@ -130,11 +130,11 @@ def _(space: spaces.Box, value: Any, path: str) -> str | None:
     if np.issubdtype(value.dtype, np.floating):
         finite = np.isfinite(value)
         if not finite.all():  # the rare case: find what is wrong
-            nan = np.argwhere(np.isnan(value))
-            if len(nan):
-                return f"{_where(path)}contains NaN" + (f" at index {tuple(int(i) for i in nan[0])}" if value.ndim else "")
-            if not np.all(finite | np.isinf(space.low) | np.isinf(space.high)):
-                return f"{_where(path)}contains infinity where the space is bounded"
+            for what, bad in (("NaN", np.isnan(value)), ("infinity", ~(finite | np.isinf(space.low) | np.isinf(space.high)))):
+                found = np.argwhere(bad)
+                if len(found):
+                    at = f" at index {tuple(int(i) for i in found[0])}" if value.ndim else ""
+                    return f"{_where(path)}contains {what}{at}" + (" where the space is bounded" if what == "infinity" else "")
     if not space.contains(value):
         below = np.argwhere(value < space.low)
         above = np.argwhere(value > space.high)

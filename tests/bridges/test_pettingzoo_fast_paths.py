@@ -69,7 +69,8 @@ BAD: list[tuple[str, Any, str]] = [
     ("slider_0", 0.5, "float"),
     ("arm_0", np.array([1.5, 0.0, 0.0], np.float32), r"index \(0,\)"),  # fine in element 1, not in 0
     ("arm_0", np.array([0.0, 0.0, -0.5], np.float32), r"index \(2,\)"),
-    ("arm_0", np.array([0.0, np.inf, 0.0], np.float32), "NaN or infinity"),
+    ("arm_0", np.array([0.0, np.inf, 0.0], np.float32), r"infinity at index \(1,\) where the space is bounded"),
+    ("arm_0", np.array([0.0, 0.0, np.nan], np.float32), r"NaN at index \(2,\)"),
     ("camera_0", np.zeros((10, 10), np.int16), "dtype int16"),
     ("camera_0", np.zeros((10, 9), np.uint8), "shape"),
     ("counter_0", np.array([6, 0], np.int64), "outside"),
