@@ -231,7 +231,7 @@ def _preload(cases: Sequence[Case]) -> None:
             logger.debug("could not preload %s: %s", module, error)
 
 
-def run_all(cases: Sequence[Case], *, jobs: int = 2, timeout: float = 300.0,
+def run_all(cases: Sequence[Case], *, jobs: int = 2, timeout: float = 900.0,
             progress: Callable[[Row], None] | None = None) -> list[Row]:
     """Run every case in its own process, ``jobs`` at a time; rows come back in ``cases`` order."""
     fork = hasattr(os, "fork")
@@ -351,7 +351,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--subset", choices=("all", "fast"), default="all",
                         help="all: every case; fast: the first runnable non-slow cases of each source")
     parser.add_argument("--jobs", type=number_arg(int), default=2, help="rows run at once, each in its own process")
-    parser.add_argument("--timeout", type=number_arg(float), default=300.0, help="seconds a row may take")
+    parser.add_argument(
+        "--timeout", type=number_arg(float), default=900.0,
+        help="seconds a row may take (default 900: bridge_uncontested_bidding needs about 350 s alone)",
+    )
     parser.add_argument("--only", default=None, help="run only cases whose id contains this text")
     parser.add_argument("--output", default="compat_matrix.md",
                         help="where to write the Markdown; a partial run (--subset fast, --only) replaces "

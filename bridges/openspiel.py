@@ -323,7 +323,8 @@ class OpenSpielEnv(MultiAgentEnv):
             raise UnsupportedEnvError(f"max_steps must be a positive int or None, received {max_steps!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise UnsupportedEnvError(
-                f"render_mode must be one of {self.metadata['render_modes']} or None, received {render_mode!r}"
+                f"render_mode must be one of {self.metadata['render_modes']} or None, "
+                f"received {render_mode!r}"
             )
         self.observation_type: ObservationType = choose_observation_type(self.game, observation_type)
         self._check_legal_actions(name)

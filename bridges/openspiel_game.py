@@ -97,9 +97,12 @@ def _utility_of(
         )
     if utility_range is None:
         utility_range = (source.min_utility(), source.max_utility()) if source is not None else (-np.inf, np.inf)
-    elif not (len(utility_range) == 2 and float(utility_range[0]) <= float(utility_range[1])):  # NaN fails too
-        raise UnsupportedEnvError(f"utility_range must be (min_utility, max_utility) with min <= max, received {utility_range!r}")
-    if utility_sum is not None and (utility not in ("zero_sum", "constant_sum") or (utility == "zero_sum" and utility_sum != 0)):
+    elif not (len(utility_range) == 2 and float(utility_range[0]) <= float(utility_range[1])):  # NaN fails
+        raise UnsupportedEnvError(
+            f"utility_range must be (min_utility, max_utility) with min <= max, received {utility_range!r}"
+        )
+    constant = utility == "constant_sum" or (utility == "zero_sum" and utility_sum == 0)
+    if utility_sum is not None and not constant:
         raise UnsupportedEnvError(
             f"utility_sum={utility_sum!r} contradicts utility={utility!r}: the sum is declared for constant-sum "
             f"games only (0 for zero sum); pass utility='constant_sum' with it"
@@ -249,7 +252,8 @@ def _define(
         raise UnsupportedEnvError(f"dynamics must be 'auto', 'sequential' or 'simultaneous', received {dynamics!r}")
     if reward_model not in ("rewards", "terminal"):
         raise UnsupportedEnvError(f"reward_model must be 'rewards' or 'terminal', received {reward_model!r}")
-    if not isinstance(max_game_length, (int, np.integer)) or isinstance(max_game_length, bool) or max_game_length < 1:
+    whole = isinstance(max_game_length, (int, np.integer)) and not isinstance(max_game_length, bool)
+    if not whole or max_game_length < 1:
         raise UnsupportedEnvError(f"max_game_length must be a positive int, received {max_game_length!r}")
     build = _no_argument(env_factory)
     probe = build()

@@ -108,8 +108,9 @@ class RLlibEnv(MultiAgentEnv):
           an action for anyone else, a missing one or one outside its space raises before the env
           is stepped.
         - **Seeding:** ``reset(seed=s)`` passes ``s`` to the env and seeds the bridge's
-          ``np_random``; the bridge draws no random numbers of its own. An env that draws from global RNGs instead (the RLlib docs'
-          TicTacToe) stays unseeded, and the conformance checker reports it.
+          ``np_random``; the bridge draws no random numbers of its own. An env that draws from
+          global RNGs instead (the RLlib docs' TicTacToe) stays unseeded, and the conformance
+          checker reports it.
         - **Masks:** observations pass unchanged, so a canonical ``"action_mask"`` stays canonical.
         - **Dicts:** every returned dict is a new one; the env's dicts are never mutated.
     """
@@ -124,7 +125,7 @@ class RLlibEnv(MultiAgentEnv):
             self._ours(agent)
         self.agents = []
         spaces_known = bool(source_agents) and all(
-            _declared_space(env, "observation", a) is not None and _declared_space(env, "action", a) is not None
+            all(_declared_space(env, kind, a) is not None for kind in ("observation", "action"))
             for a in source_agents
         )
         if spaces_known:
@@ -307,9 +308,10 @@ def to_rllib(env: MultiAgentEnv) -> Any:
     An :class:`RLlibEnv` (made by :func:`from_rllib`) gives back the RLlib env it wraps.
 
     RLlib's own env check (``check_multiagent_environments``, which RLlib's env runner runs on
-    the envs it builds unless the config sets ``disable_env_checking``) steps with ``action_space.sample()``, blind to action
-    masks; an env that refuses masked actions (our bridges' default ``check_legal=True``) fails
-    it at random. Build such an env with ``check_legal=False`` for that check, or disable it.
+    the envs it builds unless the config sets ``disable_env_checking``) steps with
+    ``action_space.sample()``, blind to action masks; an env that refuses masked actions (our
+    bridges' default ``check_legal=True``) fails it at random. Build such an env with
+    ``check_legal=False`` for that check, or disable the check.
 
     Raises:
         SpaceError: ``env`` is not one of our MultiAgentEnvs.

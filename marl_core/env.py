@@ -137,7 +137,7 @@ class MultiAgentEnv(gym.Env):
         reset that draws nothing (a bridge's, say) pays nothing for it.
         """
         if seed is not None:
-            number = int(seed) if isinstance(seed, np.integer) else seed  # numpy's too, as PettingZoo takes them
+            number = int(seed) if isinstance(seed, np.integer) else seed  # numpy's too, as PettingZoo's
             if not (isinstance(number, int) and number >= 0):  # what Gymnasium's seeding refuses
                 raise SeedError(seed)
             self._rng_seed, self._np_random, self._np_random_seed = number, None, None

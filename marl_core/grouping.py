@@ -127,7 +127,9 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         known = set(inner_agents)
         for group, members in self.groups.items():
             if not isinstance(group, str):
-                raise GroupingError(f"group id {group!r} is not a string ({type(group).__name__}); agent ids are strings")
+                raise GroupingError(
+                    f"group id {group!r} is not a string ({type(group).__name__}); agent ids are strings"
+                )
             if not members:
                 raise GroupingError(f"group {group!r} has no members")
             if group in known or group in (ALL, COMMON):
@@ -259,11 +261,14 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                 )
             asked = set(self._asked[agent_id])
             space = self._action_group_spaces[agent_id]
-            for slot, (member, member_action) in enumerate(zip(members, tuple_slots(space, action), strict=True)):
+            slots = tuple_slots(space, action)
+            for slot, (member, member_action) in enumerate(zip(members, slots, strict=True)):
                 if member in asked:  # checked before anything steps; the other slots are ignored
                     reason = why_action_not_contained(space.spaces[slot], member_action, f"[{slot}]")
                     if reason is not None:
-                        raise InvalidActionError(agent_id, f"an action in {space}", action, f"member {member!r}, {reason}")
+                        raise InvalidActionError(
+                            agent_id, f"an action in {space}", action, f"member {member!r}, {reason}"
+                        )
                     inner[member] = member_action
         return inner
 

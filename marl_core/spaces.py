@@ -130,11 +130,13 @@ def _(space: spaces.Box, value: Any, path: str) -> str | None:
     if np.issubdtype(value.dtype, np.floating):
         finite = np.isfinite(value)
         if not finite.all():  # the rare case: find what is wrong
-            for what, bad in (("NaN", np.isnan(value)), ("infinity", ~(finite | np.isinf(space.low) | np.isinf(space.high)))):
+            unbounded = np.isinf(space.low) | np.isinf(space.high)
+            for what, bad in (("NaN", np.isnan(value)), ("infinity", ~(finite | unbounded))):
                 found = np.argwhere(bad)
                 if len(found):
                     at = f" at index {tuple(int(i) for i in found[0])}" if value.ndim else ""
-                    return f"{_where(path)}contains {what}{at}" + (" where the space is bounded" if what == "infinity" else "")
+                    where = " where the space is bounded" if what == "infinity" else ""
+                    return f"{_where(path)}contains {what}{at}{where}"
     if not space.contains(value):
         below = np.argwhere(value < space.low)
         above = np.argwhere(value > space.high)
@@ -156,7 +158,10 @@ def _(space: spaces.Discrete, value: Any, path: str) -> str | None:
     if isinstance(value, np.ndarray) and (value.shape != () or not np.issubdtype(value.dtype, np.integer)):
         return f"{_where(path)}an array of shape {value.shape} and dtype {value.dtype} where {space} needs an integer"
     if isinstance(value, (np.integer, np.ndarray)) and not np.can_cast(value.dtype, space.dtype):
-        return f"{_where(path)}a {value.dtype} ({value!r}), which does not cast safely to {space}'s dtype {space.dtype}"
+        return (
+            f"{_where(path)}a {value.dtype} ({value!r}), which does not cast safely to {space}'s dtype "
+            f"{space.dtype}"
+        )
     try:
         inside = space.contains(value)
     except OverflowError:  # a Python int beyond the space's integer type
@@ -246,7 +251,7 @@ def why_action_not_contained(space: spaces.Space, action: Any, path: str = "") -
     """:func:`why_not_contained` for an action: a Tuple space's value may also be a list or a
     numpy array (its rows), as :func:`check_action` takes it."""
     reason = why_not_contained(space, action, path)
-    if reason is not None and isinstance(space, (spaces.Tuple, spaces.Dict)):  # lists or arrays for tuples, maybe
+    if reason is not None and isinstance(space, (spaces.Tuple, spaces.Dict)):  # lists or arrays for tuples?
         reason = why_not_contained(space, _lists_as_tuples(space, action), path)
     return reason
 
@@ -406,7 +411,9 @@ def _space_tree(space: spaces.Space) -> list[spaces.Space]:
         each = pending.pop()
         found.append(each)
         for value in vars(each).values():
-            items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else (value,)
+            if isinstance(value, Mapping):
+                value = list(value.values())
+            items = value if isinstance(value, (list, tuple)) else (value,)
             pending.extend(item for item in items if isinstance(item, spaces.Space))
     return found
 

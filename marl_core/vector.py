@@ -640,7 +640,7 @@ def _unstack(batched: Any, count: int, policy: str) -> list[Any]:
     if isinstance(batched, np.ndarray):
         if batched.ndim > 1:
             return [batched[row].copy() for row in range(count)]
-        if batched.dtype.kind == "f":  # one number per row for a shape-() Box, which holds 0-d arrays, not scalars
+        if batched.dtype.kind == "f":  # a shape-() Box per row: it holds 0-d arrays, not numpy scalars
             return [batched[row, ...].copy() for row in range(count)]
         return [batched[row] for row in range(count)]
     return list(batched)

@@ -406,7 +406,8 @@ class CallChecker:
             if type(observation) is tuple:  # a group: each member's mask sits in its slot
                 grouped = isinstance(space, spaces.Tuple)
                 problem = _slot_mask_problem(observation, space, "", _sound_slot) if grouped else None
-                form = _slot_mask_problem(observation, space, "", _slot_form) if grouped and not problem else None
+                if grouped and not problem:
+                    form = _slot_mask_problem(observation, space, "", _slot_form)
                 mask = action_masks_of(observation)
             else:
                 mask = action_mask_of(observation) if isinstance(observation, Mapping) else None
@@ -424,8 +425,9 @@ class CallChecker:
             if isinstance(observation, Mapping) and mask is not None:
                 form = _mask_form_problem(observation, mask)
             if form is not None:  # a sound mask in another form: still followed, but the trainer refuses it
-                self.collector.add("masks.valid", f"agent {shown(agent_id)} {at} has {form}", agent=agent_id, step=step,
-                                   key=form[:30])
+                self.collector.add(
+                    "masks.valid", f"agent {shown(agent_id)} {at} has {form}", agent=agent_id, step=step, key=form[:30]
+                )
             return mask
         self.collector.add("masks.valid", f"agent {shown(agent_id)} must act {at} and has {problem}", agent=agent_id, step=step, key=problem[:30])
         return None
@@ -490,7 +492,10 @@ def _slot_form(item: Mapping[Any, Any], mask: np.ndarray, space: Any) -> str | N
 
 
 def _slot_mask_problem(
-    observation: tuple, space: spaces.Tuple, path: str, problem_of: Callable[[Mapping[Any, Any], np.ndarray, Any], str | None]
+    observation: tuple,
+    space: spaces.Tuple,
+    path: str,
+    problem_of: Callable[[Mapping[Any, Any], np.ndarray, Any], str | None],
 ) -> str | None:
     """The first problem that ``problem_of(member observation, mask, slot space)`` finds with
     the masks in the slots of a group's ``observation`` (None: none)."""
@@ -499,7 +504,8 @@ def _slot_mask_problem(
     for index, (item, sub) in enumerate(zip(observation, space.spaces, strict=True)):
         where = f"{path}[{index}]"
         if type(item) is tuple:
-            problem = _slot_mask_problem(item, sub, where, problem_of) if isinstance(sub, spaces.Tuple) else None
+            nested = isinstance(sub, spaces.Tuple)
+            problem = _slot_mask_problem(item, sub, where, problem_of) if nested else None
         else:
             mask = action_mask_of(item) if isinstance(item, Mapping) else None
             problem = None if mask is None else problem_of(item, mask, sub)

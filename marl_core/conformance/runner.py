@@ -296,7 +296,8 @@ class _Run:
         changed = [a for a in actions if a in sent and not same(sent[a], actions[a])]
         what = [text for text, agents in ((f"removed the actions of {names(removed)}", removed),
                                           (f"added keys {names(added)}", added)) if agents]
-        what += [f"changed the action of {shown(a)} from {shown(actions[a])} to {shown(sent[a])}" for a in changed]
+        what += [f"changed the action of {shown(a)} from {shown(actions[a])} to {shown(sent[a])}"
+                 for a in changed]
         if what:
             self.collector.add(
                 "actions.unchanged",
@@ -367,7 +368,8 @@ class _Run:
                     key="changed",
                 )
         for name, returned, items, where in self._previous_dicts:
-            if len(returned) != len(items) or any(returned.get(key, _GONE) is not value for key, value in items):
+            changed = any(returned.get(key, _GONE) is not value for key, value in items)
+            if changed or len(returned) != len(items):
                 self.collector.add(
                     "obs.aliasing",
                     f"the {name} dict returned {where} was changed by the next call (step {frame.step} of "
@@ -377,9 +379,10 @@ class _Run:
                 )
         at = f"at step {frame.step} of {label}" if frame.step else f"by reset() in {label}"
         self._previous = [(a, frame.obs[a], record.obs[a], at) for a in frame.obs]
-        returned_dicts = zip(("obs", "infos", "rewards", "terminateds", "truncateds"),
-                             (frame.obs, frame.infos, frame.rewards, frame.terminateds, frame.truncateds), strict=True)
-        self._previous_dicts = [(name, d, list(d.items()), at) for name, d in returned_dicts if frame.step or name in ("obs", "infos")]
+        returned = {"obs": frame.obs, "infos": frame.infos}
+        if frame.step:  # a reset returns no other dicts
+            returned.update(rewards=frame.rewards, terminateds=frame.terminateds, truncateds=frame.truncateds)
+        self._previous_dicts = [(name, d, list(d.items()), at) for name, d in returned.items()]
 
     # Determinism -----------------------------------------------------------------------------
 
