@@ -38,6 +38,7 @@ from marl_core.env import (
     ObsDict,
     StepResult,
     scalar_reward,
+    seed_value,
 )
 from marl_core.errors import EnvContractError, ResetNeededError, SpaceError
 from marl_core.spaces import MASK_KEY, OBS_KEY, check_action, check_action_dict, masked_space
@@ -125,7 +126,7 @@ class GymnasiumEnv(MultiAgentEnv):
     ) -> tuple[ObsDict, MultiAgentDict]:
         super().reset(seed=seed)
         self.agents = []  # until the env's reset has gone through
-        observation, info = self.env.reset(seed=seed, options=options)
+        observation, info = self.env.reset(seed=seed_value(seed), options=options)  # no numpy ints
         observation = self._observation(observation, info)
         self.agents = [self.agent_id]
         return {self.agent_id: observation}, {self.agent_id: dict(info)}

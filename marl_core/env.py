@@ -137,10 +137,7 @@ class MultiAgentEnv(gym.Env):
         reset that draws nothing (a bridge's, say) pays nothing for it.
         """
         if seed is not None:
-            number = int(seed) if isinstance(seed, np.integer) else seed  # numpy's too, as PettingZoo's
-            if not (isinstance(number, int) and number >= 0):  # what Gymnasium's seeding refuses
-                raise SeedError(seed)
-            self._rng_seed, self._np_random, self._np_random_seed = number, None, None
+            self._rng_seed, self._np_random, self._np_random_seed = seed_value(seed), None, None
         return {}, {}
 
     @property
@@ -291,6 +288,20 @@ def agent_id_of(index: int) -> AgentID:
     return f"agent_{index}"
 
 
+def seed_value(seed: int | None) -> int | None:
+    """``seed`` as a Python int (numpy's integers too, as PettingZoo takes them), or None.
+
+    Raises:
+        SeedError: a seed that is not a non-negative integer (what Gymnasium's seeding refuses).
+    """
+    if seed is None:
+        return None
+    number = int(seed) if isinstance(seed, np.integer) else seed
+    if not (isinstance(number, int) and number >= 0):
+        raise SeedError(seed)
+    return number
+
+
 def scalar_reward(agent_id: AgentID, reward: Any, source: Any) -> float:
     """``reward`` (from ``source``, for ``agent_id``) as a float.
 
@@ -299,10 +310,12 @@ def scalar_reward(agent_id: AgentID, reward: Any, source: Any) -> float:
             string or a bool (which ``float()`` would turn into one silently).
     """
     try:
-        if isinstance(reward, (str, bytes, bool, np.bool_)):
+        if isinstance(reward, (str, bytes, bool, np.bool_, np.complexfloating)) or (
+            isinstance(reward, np.ndarray) and reward.dtype.kind not in "iuf"
+        ):
             raise TypeError(type(reward).__name__)
         return float(reward)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise EnvContractError(
             f"{source} gave agent {agent_id!r} a reward that is not one number: {reward!r}; rewards are "
             f"floats, so a multi-objective env's reward vector must be scalarized first (mo-gymnasium's "
@@ -360,6 +373,7 @@ def make_multi_agent(
             self, *, seed: int | None = None, options: dict[str, Any] | None = None
         ) -> tuple[ObsDict, MultiAgentDict]:
             super().reset(seed=seed)
+            seed = seed_value(seed)  # a Python int: Gymnasium refuses numpy's
             obs, infos = {}, {}
             for i, (agent_id, env) in enumerate(zip(self.possible_agents, self.envs, strict=True)):
                 o, info = env.reset(seed=None if seed is None else seed + i, options=options)

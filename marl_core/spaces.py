@@ -7,6 +7,7 @@ One canonical action-mask form: a ``Dict`` observation with ``"observation"`` an
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from functools import singledispatch
 from typing import TYPE_CHECKING, Any
@@ -393,29 +394,39 @@ def sample_action_for(
 
 @singledispatch
 def _sample(space: spaces.Space, rng: np.random.Generator) -> Any:
-    # Seeding the env's own space objects would change what the env draws from them: their
-    # generators are put back afterwards (seed() gives each space in the tree a new one).
-    generators = [(each, each.__dict__.get("_np_random")) for each in _space_tree(space)]
+    # Seeding the env's own space objects would change what the env draws from them: a copy is
+    # seeded instead. A space that cannot be copied (it holds a lock, say) is seeded itself and
+    # the generators of the spaces found in it are put back afterwards.
+    seed = int(rng.integers(2**31 - 1))
     try:
-        space.seed(int(rng.integers(2**31 - 1)))
-        return space.sample()
-    finally:
-        for each, generator in generators:
-            each._np_random = generator
+        own = copy.deepcopy(space)
+    except Exception:  # any object may refuse to be copied
+        generators = [(each, each.__dict__.get("_np_random")) for each in _space_tree(space)]
+        try:
+            space.seed(seed)
+            return space.sample()
+        finally:
+            for each, generator in generators:
+                each._np_random = generator
+    own.seed(seed)
+    return own.sample()
 
 
 def _space_tree(space: spaces.Space) -> list[spaces.Space]:
-    """``space`` and the spaces it holds, at any depth (Dict, Tuple, Sequence, Graph, OneOf...)."""
-    found, pending = [], [space]
+    """``space`` and the spaces it holds in its attributes, at any depth of dicts, lists and
+    tuples (Dict, Tuple, Sequence, Graph, OneOf and custom spaces); each once."""
+    found: dict[int, spaces.Space] = {}
+    pending: list[Any] = [space]
     while pending:
-        each = pending.pop()
-        found.append(each)
-        for value in vars(each).values():
-            if isinstance(value, Mapping):
-                value = list(value.values())
-            items = value if isinstance(value, (list, tuple)) else (value,)
-            pending.extend(item for item in items if isinstance(item, spaces.Space))
-    return found
+        item = pending.pop()
+        if isinstance(item, Mapping):
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif isinstance(item, spaces.Space) and id(item) not in found:
+            found[id(item)] = item
+            pending.extend(vars(item).values())
+    return list(found.values())
 
 
 @_sample.register

@@ -12,6 +12,7 @@ from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 
 from bridges.gymnasium import GymnasiumEnv, SingleAgentEnv, from_gymnasium, to_gymnasium
 from marl_core import ALL, MultiAgentEnv, make_multi_agent, rollout
+from marl_core.env import scalar_reward
 from marl_core.errors import (
     EnvContractError,
     IllegalActionError,
@@ -271,6 +272,24 @@ def test_a_failed_reset_leaves_the_bridge_needing_a_reset() -> None:
     with pytest.raises(ResetNeededError):
         env.step({"agent_0": 0})
     assert env.env.unwrapped.steps_beyond_terminated is None and env.env._elapsed_steps == 0
+
+
+def test_numpy_integer_seeds_reach_gymnasium_as_python_ints() -> None:
+    # Gymnasium refuses numpy integers; PettingZoo and OpenSpiel take them, so the bridges do too.
+    expected = gym.make("CartPole-v1").reset(seed=3)[0]
+    np.testing.assert_array_equal(from_gymnasium(gym.make("CartPole-v1")).reset(seed=np.int64(3))[0]["agent_0"], expected)
+    multi = make_multi_agent("CartPole-v1")({"num_agents": 2})
+    np.testing.assert_array_equal(multi.reset(seed=np.uint8(3))[0]["agent_0"], expected)
+
+
+@pytest.mark.parametrize(
+    "reward", [np.array(True), np.array("1.5"), np.complex128(1 + 2j), 10**400],
+    ids=["bool array", "str array", "complex", "huge int"],
+)
+def test_rewards_float_would_coerce_or_overflow_on_are_refused(reward) -> None:
+    with pytest.raises(EnvContractError, match="a reward that is not one number"):
+        scalar_reward("agent_0", reward, "env")
+    assert scalar_reward("agent_0", np.array(2.5), "env") == 2.5
 
 
 def test_the_bridge_seeds_its_own_generator() -> None:

@@ -131,6 +131,40 @@ def test_sampling_a_custom_space_leaves_its_generator_and_its_references_alone()
     assert np.array_equal(first.nodes, again.nodes) and np.array_equal(first.edges, again.edges)
 
 
+class _SelfReferring(spaces.Space):
+    """A custom space whose sub-space points back to it, and which holds a lock (no deep copy)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__((), np.int64)
+        self.lock = threading.Lock()
+        self.groups = {"pair": [spaces.Discrete(100), spaces.Discrete(100)]}  # spaces in a dict of lists
+        for member in self.groups["pair"]:
+            member.owner = self
+
+    def seed(self, seed=None):
+        for member in self.groups["pair"]:
+            member.seed(seed)
+        return [seed]
+
+    def sample(self, mask=None, probability=None):
+        return tuple(int(member.sample()) for member in self.groups["pair"])
+
+    def contains(self, x) -> bool:
+        return True
+
+
+def test_sampling_a_space_that_cannot_be_copied_puts_every_generator_back() -> None:
+    space = _SelfReferring()  # a cycle: the walk over its spaces must end
+    space.seed(7)
+    expected = [space.sample() for _ in range(3)]
+    space.seed(7)
+    first = sample_action(space, np.random.default_rng(1))
+    assert [space.sample() for _ in range(3)] == expected
+    assert sample_action(space, np.random.default_rng(1)) == first  # seeded by the rng given
+
+
 def test_discrete_reports_integers_too_big_for_its_dtype_instead_of_overflowing() -> None:
     assert "outside Discrete(3)" in why_not_contained(spaces.Discrete(3), 2**70)
     with pytest.raises(InvalidActionError, match="'agent_0'"):
