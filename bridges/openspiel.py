@@ -27,11 +27,22 @@ import importlib
 import logging
 import string
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import spaces
 
+from bridges._openspiel_loading import (
+    ObservationType,
+    PythonGame,
+    choose_observation_type,
+    copied_without_init,
+    load_game,
+    player_id,
+    pyspiel_module,
+    reseeded,
+    with_rng_seed,
+)
 from marl_core.env import ALL, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
 from marl_core.errors import (
     IllegalActionError,
@@ -47,11 +58,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ObservationType = Literal[
-    "auto", "observation_tensor", "information_state_tensor", "observation_string", "information_state_string"
-]
-"""Which view of the state the ``"observation"`` entry holds (see :class:`OpenSpielEnv`)."""
-
 #: Characters of the ``Text`` observation space: printable ASCII, escape (colour codes), box
 #: drawing, card suits and the Unicode playing cards that OpenSpiel's string renderings use.
 TEXT_CHARSET = frozenset(
@@ -63,12 +69,6 @@ TEXT_CHARSET = frozenset(
 )
 TEXT_MAX_LENGTH = 1 << 16
 
-_AUTO_ORDER: tuple[ObservationType, ...] = (
-    "observation_tensor",
-    "information_state_tensor",
-    "observation_string",
-    "information_state_string",
-)
 _MISSING = object()
 # current_player() tells the kind of node in one call: a player (>= 0) at a turn, else one of
 # pyspiel.PlayerId.CHANCE, SIMULTANEOUS or TERMINAL (OpenSpiel's API asks every game to return
@@ -90,57 +90,6 @@ _Turn = tuple[int, AgentID, frozenset[int], np.ndarray | None]
 _NO_TURN: _Turn = (-1, "", frozenset(), None)  # nobody acts alone (a simultaneous node, or no episode)
 
 
-class _PythonGame(NamedTuple):
-    """How a copy of an env refers to a game written in Python: the module that registers it,
-    and its name with parameters (``str(game)``)."""
-
-    module: str
-    name: str
-
-
-def _copied_without_init(game: pyspiel.Game) -> bool:
-    """Whether ``game`` is written in Python and left to pyspiel's own pickling, which rebuilds
-    it without calling its ``__init__``. Games that define how they pickle (those exported by
-    :func:`bridges.openspiel_game.to_openspiel`) are not."""
-    cls = type(game)
-    pyspiel_game = _pyspiel().Game
-    return cls is not pyspiel_game and cls.__reduce__ is pyspiel_game.__reduce__ and cls.__reduce_ex__ is pyspiel_game.__reduce_ex__
-
-
-def _reseeded(game: pyspiel.Game) -> bool:
-    """Whether ``game`` samples chance inside pyspiel from an ``rng_seed`` parameter, its own or
-    that of a game in its parameters (``misere(game=negotiation())``)."""
-    game_type = game.get_type()
-    if game_type.chance_mode != _pyspiel().GameType.ChanceMode.SAMPLED_STOCHASTIC:
-        return False
-    return _with_rng_seed(game.get_parameters(), game_type.short_name, 0) is not None
-
-
-def _with_rng_seed(params: Mapping[str, Any], short_name: str, seed: int) -> dict[str, Any] | None:
-    """``params`` of the game ``short_name`` with ``rng_seed=seed`` wherever a game in them (the
-    game itself or one nested in a parameter) takes one; None when none does. A nested game's
-    parameters may list only its name, so its type says whether it takes an ``rng_seed``."""
-    params = dict(params)
-    found = "rng_seed" in params or "rng_seed" in _parameter_names(short_name)
-    if found:
-        params["rng_seed"] = seed
-    for key, value in params.items():
-        if isinstance(value, Mapping) and isinstance(value.get("name"), str):
-            nested = _with_rng_seed(value, value["name"], seed)
-            if nested is not None:
-                params[key], found = nested, True
-    return params if found else None
-
-
-@functools.cache
-def _parameter_names(short_name: str) -> frozenset[str]:
-    """The parameters that the registered game type ``short_name`` takes (none if unknown)."""
-    for game_type in _pyspiel().registered_games():
-        if game_type.short_name == short_name:
-            return frozenset(game_type.parameter_specification)
-    return frozenset()
-
-
 def _sample(outcomes: list[tuple[int, float]], draw: float) -> int:
     """The outcome that the uniform ``draw`` in [0, 1) selects from ``state.chance_outcomes()``."""
     for outcome, probability in outcomes:
@@ -148,97 +97,6 @@ def _sample(outcomes: list[tuple[int, float]], draw: float) -> int:
         if draw < 0.0:
             return outcome
     return outcomes[-1][0]  # the probabilities summed to a little less than the draw
-
-
-def _pyspiel() -> Any:
-    """pyspiel, imported on first use so that ``import bridges`` stays light."""
-    import pyspiel
-
-    return pyspiel
-
-
-def player_id(player: int) -> AgentID:
-    """The agent id of OpenSpiel player ``player`` (``"player_0"``, ``"player_1"``, ...)."""
-    return f"player_{player}"
-
-
-def load_game(game: str | pyspiel.Game) -> pyspiel.Game:
-    """A ``pyspiel.Game`` from a game or a name with optional parameters (``"goofspiel(num_cards=4)"``).
-
-    OpenSpiel's Python games (``"python_kuhn_poker"``, ...) are registered on first use.
-
-    Raises:
-        UnsupportedEnvError: the name does not load (unknown game, missing parameter).
-    """
-    import pyspiel
-
-    if isinstance(game, pyspiel.Game):
-        return game
-    if not isinstance(game, str):
-        raise UnsupportedEnvError(
-            f"OpenSpielEnv needs a pyspiel.Game or a game name such as 'connect_four', received "
-            f"{type(game).__name__} {game!r}"
-        )
-    if game.startswith("python_") and game.split("(")[0] not in pyspiel.registered_names():
-        import open_spiel.python.games  # noqa: F401  (registers OpenSpiel's Python games)
-    try:
-        return pyspiel.load_game(game)
-    except Exception as error:  # pyspiel raises SpielError, and IndexError or RuntimeError from C++
-        raise UnsupportedEnvError(f"OpenSpiel game {game!r} does not load: {error}") from error
-
-
-def _provides(game: pyspiel.Game, kind: ObservationType) -> bool:
-    """Whether ``game`` provides ``kind``; a tensor whose declared shape holds nothing does not count."""
-    if not getattr(game.get_type(), f"provides_{kind}"):
-        return False
-    if kind.endswith("_tensor"):
-        try:
-            shape = getattr(game, f"{kind}_shape")()
-        except _pyspiel().SpielError:  # declared, but the game cannot tell its shape
-            return False
-        if len(shape) == 0:  # a Python game's []: one number, or (python_dynamic_routing) none at all
-            return _observer_size(game, kind) == 1
-        return int(np.prod(shape)) > 0
-    return True
-
-
-def _observer_size(game: pyspiel.Game, kind: ObservationType) -> int | None:
-    """The size of the tensor of ``game``'s observer for ``kind`` (None: no observer)."""
-    from open_spiel.python.observation import make_observation
-
-    iig = _pyspiel().IIGObservationType(perfect_recall=True) if kind == "information_state_tensor" else None
-    try:
-        observer = make_observation(game, iig)
-    except _pyspiel().SpielError:
-        return None
-    return None if observer is None or observer.tensor is None else int(observer.tensor.size)
-
-
-def choose_observation_type(game: pyspiel.Game, requested: ObservationType = "auto") -> ObservationType:
-    """The observation type used for ``game``: ``requested``, or for ``"auto"`` the first one the
-    game provides among observation tensor, information-state tensor, observation string,
-    information-state string.
-
-    Raises:
-        UnsupportedEnvError: the game does not provide the requested type, or provides none.
-    """
-    game_type = game.get_type()
-    if requested != "auto":
-        if requested not in _AUTO_ORDER:
-            raise UnsupportedEnvError(
-                f"unknown observation_type {requested!r}; expected one of {['auto', *_AUTO_ORDER]}"
-            )
-        if not _provides(game, requested):
-            offered = [kind for kind in _AUTO_ORDER if _provides(game, kind)]
-            raise UnsupportedEnvError(
-                f"OpenSpiel game {game_type.short_name!r} does not provide {requested} (or declares it empty); "
-                f"it provides {offered}"
-            )
-        return requested
-    for kind in _AUTO_ORDER:
-        if _provides(game, kind):
-            return kind
-    raise UnsupportedEnvError(f"OpenSpiel game {game_type.short_name!r} provides no observation at all")
 
 
 class OpenSpielEnv(MultiAgentEnv):
@@ -383,7 +241,7 @@ class OpenSpielEnv(MultiAgentEnv):
                 players = [state.current_player()] if state.current_player() >= 0 else range(self.game.num_players())
                 for player in players:
                     state.legal_actions(player)
-        except _pyspiel().SpielError as error:
+        except pyspiel_module().SpielError as error:
             raise UnsupportedEnvError(
                 f"OpenSpiel game {name!r} has no legal-action list, so actions cannot be masked or "
                 f"checked: {error}"
@@ -402,10 +260,10 @@ class OpenSpielEnv(MultiAgentEnv):
             shape = tuple(
                 self.game.information_state_tensor_shape() if perfect_recall else self.game.observation_tensor_shape()
             )
-            iig = _pyspiel().IIGObservationType(perfect_recall=True) if perfect_recall else None
+            iig = pyspiel_module().IIGObservationType(perfect_recall=True) if perfect_recall else None
             try:
                 observer = make_observation(self.game, iig)
-            except _pyspiel().SpielError:
+            except pyspiel_module().SpielError:
                 observer = None
             if observer is not None and observer.tensor is not None and observer.tensor.size == int(np.prod(shape)):
                 self._view = observer.tensor.reshape(shape)  # shares memory: set_from fills it (and keeps it)
@@ -577,11 +435,11 @@ class OpenSpielEnv(MultiAgentEnv):
         if seed is not None:  # unseeded resets keep drawing from the generator as it is
             super().reset(seed=seed)
             self._uniforms = []
-            if _reseeded(self.game):
+            if reseeded(self.game):
                 short_name = self.game.get_type().short_name
                 rng_seed = int(self.np_random.integers(2**31 - 1))
-                params = _with_rng_seed(self.game.get_parameters(), short_name, rng_seed)
-                self.game = _pyspiel().load_game(short_name, params)
+                params = with_rng_seed(self.game.get_parameters(), short_name, rng_seed)
+                self.game = pyspiel_module().load_game(short_name, params)
         state = self.state = self.game.new_initial_state()
         self._steps = 0
         self._returns = None
@@ -627,7 +485,7 @@ class OpenSpielEnv(MultiAgentEnv):
             # apply_action_with_legality_check would check it, without reading them a second time.
             try:
                 state.apply_action(action)
-            except _pyspiel().SpielError as error:  # only if .state was changed behind the env's back
+            except pyspiel_module().SpielError as error:  # only if .state was changed behind our back
                 raise IllegalActionError(agent_id, action, state.legal_actions(player)) from error
         else:
             if state is None or not self.agents:
@@ -637,7 +495,7 @@ class OpenSpielEnv(MultiAgentEnv):
             self._check_keys(action_dict)
             if player >= 0:  # _check_keys found the wrong agents; this is a safeguard
                 raise MissingActionError([agent_id], list(action_dict))
-            joint = [_pyspiel().INVALID_ACTION] * len(self._ids)
+            joint = [pyspiel_module().INVALID_ACTION] * len(self._ids)
             for player in self._masks:
                 joint[player] = self._legal(player, action_dict[self._ids[player]])
             self._apply_joint(joint)
@@ -745,7 +603,7 @@ class OpenSpielEnv(MultiAgentEnv):
     def _apply_joint(self, joint: list[int]) -> None:
         try:
             self.state.apply_actions_with_legality_checks(joint)
-        except _pyspiel().SpielError as error:
+        except pyspiel_module().SpielError as error:
             raise IllegalActionError(
                 "every acting player", joint, [self.state.legal_actions(p) for p in self._masks]
             ) from error
@@ -753,10 +611,10 @@ class OpenSpielEnv(MultiAgentEnv):
     # Copying and pickling (pyspiel observers cannot be copied; they are rebuilt) ----------------
 
     def __getstate__(self) -> dict[str, Any]:
-        if self.game.get_type().chance_mode == _pyspiel().GameType.ChanceMode.SAMPLED_STOCHASTIC:
+        if self.game.get_type().chance_mode == pyspiel_module().GameType.ChanceMode.SAMPLED_STOCHASTIC:
             try:  # pickling such a game saves its generator, which some games (misere's) cannot
                 self.game.serialize()
-            except _pyspiel().SpielError as error:
+            except pyspiel_module().SpielError as error:
                 raise UnsupportedEnvError(
                     f"OpenSpiel game {self.game} cannot be copied or pickled: pyspiel cannot save the state "
                     f"of its random generator ({error}); build a new env where a copy is needed"
@@ -766,16 +624,16 @@ class OpenSpielEnv(MultiAgentEnv):
         # write only what changed (python_dynamic_routing writes one row per time step).
         state["_set_from"] = None
         state["_view"] = None if self._view is None else self._view.copy()
-        if _copied_without_init(self.game):
+        if copied_without_init(self.game):
             # pyspiel copies such a game without the attributes its __init__ sets
             # (python_liars_poker's hand_length), so it travels by name, its state serialized.
-            state["game"] = _PythonGame(type(self.game).__module__, str(self.game))
+            state["game"] = PythonGame(type(self.game).__module__, str(self.game))
             state["state"] = None if self.state is None else self.state.serialize()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         game = state["game"]
-        if isinstance(game, _PythonGame):
+        if isinstance(game, PythonGame):
             importlib.import_module(game.module)  # registers the game, as importing it did here
             state = {**state, "game": load_game(game.name)}
             if state["state"] is not None:
