@@ -119,6 +119,7 @@ class PPO:
         self.iteration = 0
         self.env_steps_lifetime = 0
         self.num_env_errors_lifetime = 0
+        self.last_env_error: str | None = None  # the first env error of the last iteration, if any
         self.num_runner_restarts_lifetime = 0
         self.time_total_s = 0.0
         self._build_mapping_fn = config.policy_mapping_fn
@@ -348,6 +349,7 @@ class PPO:
         self.iteration += 1
         env_steps = sum(s["env_steps"] for s in samples)
         env_errors = sum(s["num_env_errors"] for s in samples)
+        self.last_env_error = next((s["first_env_error"] for s in samples if s.get("first_env_error")), None)
         self.env_steps_lifetime += env_steps
         self.num_env_errors_lifetime += env_errors
         self.num_runner_restarts_lifetime += restarts

@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _summary(result: dict[str, Any]) -> str:
     parts = [f"it {result['training_iteration']}", f"{result['env_steps_per_s']:.0f} steps/s"]
+    if result.get("num_env_errors"):
+        parts.append(f"{result['num_env_errors']} env errors")
     for policy_id, metrics in result["policies"].items():
         value = metrics.get("episode_return_mean", math.nan)
         if not math.isnan(value):
@@ -238,6 +240,12 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
     except KeyboardInterrupt:
         status = stop.exit_status
         print("\ninterrupted: saving the final checkpoint", file=sys.stderr)
+    except MultiAgentEnvError as error:  # an env or a setting that failed while sampling (maybe in a runner)
+        cause = getattr(error, "cause", None)  # a Ray task error carries the runner's own error
+        shown = cause if isinstance(cause, MultiAgentEnvError) else error
+        print(f"\nmarl-train: training stopped at iteration {algo.iteration}: {type(shown).__name__}: {shown}",
+              file=sys.stderr)
+        status = 1
     finally:
         bar.close()
         final_path = algo.save(out / "final")
@@ -256,6 +264,9 @@ def _iterate(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar
         for callback in preset.callbacks:
             callback(algo, result)
         run_log.log(result)
+        if result.get("num_env_errors"):  # the runners' logs stay in their processes: say it here
+            bar.write(f"marl-train: iteration {algo.iteration}: {result['num_env_errors']} env error(s), "
+                      f"each env rebuilt and its episode dropped; the first: {algo.last_env_error}", file=sys.stderr)
         bar.update(1)
         bar.set_postfix_str(_summary(result))
         if args.no_progress:

@@ -243,7 +243,8 @@ class PPOConfig:
     max_runner_restarts: int = 3
     """Restarts of one runner allowed within one iteration before the iteration fails."""
     max_env_errors_in_a_row: int = 10
-    """Consecutive failures of one env (without a successful step in between) before the runner gives up."""
+    """Failures of one env without a finished episode in between before the run stops (an env that
+    fails in every episode never trains anything)."""
     vector_mode: Literal["sync", "async"] = "sync"
     """How each runner (and the driver, with 0 runners) steps its envs: "sync" in its own process,
     "async" in worker processes (a :class:`~marl_core.vector.VectorMultiAgentEnv`); "async" pays

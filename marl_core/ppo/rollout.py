@@ -122,8 +122,9 @@ class Sampler:
         worker_index: this runner's index (0: the driver); seeds and episode ids depend on it.
         seed: env ``i`` is first reset with ``seed + 1000 * worker_index + i``; rebuilt envs are
             seeded from their own streams (see :class:`~marl_core.vector.VectorMultiAgentEnv`).
-        max_env_errors_in_a_row: failures of one env without a successful step in between after
-            which sampling raises :class:`~marl_core.errors.EnvContractError`.
+        max_env_errors_in_a_row: failures of one env without a finished episode in between after
+            which sampling raises :class:`~marl_core.errors.EnvContractError` (a failure drops
+            its episode, so an env that fails in every episode never trains anything).
         vector_mode: ``"sync"`` steps the envs in this process; ``"async"`` in worker processes.
         vector_num_workers: ``"async"`` only: worker processes (default: one per env).
         torch_threads: torch's thread count in this process, set when a policy with a custom
@@ -173,7 +174,8 @@ class Sampler:
         # Agents that ended before their episode did: whether terminated, and their final obs. Their
         # trajectories keep their last action until the episode ends, and it is still credited.
         self.ended: list[dict[AgentID, tuple[bool, Any]]] = [{} for _ in range(num_envs)]
-        self._failures_in_a_row = [0] * num_envs
+        self._failures_in_a_row = [0] * num_envs  # failures since the env last finished an episode
+        self._first_error: str | None = None  # the first failure of the current sample() call
         self._started = False
         self._fitting: set[tuple[AgentID, PolicyID]] = set()  # (agent, policy) pairs whose spaces fit
 
@@ -244,7 +246,7 @@ class Sampler:
 
         Raises:
             EnvContractError: an env failed ``max_env_errors_in_a_row`` times without a
-                successful step in between.
+                finished episode in between.
         """
         failed = set()
         for index, text in self.vector.last_failures:
@@ -255,6 +257,8 @@ class Sampler:
             last_line = next((line for line in reversed(text.strip().splitlines()) if line.strip()), "")
             logger.info("env %d of runner %d raised (%s); it was rebuilt",
                            index, self.worker_index, last_line)
+            if self._first_error is None:
+                self._first_error = f"env {index} of runner {self.worker_index}: {last_line}"
             if failures >= self.max_env_errors_in_a_row:
                 raise EnvContractError(f"env {index} of runner {self.worker_index} failed {failures} times in a row; "
                                        f"last error: {last_line}\n\n{text}")
@@ -304,6 +308,7 @@ class Sampler:
         out: dict[PolicyID, dict[str, list]] = {}
         finished_episodes: list[dict[str, Any]] = []
         errors_before = self.num_env_errors
+        self._first_error = None
         env_steps = agent_steps = 0
         while env_steps < num_env_steps:
             actions, count = self._act()
@@ -319,11 +324,11 @@ class Sampler:
                     self._new_episode(index)
                     self.obs[index] = obs_list[index]
                     continue
-                self._failures_in_a_row[index] = 0
                 env_steps += 1
                 self._step(index, obs_list[index], rewards_list[index], terminateds_list[index],
                            truncateds_list[index], out, truncated, finished_episodes)
                 if reset_results[index] is not None:  # the episode ended; the vector reset the env
+                    self._failures_in_a_row[index] = 0
                     self._new_episode(index)
                     self.obs[index] = reset_results[index][0]
             self._bootstrap_truncated(truncated, out)
@@ -340,6 +345,7 @@ class Sampler:
             "env_steps": env_steps,
             "agent_steps": agent_steps,
             "num_env_errors": self.num_env_errors - errors_before,
+            "first_env_error": self._first_error,
             "sample_time_s": time.perf_counter() - start,
         }
 

@@ -177,6 +177,22 @@ def test_a_directory_that_existed_is_never_removed(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"] and not any((tmp_path / "runs").iterdir())
 
 
+def test_env_errors_are_shown_and_an_env_failing_every_episode_stops_the_run(tmp_path, capsys):
+    base = ["rps", "--no-progress", "--set", "num_env_runners=0", "--set", "env=tests.ppo.helpers:FlakyRockPaperScissors"]
+    assert main([*base, "--iterations", "1", "--out", str(tmp_path / "sometimes"),
+                 "--set", 'env_config={"fail_every": 23}']) == 0
+    out, err = capsys.readouterr()
+    assert " env errors" in out  # in the iteration's summary line
+    assert "marl-train: iteration 1: " in err and "each env rebuilt and its episode dropped; the first: env " in err
+    assert "RuntimeError: flaky env fails at its step call 23" in err
+    assert main([*base, "--iterations", "3", "--out", str(tmp_path / "always"),
+                 "--set", 'env_config={"fail_every": 5}']) == 1  # it said 0: every episode was dropped
+    err = capsys.readouterr().err
+    assert "marl-train: training stopped at iteration 0: EnvContractError: env " in err
+    assert "failed 10 times in a row; last error: RuntimeError" in err
+    assert (tmp_path / "always" / "final" / "config.json").exists()  # the final checkpoint is saved anyway
+
+
 def test_the_mapping_fn_can_be_set_by_its_import_path(tmp_path):
     from marl_core.ppo.config import PPOConfig
     from marl_core.ppo.presets import rps_policy_mapping_fn

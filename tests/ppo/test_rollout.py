@@ -206,6 +206,21 @@ def test_an_env_that_always_fails_stops_the_sampler_with_a_clear_error():
     assert sampler.num_env_errors == 3
 
 
+def test_an_env_that_fails_in_every_episode_stops_sampling_though_its_steps_succeed():
+    # Each instance fails at its 5th step of a 10-step game: steps succeed, no episode ever ends.
+    sampler = _sampler(FlakyRockPaperScissors, num_envs=1, max_env_errors_in_a_row=3, env_config={"fail_every": 5})
+    with pytest.raises(EnvContractError, match="env 0 of runner 0 failed 3 times in a row; last error: RuntimeError"):
+        sampler.sample(100)
+
+
+def test_a_sample_names_its_first_env_error():
+    sampler = _sampler(FlakyRockPaperScissors, num_envs=2, env_config={"fail_every": 23})
+    out = sampler.sample(60)
+    assert out["num_env_errors"] >= 2  # each env fails once, and every finished episode resets the count
+    assert out["first_env_error"] == "env 0 of runner 0: RuntimeError: flaky env fails at its step call 23"
+    assert sampler.sample(4)["first_env_error"] is None
+
+
 def test_async_vector_samples_exactly_what_sync_samples_rebuilds_included():
     outs = []
     for mode in ("sync", "async"):

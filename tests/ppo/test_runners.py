@@ -159,6 +159,20 @@ def test_build_starts_the_runners_before_torch_loads_and_stops_them_when_it_fail
     ]
 
 
+def test_an_env_failing_in_every_episode_of_a_runner_stops_the_run_with_its_own_error(tmp_path, capsys):
+    from marl_core.ppo.cli import main
+
+    status = main(["rps", "--no-progress", "--iterations", "2", "--out", str(tmp_path), "--num-cpus", "2",
+                   "--set", "num_env_runners=1", "--set", "env=tests.ppo.helpers:FlakyRockPaperScissors",
+                   "--set", 'env_config={"fail_every": 5}'])
+    err = capsys.readouterr().err
+    assert status == 1
+    # The runner's own error, not Ray's wrapper around it.
+    assert "marl-train: training stopped at iteration 0: EnvContractError: env " in err
+    assert "of runner 1 failed 10 times in a row" in err and "RayTaskError" not in err
+    assert (tmp_path / "final" / "config.json").exists()
+
+
 def test_restored_runners_sample_on_a_new_stream(tmp_path):
     import cloudpickle
     import ray
