@@ -11,9 +11,11 @@ renames, the next load (or save) under that name puts the old checkpoint back.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 import uuid
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from marl_core.errors import CheckpointError
+from marl_core.errors import CheckpointError, ConfigError, MultiAgentEnvError
 from marl_core.ppo.config import PPOConfig, reference_of, restore_error
 from marl_core.ppo.model import TorchPolicy
 
@@ -142,6 +144,11 @@ def _recover(path: Path) -> Path:
     return path
 
 
+# Settings that versions before the config checks took (and ignored) more loosely: RLlib's model
+# keys, "WARN" as a log level. Loading does not check them again, so such checkpoints still load.
+_TAKEN_LOOSELY_BEFORE = frozenset({"model", "policies", "log_level"})
+
+
 def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PPO:
     """Build ``cls`` from the checkpoint at ``path``; ``overrides`` replace config fields."""
     path = _recover(path)
@@ -154,15 +161,31 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         raise CheckpointError(f"{config_file} is not valid JSON (a damaged checkpoint?): {error}") from error
     if not isinstance(data, dict) or ("env" not in data and "env" not in overrides):
         raise CheckpointError(f"{config_file} holds no trainer config (no 'env' entry): a damaged checkpoint?")
-    config, problems = PPOConfig._restore(data, overrides, require_env=True)
+    try:
+        config, problems = PPOConfig._restore(data, overrides, require_env=True)
+    except MultiAgentEnvError:
+        raise
+    except (AttributeError, TypeError, ValueError, KeyError) as error:  # an entry of the wrong shape
+        raise CheckpointError(f"{config_file} does not hold a trainer config (a damaged checkpoint?): "
+                              f"{type(error).__name__}: {error}") from error
     if problems:
         raise restore_error(problems)
     config = config._update("from_checkpoint", overrides)
-    config.validate(overrides)  # the saved values were taken when saved: a stricter check must not lock them out
+    config.validate(overrides)  # a bad override is the caller's: a ConfigError as such
+    try:  # the saved values too, but for those that older versions took more loosely (model keys, ...)
+        config.validate([field.name for field in dataclasses.fields(config)
+                         if field.name not in overrides and field.name not in _TAKEN_LOOSELY_BEFORE])
+    except ConfigError as error:  # a saved value changed by hand
+        raise CheckpointError(f"{config_file} holds a setting this version refuses: {error}; pass the setting "
+                              f"again (--set, or from_checkpoint(path, name=value)) to load it") from error
     try:
         state = torch.load(state_file, weights_only=True, map_location="cpu")
-    except (RuntimeError, EOFError, OSError, ValueError) as error:  # torch's errors on a damaged file
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as error:  # a damaged file
         raise CheckpointError(f"{state_file} cannot be read (a damaged checkpoint?): {error}") from error
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"{state_file} holds a {type(state).__name__}, not a checkpoint's state (a damaged checkpoint?)"
+        )
     if state.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"checkpoint format {state.get('format')!r}; this version reads {FORMAT_VERSION}")
     algo = cls(config, sampling_stream=int(state.get("sampling_stream", 0)) + 1, check=False)
@@ -204,6 +227,13 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         torch.set_rng_state(state["rng_torch"])
         algo._sync_state()
         algo.restored_from = path
+    except MultiAgentEnvError:
+        algo.stop()
+        raise
+    except (KeyError, AttributeError, TypeError, ValueError, IndexError) as error:  # entries of the wrong shape
+        algo.stop()
+        raise CheckpointError(f"{state_file} does not hold what a checkpoint holds (a damaged checkpoint?): "
+                              f"{type(error).__name__}: {error}") from error
     except BaseException:
         algo.stop()
         raise

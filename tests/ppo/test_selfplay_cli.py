@@ -6,7 +6,9 @@ import io
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import torch
 
 from marl_core.ppo.selfplay import connect4_config
 from marl_core.ppo.selfplay_cli import eval_main, load_policy, play_main
@@ -116,7 +118,24 @@ def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, 
     foreign = shutil.copytree(other_game, tmp_path / "foreign")  # as an rps checkpoint read outside the repository
     data = json.loads((foreign / "config.json").read_text())
     (foreign / "config.json").write_text(json.dumps({**data, "env": "examples_elsewhere.rps:RockPaperScissors"}))
+    garbage = shutil.copytree(checkpoint, tmp_path / "garbage")  # torch's loader raises UnpicklingError
+    (garbage / "state.pt").write_bytes(np.random.default_rng(0).bytes(5000))
+    wrong_state = shutil.copytree(checkpoint, tmp_path / "wrong_state")
+    torch.save([1, 2], wrong_state / "state.pt")
+    partial_state = shutil.copytree(checkpoint, tmp_path / "partial_state")
+    torch.save({"format": 1}, partial_state / "state.pt")
+    settings = json.loads((checkpoint / "config.json").read_text())
+    edited = {}
+    for name, value in {"policies": 5, "lr": -1, "gamma": "high"}.items():
+        edited[name] = shutil.copytree(checkpoint, tmp_path / f"edited_{name}")
+        (edited[name] / "config.json").write_text(json.dumps({**settings, name: value}))
     expected = {broken_json: "config.json is not valid JSON", broken_state: "state.pt cannot be read",
+                garbage: "state.pt cannot be read (a damaged checkpoint?)",
+                wrong_state: "state.pt holds a list, not a checkpoint's state",
+                partial_state: "state.pt does not hold what a checkpoint holds (a damaged checkpoint?): KeyError",
+                edited["policies"]: "config.json does not hold a trainer config (a damaged checkpoint?)",
+                edited["lr"]: "config.json holds a setting this version refuses: lr must be a number above 0, received -1",
+                edited["gamma"]: "holds a setting this version refuses: gamma must be a number from 0 to 1",
                 empty: "holds no trainer config", other_game: "a checkpoint of another game?",
                 foreign: "it trained env 'examples_elsewhere.rps:RockPaperScissors', which does not import here "
                          "(ModuleNotFoundError: No module named 'examples_elsewhere'): a checkpoint of another game?"}
