@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl_core.errors import ConfigError, SpaceError
+from marl_core.errors import ConfigError, MultiAgentEnvError, SpaceError
 from marl_core.ppo.batching import concat_obs, stack_obs
 from marl_core.ppo.config import PolicySpec, PPOConfig
 from marl_core.ppo.learner import Learner
@@ -36,6 +36,10 @@ def _merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
     if len(batches) == 1:
         return batches[0]
     return {key: concat_obs([b[key] for b in batches]) for key in batches[0]}
+
+
+# What the trainer calls on an env (a MultiAgentEnv, or anything with its API).
+_ENV_API = ("possible_agents", "get_observation_space", "get_action_space", "reset", "step")
 
 
 class PPO:
@@ -128,7 +132,18 @@ class PPO:
         self._build(config)
 
     def _build(self, config: PPOConfig) -> None:
-        probe = self.env_creator(dict(config.env_config))
+        env = config.env if isinstance(config.env, str) else getattr(config.env, "__qualname__", repr(config.env))
+        try:
+            probe = self.env_creator(dict(config.env_config))
+        except MultiAgentEnvError:
+            raise
+        except Exception as error:  # the user's env code: say which env, and with what config
+            raise ConfigError(f"the env {env!r} raised {type(error).__name__} when built with env_config "
+                              f"{dict(config.env_config)!r}: {error}") from error
+        missing = [name for name in _ENV_API if not hasattr(probe, name)]
+        if missing:
+            raise ConfigError(f"the env {env!r} built a {type(probe).__name__} without {missing}, expected a "
+                              f"MultiAgentEnv (a foreign env goes through bridges.wrap(obj) first)")
         try:
             self._agents = list(probe.possible_agents)
             self._spaces = {a: (probe.get_observation_space(a), probe.get_action_space(a)) for a in self._agents}

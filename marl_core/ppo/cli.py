@@ -111,12 +111,18 @@ def main(argv: list[str] | None = None) -> int:
         created = [path for path in (out, *out.parents) if not path.exists()]  # the leaf first
         try:
             config.validate()  # before the run directory exists: a bad setting leaves nothing behind
-            out.mkdir(parents=True, exist_ok=True)  # before Ray starts: a bad --out fails at once
+            try:
+                out.mkdir(parents=True, exist_ok=True)  # before Ray starts: a bad --out fails at once
+            except OSError as error:  # a file in the way, no permission, ...
+                raise ConfigError(f"--out {str(out)!r} cannot be a run directory: {error}") from error
             algo = config.build()
-        except MultiAgentEnvError as error:  # a bad setting, an env that does not import, ...
+        except (MultiAgentEnvError, KeyboardInterrupt) as error:  # a bad setting, a broken env, Ctrl-C, ...
             for path in created:
                 with contextlib.suppress(OSError):  # left as it is unless still empty
                     path.rmdir()
+            if isinstance(error, KeyboardInterrupt):
+                print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
+                return 130
             print(f"marl-train: cannot build the trainer: {error}", file=sys.stderr)
             return 2
     try:

@@ -106,11 +106,50 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, capsys):
     assert "'marl_core.ppo.presets:renamed_mapping_fn' (policy_mapping_fn), which does not import now" in err
 
 
-def test_a_new_run_whose_out_dir_cannot_be_made_fails_before_starting(tmp_path):
+def test_a_new_run_whose_out_dir_cannot_be_made_fails_before_starting(tmp_path, capsys):
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(FileExistsError):
-        main(["rps", "--iterations", "1", "--out", str(tmp_path / "a-file"), "--no-progress",
-              "--set", "num_env_runners=0"])
+    for out in (tmp_path / "a-file", tmp_path / "a-file" / "run"):
+        assert main(["rps", "--iterations", "1", "--out", str(out), "--no-progress", "--set", "num_env_runners=0"]) == 2
+        assert f"marl-train: cannot build the trainer: --out {str(out)!r} cannot be a run directory: " in (
+            capsys.readouterr().err
+        )
+
+
+def test_ctrl_c_while_the_trainer_starts_exits_130_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    def interrupted(self):  # Ctrl-C lands while Ray starts
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PPOConfig, "build", interrupted)
+    out = tmp_path / "run"
+    assert main(["rps", "--iterations", "1", "--out", str(out), "--no-progress", "--set", "num_env_runners=0"]) == 130
+    assert "interrupted while starting: nothing was trained" in capsys.readouterr().err and not out.exists()
+
+
+class _BreaksWhenBuilt:
+    def __init__(self, config=None) -> None:
+        raise RuntimeError("no licence server")
+
+
+def _not_an_env(config=None) -> str:
+    return "an env, honestly"
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (f"env={__name__}:_BreaksWhenBuilt",
+         "the env 'tests.ppo.test_cli:_BreaksWhenBuilt' raised RuntimeError when built with env_config {}: no licence"),
+        (f"env={__name__}:_not_an_env", "the env 'tests.ppo.test_cli:_not_an_env' built a str without ['possible_agents'"),
+        ("ray_address=bogus", "ray_address must be 'host:port', 'ray://host:port', 'auto' or 'local', received 'bogus'"),
+    ],
+)
+def test_an_env_that_cannot_be_built_or_a_bad_address_is_one_line_and_leaves_nothing(tmp_path, capsys, setting, message):
+    out = tmp_path / "run"
+    runners = "num_env_runners=1" if setting.startswith("ray_address") else "num_env_runners=0"
+    assert main(["rps", "--iterations", "1", "--out", str(out), "--no-progress", "--set", runners, "--set", setting]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()
 
 
 def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
