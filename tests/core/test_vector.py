@@ -608,18 +608,6 @@ def test_a_failing_factory_closes_the_envs_built_before_it() -> None:
     assert ClosingCount.closed[0] == 2
 
 
-def test_a_worker_dying_beside_an_env_error_makes_the_vector_unusable_at_once() -> None:
-    venv = VectorMultiAgentEnv([lambda: ExplodingEnv(fail_at=1), DyingEnv], "async")
-    pids = venv._workers.pids
-    venv.reset(seed=0)
-    with pytest.raises(VectorEnvError, match=r"env 0 raised RuntimeError.*envs \[0, 1\] failed.*worker process of env 1"):
-        venv.step([{"player1": 0, "player2": 0}] * 2)
-    with pytest.raises(VectorEnvError, match="unusable"):
-        venv.reset(seed=0)
-    venv.close()
-    assert wait_gone(pids) == []
-
-
 class ScalarBoxEnv(RockPaperScissors):
     """One agent pushing with a shape-() Box action."""
 
@@ -683,11 +671,23 @@ def test_async_factory_exception_comes_back_with_its_traceback(num_workers: int 
     assert "broken_factory" in info.value.remote_traceback
 
 
-def test_a_dead_worker_makes_the_vector_unusable_but_closable() -> None:
-    venv = VectorMultiAgentEnv([RockPaperScissors, DyingEnv], "async")
+def _explodes_at_once() -> MultiAgentEnv:
+    return ExplodingEnv(fail_at=1)
+
+
+@pytest.mark.parametrize(
+    ("first", "error"),
+    [
+        (RockPaperScissors, r"worker process of env 1 \(pid \d+\) exited unexpectedly with code 3"),
+        # An env error beside the dead worker: the vector is unusable at once, and the error says why.
+        (_explodes_at_once, r"(?s)env 0 raised RuntimeError.*envs \[0, 1\] failed.*worker process of env 1"),
+    ],
+)
+def test_a_dead_worker_makes_the_vector_unusable_but_closable(first: Any, error: str) -> None:
+    venv = VectorMultiAgentEnv([first, DyingEnv], "async")
     pids = venv._workers.pids
     venv.reset(seed=0)
-    with pytest.raises(VectorEnvError, match=r"worker process of env 1 \(pid \d+\) exited unexpectedly with code 3"):
+    with pytest.raises(VectorEnvError, match=error):
         venv.step([{"player1": 0, "player2": 0}] * 2)
     with pytest.raises(VectorEnvError, match="unusable"):
         venv.reset(seed=0)
