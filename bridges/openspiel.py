@@ -250,7 +250,7 @@ class OpenSpielEnv(MultiAgentEnv):
     def _setup_observations(self) -> spaces.Dict:
         """Set up the observer (when pyspiel has one for the type in use); return the observation space."""
         kind = self.observation_type
-        self._view = self._set_from = None
+        self._view = self._set_from = self._python_view = None
         if kind.endswith("_string"):
             inner: spaces.Space = spaces.Text(TEXT_MAX_LENGTH, min_length=0, charset=TEXT_CHARSET)
         else:
@@ -272,6 +272,9 @@ class OpenSpielEnv(MultiAgentEnv):
                     self._set_from = inner_observation.set_from
                 else:
                     self._set_from = functools.partial(self._first_python_set_from, observer)
+                    # A Python observer may write only what it sets (a row per time step), so its
+                    # tensor is cleared at each reset; C++ observers write all of theirs.
+                    self._python_view = self._view
             else:
                 logger.debug("no observer for %s; reading %s from the state", self.game, kind)
             self._shape = shape
@@ -443,8 +446,8 @@ class OpenSpielEnv(MultiAgentEnv):
         state = self.state = self.game.new_initial_state()
         self._steps = 0
         self._returns = None
-        if self._view is not None:  # some observers write only what they set (a row per time step)
-            self._view.fill(0)
+        if self._python_view is not None:
+            self._python_view.fill(0)
         if self._openings is None:
             node = state.current_player()
         else:
@@ -622,7 +625,7 @@ class OpenSpielEnv(MultiAgentEnv):
         state = dict(self.__dict__)
         # The observer is rebuilt, its tensor's values carried over: some Python games' observers
         # write only what changed (python_dynamic_routing writes one row per time step).
-        state["_set_from"] = None
+        state["_set_from"] = state["_python_view"] = None
         state["_view"] = None if self._view is None else self._view.copy()
         if copied_without_init(self.game):
             # pyspiel copies such a game without the attributes its __init__ sets

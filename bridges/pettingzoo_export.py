@@ -77,7 +77,7 @@ def _metadata(env: MultiAgentEnv, parallelizable: bool) -> dict[str, Any]:
     """The env's metadata with ``is_parallelizable``: ``parallelizable`` unless the env says so
     itself (a PettingZoo parallel env's flag survives the round trip through ``to_aec``)."""
     metadata = dict(getattr(env, "metadata", {}) or {})
-    metadata["is_parallelizable"] = bool(metadata.get("is_parallelizable", parallelizable)) or parallelizable
+    metadata["is_parallelizable"] = parallelizable or bool(metadata.get("is_parallelizable", False))
     return metadata
 
 

@@ -154,8 +154,7 @@ class MultiAgentEnv(gym.Env):
     @property
     def np_random_seed(self) -> int:
         """The seed of :attr:`np_random` (-1 when a generator was assigned directly)."""
-        if self._np_random_seed is None:
-            self._np_random, self._np_random_seed = seeding.np_random(self._rng_seed)
+        self.np_random  # noqa: B018 (builds the generator, and its seed, if not built yet)
         return self._np_random_seed
 
     def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
