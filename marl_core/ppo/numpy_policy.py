@@ -172,6 +172,9 @@ def _image_keys(space: spaces.Space, prefix: str, convs: int) -> set[str]:
 
 
 def _one_hot(values: np.ndarray, size: int) -> np.ndarray:
+    index = values.astype(np.int64)
+    if (index.view(np.uint64) >= size).any():  # negatives too: numpy would count them from the end
+        raise IndexError(f"one-hot of {values.tolist()} over {size} values")
     out = np.zeros((len(values), size), np.float32)
-    out[np.arange(len(values)), values.astype(np.int64)] = 1.0
+    out[np.arange(len(values)), index] = 1.0
     return out

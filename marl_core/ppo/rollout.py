@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from marl_core.env import ALL, AgentID
+from marl_core.env import ALL, AgentID, scalar_reward
 from marl_core.errors import ConfigError, EnvContractError, SpaceError
 from marl_core.ppo.batching import as_dtype, index_obs, stack_obs
 from marl_core.ppo.gae import compute_gae
 from marl_core.ppo.numpy_policy import NumpyPolicy, runs_in_numpy
-from marl_core.spaces import same_layout
+from marl_core.spaces import same_layout, why_not_contained
 from marl_core.vector import VectorMultiAgentEnv, gather, scatter
 
 logger = logging.getLogger(__name__)
@@ -351,8 +352,12 @@ class Sampler:
 
     def _act(self) -> tuple[list[dict[AgentID, Any]], int]:
         episodes, ending, obs_list = self.episodes, self.ending, self.obs
-        batches = gather(obs_list, lambda index, agent_id: self.policy_of(episodes[index], agent_id),
-                         where=lambda index, agent_id: agent_id not in ending[index], unstacked=self._fixed)
+        try:
+            batches = gather(obs_list, lambda index, agent_id: self.policy_of(episodes[index], agent_id),
+                             where=lambda index, agent_id: agent_id not in ending[index], unstacked=self._fixed)
+        except SpaceError as error:  # observations that cannot be stacked: name the agents
+            self._raise_for_observations(error)
+            raise
         actions_by_policy: dict[PolicyID, list[Any]] = {}
         count = 0
         for policy_id, policy_batch in batches.items():
@@ -364,8 +369,14 @@ class Sampler:
             if policy_id in self._fixed:
                 actions_by_policy[policy_id] = [policy(observation) for observation in policy_batch.obs]
                 continue
-            batch = as_dtype(policy.observation_space, policy_batch.obs)
             try:
+                batch = as_dtype(policy.observation_space, policy_batch.obs)
+                row = _non_finite_row(batch)
+                if row is not None:
+                    index, agent_id = keys[row]
+                    raise EnvContractError(
+                        f"observation of agent {agent_id!r} in env {index} of runner {self.worker_index} holds NaN "
+                        f"or infinity: {_shown(obs_list[index][agent_id])}; a policy network cannot take it")
                 rows, logps, values = policy.act(batch, explore=True, rng=self.rng)
             except EnvContractError as error:
                 if not hasattr(error, "rows"):
@@ -373,6 +384,9 @@ class Sampler:
                 agents = [keys[row] for row in error.rows]
                 raise EnvContractError(f"(env index, agent) {agents} of policy {policy_id!r} must act, but the "
                                        "action mask of each allows no action") from error
+            except Exception as error:  # an observation outside its space breaks the model: name it
+                self._raise_for_observations(error)
+                raise
             actions_by_policy[policy_id] = policy.layout.to_env(rows)
             if policy_id not in self.to_train:
                 continue
@@ -387,6 +401,23 @@ class Sampler:
                 trajectory.rewards.append(0.0)
         return scatter(actions_by_policy, batches, self.num_envs), count
 
+    def _raise_for_observations(self, error: Exception) -> None:
+        """Raise an :class:`EnvContractError` naming the acting agents whose observations are
+        not in their spaces, if any, as the cause of ``error``; return otherwise."""
+        found = []
+        for index, obs in enumerate(self.obs):
+            for agent_id, observation in obs.items():
+                if agent_id in self.ending[index]:
+                    continue
+                space = self.vector.get_observation_space(agent_id)
+                why = why_not_contained(space, observation)
+                if why is not None:
+                    named = "" if str(space) in why else f" (space {space})"
+                    found.append(f"agent {agent_id!r} in env {index}: {why}{named}")
+        if found:
+            shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+            raise EnvContractError(f"runner {self.worker_index}: observations outside their spaces: {shown}") from error
+
     def _step(self, index: int, obs: dict[AgentID, Any], rewards: Mapping[AgentID, Any],
               terminateds: Mapping[AgentID, bool], truncateds: Mapping[AgentID, bool], out: dict, truncated: list,
               finished: list) -> None:
@@ -394,10 +425,15 @@ class Sampler:
         episode, trajectories = self.episodes[index], self.trajectories[index]
         episode.env_steps += 1
         for agent_id, reward in rewards.items():
-            episode.returns[agent_id] = episode.returns.get(agent_id, 0.0) + float(reward)
+            value = reward if type(reward) is float else scalar_reward(agent_id, reward, f"env {index} of runner "
+                                                                                          f"{self.worker_index}")
+            if not -math.inf < value < math.inf:  # NaN fails too: it would reach the weights
+                raise EnvContractError(f"env {index} of runner {self.worker_index} gave agent {agent_id!r} a reward "
+                                       f"of {value}; rewards must be finite numbers")
+            episode.returns[agent_id] = episode.returns.get(agent_id, 0.0) + value
             trajectory = trajectories.get(agent_id)
             if trajectory is not None and trajectory.rewards:
-                trajectory.rewards[-1] += float(reward)
+                trajectory.rewards[-1] += value
         all_terminated = bool(terminateds.get(ALL, False))
         all_done = all_terminated or bool(truncateds.get(ALL, False))
         ended = self.ended[index]
@@ -523,3 +559,30 @@ class EnvRunner:
     def ping(self) -> bool:
         """Liveness check."""
         return True
+
+
+def _non_finite_row(batch: Any) -> int | None:
+    """The first row of ``batch`` with NaN or infinity in a float leaf, or None (one pass per leaf)."""
+    if isinstance(batch, dict):
+        leaves = list(batch.values())
+    elif isinstance(batch, tuple):
+        leaves = list(batch)
+    else:
+        leaves = [batch]
+    first = None
+    for leaf in leaves:
+        if isinstance(leaf, (dict, tuple)):
+            row = _non_finite_row(leaf)
+        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f" and not np.isfinite(leaf).all():
+            row = int(np.argmin(np.isfinite(leaf).reshape(len(leaf), -1).all(axis=1)))
+        else:
+            continue
+        if row is not None and (first is None or row < first):
+            first = row
+    return first
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message, arrays in full up to a few hundred entries."""
+    with np.printoptions(threshold=200):
+        return repr(value)

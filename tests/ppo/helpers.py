@@ -99,3 +99,37 @@ class SlowRockPaperScissors(RockPaperScissors):
 
         time.sleep(self.sleep)
         return super().step(action_dict)
+
+
+class CorruptingRockPaperScissors(RockPaperScissors):
+    """Rock-paper-scissors whose 3rd step gives ``player2`` the observation ``config["obs"]`` (if
+    given) and the reward ``config["reward"]`` (if given)."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.corrupt = dict(config or {})
+        self.calls = 0
+
+    def step(self, action_dict):
+        self.calls += 1
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if self.calls == 3:
+            if "obs" in self.corrupt:
+                obs = {**obs, "player2": self.corrupt["obs"]}
+            if "reward" in self.corrupt:
+                rewards = {**rewards, "player2": self.corrupt["reward"]}
+        return obs, rewards, terminateds, truncateds, infos
+
+
+class FloatObservationGame(TwoMoveGame):
+    """:class:`TwoMoveGame` whose ``second`` observes ``config["observation"]`` at its turn."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.observation = (config or {}).get("observation", np.zeros(2, np.float32))
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if "second" in obs and not terminateds.get("second"):
+            obs = {"second": {**obs["second"], "observation": self.observation}}
+        return obs, rewards, terminateds, truncateds, infos

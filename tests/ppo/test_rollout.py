@@ -10,7 +10,13 @@ from marl_core.ppo.config import DEFAULT_MODEL
 from marl_core.ppo.rollout import LearnedSpec, Sampler
 from marl_core.spaces import check_action_dict
 from tests.fixtures.envs import IrregularOrderEnv, JoinLeaveEnv
-from tests.ppo.helpers import FlakyRockPaperScissors, TwoMoveGame, install_policies
+from tests.ppo.helpers import (
+    CorruptingRockPaperScissors,
+    FlakyRockPaperScissors,
+    FloatObservationGame,
+    TwoMoveGame,
+    install_policies,
+)
 
 
 def _sampler(env_cls, num_envs=2, mapping=lambda agent_id, episode: "p", gamma=1.0, lambda_=1.0, env_config=None,
@@ -197,6 +203,47 @@ def test_an_agent_asked_to_act_without_a_legal_action_is_named():
     install_policies(sampler, {"p": spec}, mapping, {"p"})
     with pytest.raises(EnvContractError, match=r"\[\(0, 'second'\), \(1, 'second'\)\] of policy 'p' must act"):
         sampler.sample(10)
+
+
+@pytest.mark.parametrize(
+    ("observation", "match"),
+    [
+        (np.array([np.nan, 0.0], np.float32),
+         r"observation of agent 'second' in env 0 of runner 0 holds NaN or infinity: \{'observation': array\(\[nan,  0\.\]"),
+        (np.array([np.inf, 0.0], np.float32), r"agent 'second' in env 0 of runner 0 holds NaN or infinity"),
+        (np.zeros(3, np.float32),
+         r"runner 0: observations outside their spaces: agent 'second' in env 0: at \['observation'\]: shape \(3,\)"),
+        ("text", r"agent 'second' in env 0: at \['observation'\]: a str where the space needs a numpy array"),
+    ],
+)
+def test_an_observation_the_policy_cannot_take_is_named_before_it_reaches_the_model(observation, match):
+    sampler = _sampler(FloatObservationGame, env_config={"observation": observation})
+    with pytest.raises(EnvContractError, match=match):
+        sampler.sample(10)
+
+
+@pytest.mark.parametrize(
+    ("observation", "match"),
+    [(7, r"agent 'player2' in env 0: 7 is outside Discrete\(3\) \(valid: 0\.\.2\); agent 'player2' in env 1"),
+     (-1, r"agent 'player2' in env 0: -1 is outside Discrete\(3\)")],
+)
+def test_a_discrete_observation_outside_its_space_is_named(observation, match):
+    sampler = _sampler(CorruptingRockPaperScissors, env_config={"obs": observation})
+    with pytest.raises(EnvContractError, match=match):
+        sampler.sample(20)
+
+
+@pytest.mark.parametrize(
+    ("reward", "match"),
+    [(float("nan"), r"env 0 of runner 0 gave agent 'player2' a reward of nan; rewards must be finite"),
+     (np.float32("-inf"), r"gave agent 'player2' a reward of -inf"),
+     ("1", r"env 0 of runner 0 gave agent 'player2' a reward that is not one number: '1'"),
+     (np.ones(2), r"gave agent 'player2' a reward that is not one number: array\(\[1\., 1\.\]\)")],
+)
+def test_a_reward_that_is_not_a_finite_number_is_named(reward, match):
+    sampler = _sampler(CorruptingRockPaperScissors, env_config={"reward": reward})
+    with pytest.raises(EnvContractError, match=match):
+        sampler.sample(20)
 
 
 def test_an_env_that_always_fails_stops_the_sampler_with_a_clear_error():
