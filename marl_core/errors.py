@@ -148,6 +148,11 @@ class CheckpointError(MultiAgentEnvError):
     """A checkpoint that is missing, incomplete or does not match the config."""
 
 
+class TrainingError(MultiAgentEnvError):
+    """A PPO update that cannot go on (a loss or gradient that is not finite); the weights are
+    left as they were before the update that failed."""
+
+
 class RunLogError(MultiAgentEnvError):
     """The logs in a run directory cannot be read back to continue them (``marl-train --resume``)."""
 

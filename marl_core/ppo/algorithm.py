@@ -228,7 +228,7 @@ class PPO:
         for policy_id in self.to_train:
             if policy_id not in self.learners:
                 policy = self.policies[policy_id]
-                self.learners[policy_id] = Learner(policy, self.config.for_policy(self._specs[policy_id]))
+                self.learners[policy_id] = Learner(policy, self.config.for_policy(self._specs[policy_id]), policy_id)
         for policy_id in list(self.learners):
             if policy_id not in self.to_train:
                 del self.learners[policy_id]

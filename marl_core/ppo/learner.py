@@ -6,11 +6,13 @@ approximate KL (``(ratio - 1) - log ratio``), clip fraction and explained varian
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import torch
 
+from marl_core.errors import TrainingError
 from marl_core.ppo.batching import index_obs
 from marl_core.ppo.model import TorchPolicy, to_tensor
 from marl_core.ppo.optim import Adam
@@ -19,8 +21,9 @@ from marl_core.ppo.optim import Adam
 class Learner:
     """Owns one learned policy's optimizer and runs its PPO epochs."""
 
-    def __init__(self, policy: TorchPolicy, params: dict[str, Any]) -> None:
+    def __init__(self, policy: TorchPolicy, params: dict[str, Any], name: str = "default_policy") -> None:
         self.policy = policy
+        self.name = name
         self.params = dict(params)
         self.optimizer = Adam(policy.module.parameters(), lr=self.params["lr"], eps=1e-5)
 
@@ -31,6 +34,9 @@ class Learner:
         device = self.policy.device
         size = len(batch["advantages"])
         advantages = batch["advantages"]
+        if not _largest(advantages) < _SQUARES_FIT_FLOAT32:
+            self._diverged(f"advantages of size {_largest(advantages):.3g} are too large: their squares "
+                           "overflow float32", batch)
         if normalize_advantages and size > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         obs = to_tensor(self.policy.masks.canonical(batch["obs"]), device)
@@ -43,7 +49,7 @@ class Learner:
         sums: dict[str, float] = {}
         count = 0
         self.policy.module.train()
-        for _ in range(int(p["num_epochs"])):
+        for epoch in range(int(p["num_epochs"])):
             order = torch.as_tensor(rng.permutation(size), device=device)
             for start in range(0, size, minibatch):
                 idx = order[start : start + minibatch]
@@ -61,14 +67,21 @@ class Learner:
                 vf_loss = 0.5 * value_error.mean()
                 entropy_mean = entropy.mean()
                 loss = policy_loss + p["vf_coeff"] * vf_loss - p["entropy_coeff"] * entropy_mean
+                total_loss = loss.item()
+                where = f"epoch {epoch + 1}, minibatch {start // minibatch + 1}"
+                if not math.isfinite(total_loss):
+                    self._diverged(f"the loss is {total_loss} (policy {policy_loss.item()}, value "
+                                   f"{vf_loss.item()}, entropy {entropy_mean.item()}) at {where}", batch)
                 self.optimizer.zero_grad()
                 loss.backward()
                 if p["grad_clip"] is not None:
-                    torch.nn.utils.clip_grad_norm_(self.policy.module.parameters(), p["grad_clip"])
+                    norm = float(torch.nn.utils.clip_grad_norm_(self.policy.module.parameters(), p["grad_clip"]))
+                    if not math.isfinite(norm):
+                        self._diverged(f"the gradient's norm is {norm} at {where}", batch)
                 self.optimizer.step()
                 with torch.no_grad():
                     stats = {
-                        "total_loss": loss.item(),
+                        "total_loss": total_loss,
                         "policy_loss": policy_loss.item(),
                         "vf_loss": vf_loss.item(),
                         "entropy": entropy_mean.item(),
@@ -84,6 +97,14 @@ class Learner:
         metrics["num_agent_steps_trained"] = float(size)
         return metrics
 
+    def _diverged(self, what: str, batch: dict[str, Any]) -> None:
+        """Raise :class:`TrainingError`: the minibatch that failed is not applied."""
+        self.optimizer.zero_grad()
+        raise TrainingError(
+            f"PPO update of policy {self.name!r} stopped: {what}; its weights are left as they were before this "
+            f"minibatch. The batch's returns reach {_largest(batch['returns']):.3g} in size: scale the env's rewards "
+            "down, or lower training.lr or training.grad_clip")
+
     def state_dict(self) -> dict[str, Any]:
         """Module and optimizer state."""
         return {"module": self.policy.module.state_dict(), "optimizer": self.optimizer.state_dict()}
@@ -92,6 +113,16 @@ class Learner:
         """Inverse of :meth:`state_dict`."""
         self.policy.module.load_state_dict(state["module"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+# Past this size a value's square overflows float32 (its largest value is 3.4e38).
+_SQUARES_FIT_FLOAT32 = 1e18
+
+
+def _largest(values: np.ndarray) -> float:
+    """The largest absolute value in ``values`` (NaN when one is NaN; 0.0 when empty)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.max(np.abs(values), initial=0.0))
 
 
 def explained_variance(predicted: np.ndarray, target: np.ndarray) -> float:

@@ -16,13 +16,13 @@ import torch
 
 from examples.rock_paper_scissors import RockPaperScissors
 from marl_core import MultiAgentEnv
-from marl_core.errors import CheckpointError, ConfigError, SpaceError
+from marl_core.errors import CheckpointError, ConfigError, SpaceError, TrainingError
 from marl_core.grouping import GroupAgentsWrapper
 from marl_core.ppo import PPO, PolicySpec, PPOConfig
 from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
 from marl_core.spaces import check_action_dict
 from tests.fixtures.envs import HeterogeneousSpacesEnv, JoinLeaveEnv, ManyAgentsEnv, TicTacToe
-from tests.ppo.helpers import TwoMoveGame
+from tests.ppo.helpers import CorruptingRockPaperScissors, TwoMoveGame
 
 
 def _rps_config(**training):
@@ -55,6 +55,40 @@ def test_an_agent_whose_spaces_its_shared_policy_cannot_take_is_named():
         r"Box\(-1.0, 1.0, \(3,\), float32\) and action Box\(-1.0, 1.0, \(2,\), float32\), but the agent's are "
         r"observation Discrete\(5\) and action Discrete\(3\)")):
         algo.train()
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # a float32 batch of 1e300
+@pytest.mark.parametrize(("reward", "problem"), [
+    (1e38, r"advantages of size 1e\+38 are too large: their squares overflow float32"),
+    (1e300, r"advantages of size inf are too large: their squares overflow float32"),
+])
+def test_rewards_too_large_for_the_loss_stop_the_update_before_it_touches_the_weights(reward, problem):
+    # Rewards this large are finite but overflow the float32 loss: the update used to go on and
+    # turn every weight into NaN, and the run then saved NaN checkpoints.
+    config = (PPOConfig().environment(CorruptingRockPaperScissors, env_config={"reward": reward})
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=2)
+              .training(train_batch_size=64, minibatch_size=32, num_epochs=2))
+    with config.build() as algo:
+        before = algo.learners["default_policy"].policy.get_weights()
+        with pytest.raises(TrainingError, match=(
+                rf"PPO update of policy 'default_policy' stopped: {problem}; its weights are left as they were "
+                r"before this minibatch\. The batch's returns reach \S+ in size: scale the env's rewards down")):
+            algo.train()
+        after = algo.learners["default_policy"].policy.get_weights()
+    assert before.keys() == after.keys()
+    assert all(np.array_equal(before[key], after[key]) for key in before)
+
+
+def test_a_diverging_update_stops_at_the_first_minibatch_whose_loss_is_not_finite():
+    config = (PPOConfig().environment(RockPaperScissors).env_runners(num_env_runners=0, num_envs_per_env_runner=2)
+              .training(train_batch_size=64, minibatch_size=16, num_epochs=4, lr=1e30))
+    with config.build() as algo:
+        with pytest.raises(TrainingError, match=(
+                r"PPO update of policy 'default_policy' stopped: the loss is (inf|nan) \(policy \S+, value \S+, "
+                r"entropy \S+\) at epoch \d+, minibatch \d+; its weights are left as they were before this minibatch")):
+            algo.train()
+        weights = algo.learners["default_policy"].policy.get_weights()
+    assert all(np.isfinite(value).all() for value in weights.values())
 
 
 def test_overrides_of_a_restored_config_are_checked_too(tmp_path):
