@@ -249,6 +249,7 @@ class Workers:
         self.shms: list[shared_memory.SharedMemory | None] = [None] * num_workers
         self._new_shm: list[str | None] = [None] * num_workers
         self._stopped = self._no_shm = False
+        self.stopped_because: str | None = None  # why the workers were stopped before close()
         pickled = []
         for index, env_fn in enumerate(env_fns):
             try:
@@ -318,7 +319,9 @@ class Workers:
                     for (local, _, _), item in zip(batches[worker], reply, strict=True):
                         replies[self.envs_of[worker].start + local] = item
             return replies
-        except BaseException:  # e.g. KeyboardInterrupt: the pipes are out of step now
+        except BaseException as error:  # e.g. KeyboardInterrupt: the pipes are out of step now
+            self.stopped_because = (f"a call was interrupted by {type(error).__name__}, so its worker processes "
+                                     "were stopped")
             self.shutdown()
             raise
 
@@ -351,6 +354,8 @@ class Workers:
             old.unlink()
 
     def _dead(self, worker: int) -> str:
+        if self.stopped_because is not None:
+            return self.stopped_because
         process = self.processes[worker]
         process.join(timeout=1.0)
         envs = self.envs_of[worker]

@@ -308,6 +308,8 @@ class VectorMultiAgentEnv:
     def _check_usable(self) -> None:
         if self._closed:
             raise VectorEnvError("the VectorMultiAgentEnv is closed")
+        if self._broken is None and self._workers is not None:
+            self._broken = self._workers.stopped_because
         if self._broken is not None:
             raise VectorEnvError(f"the VectorMultiAgentEnv is unusable: {self._broken}; create a new one")
 

@@ -113,6 +113,14 @@ class DyingEnv(RockPaperScissors):
         os._exit(3)
 
 
+class SleepingEnv(RockPaperScissors):
+    """Rock-paper-scissors whose step sleeps 10 s (a call to interrupt)."""
+
+    def step(self, action_dict):
+        time.sleep(10)
+        return super().step(action_dict)
+
+
 class BigObsEnv(MultiAgentEnv):
     """Three agents seeing 200 KB images (large enough for the shared-memory path)."""
 
@@ -693,6 +701,31 @@ def test_a_dead_worker_makes_the_vector_unusable_but_closable(first: Any, error:
         venv.reset(seed=0)
     venv.close()
     assert wait_gone(pids) == []
+
+
+def test_after_an_interrupted_call_the_vector_says_it_was_interrupted() -> None:
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    venv = VectorMultiAgentEnv([SleepingEnv, SleepingEnv], "async")
+    pids = venv._workers.pids
+    venv.reset(seed=0)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(KeyboardInterrupt):
+            venv.step([{"player1": 0, "player2": 0}] * 2)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert wait_gone(pids) == []
+    # It used to say that a worker "exited unexpectedly with code 0".
+    with pytest.raises(VectorEnvError, match=r"unusable: a call was interrupted by KeyboardInterrupt, so its "
+                                             r"worker processes were stopped; create a new one"):
+        venv.step([{"player1": 0, "player2": 0}] * 2)
+    with pytest.raises(VectorEnvError, match="interrupted by KeyboardInterrupt"):
+        venv.reset(seed=0)
+    venv.close()
 
 
 # No orphan processes ------------------------------------------------------------------------
