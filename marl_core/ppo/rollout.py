@@ -269,7 +269,11 @@ class Sampler:
         """The policy of ``agent_id`` in ``episode`` (the mapping fn is asked once per episode)."""
         policy_id = episode.agent_to_policy.get(agent_id)
         if policy_id is None:
-            policy_id = self.mapping_fn(agent_id, episode)
+            try:
+                policy_id = self.mapping_fn(agent_id, episode)
+            except Exception as error:  # RLlib's older (agent_id, episode, worker) form, say
+                raise ConfigError(f"policy_mapping_fn raised {type(error).__name__} for agent {agent_id!r}: {error}; "
+                                  "it is called as policy_mapping_fn(agent_id, episode)") from error
             if policy_id not in self.policies:
                 raise ConfigError(f"policy_mapping_fn mapped agent {agent_id!r} to {policy_id!r}, which is not "
                                   f"a policy; policies: {sorted(self.policies)}")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from marl_core.env import ALL, MultiAgentEnv
-from marl_core.errors import EnvContractError
+from marl_core.errors import ConfigError, EnvContractError
 from marl_core.ppo.config import DEFAULT_MODEL
 from marl_core.ppo.rollout import LearnedSpec, Sampler
 from marl_core.spaces import check_action_dict
@@ -244,6 +244,15 @@ def test_a_reward_that_is_not_a_finite_number_is_named(reward, match):
     sampler = _sampler(CorruptingRockPaperScissors, env_config={"reward": reward})
     with pytest.raises(EnvContractError, match=match):
         sampler.sample(20)
+
+
+def test_a_mapping_fn_that_raises_is_named_with_the_agent_and_how_it_is_called():
+    old_style = lambda agent_id, episode, worker: "p"  # noqa: E731  (RLlib's older signature)
+    sampler = _sampler(TwoMoveGame, mapping=old_style)
+    with pytest.raises(ConfigError, match=(
+            r"policy_mapping_fn raised TypeError for agent 'first': .*missing 1 required positional argument: "
+            r"'worker'; it is called as policy_mapping_fn\(agent_id, episode\)")):
+        sampler.sample(4)
 
 
 def test_an_env_that_always_fails_stops_the_sampler_with_a_clear_error():
