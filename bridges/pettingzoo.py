@@ -260,11 +260,17 @@ class PettingZooEnv(_PettingZooBase):
         - **Masks:** masks in the observation stay as they are; masks in ``info`` move into a
           ``Dict`` observation (see the module docstring) and out of the info.
         - Different spaces per agent are kept as they are, without padding.
+        - Infos are the env's ``infos`` of the agents in the observation dict. Around a
+          MultiAgentEnv exported with :func:`to_aec`, its ``"__common__"`` infos come back under
+          ``"__common__"`` in the step (or reset) in which the MultiAgentEnv gave them.
     """
 
     def __init__(self, env: Any, *, check_legal: bool = True, mask_in_info: bool | None = None) -> None:
         self._acting: AgentID | None = None
         self._mask: np.ndarray | None = None
+        # A MultiAgentEnv exported with to_aec keeps its "__common__" infos aside: pass them on.
+        base = getattr(env, "unwrapped", env)
+        self._common_source = base if callable(getattr(base, "take_common_infos", None)) else None
         super().__init__(env, check_legal=check_legal, mask_in_info=mask_in_info)
 
     def _reset_env(
@@ -291,6 +297,8 @@ class PettingZooEnv(_PettingZooBase):
             raise EnvContractError(
                 f"{self.env} has no agent to act after reset() (agents: {list(self.env.agents)})"
             )
+        if self._common_source is not None:
+            self._add_common_infos(infos)
         return obs, infos
 
     def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
@@ -316,7 +324,14 @@ class PettingZooEnv(_PettingZooBase):
         infos: MultiAgentDict = {}
         done = self._advance(obs, rewards, terminateds, truncateds, infos)
         terminateds[ALL], truncateds[ALL] = _end_flags(done, terminateds, truncateds)
+        if self._common_source is not None:
+            self._add_common_infos(infos)
         return obs, rewards, terminateds, truncateds, infos
+
+    def _add_common_infos(self, infos: MultiAgentDict) -> None:
+        common = self._common_source.take_common_infos()  # type: ignore[union-attr]
+        if common is not None:
+            infos[COMMON] = common
 
     def _advance(
         self,

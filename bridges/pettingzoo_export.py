@@ -127,6 +127,7 @@ class MultiAgentAECEnv(AECEnv):
         self.truncations: dict[AgentID, bool] = {}
         self.infos: dict[AgentID, Any] = {}
         self.common_infos: Any = {}
+        self._new_common_infos: Any = None
         self.agent_selection: AgentID | None = None
         self._observations: dict[AgentID, Any] = {}
         self._pending: deque[AgentID] = deque()
@@ -202,10 +203,11 @@ class MultiAgentAECEnv(AECEnv):
         ended = [a for a in obs if terminateds.get(a) or truncateds.get(a)]
         ended_set = set(ended)
         self._observations.update(obs)
-        self._join([*self.env.agents, *(a for a in obs if a not in ended_set)])
-        self._join([a for a in ended if a not in self.terminations])
         for agent_id in self.agents:
             self.rewards[agent_id] = 0
+        # Joining agents receive what waited for them in this step's rewards (so in last() too).
+        self._join([*self.env.agents, *(a for a in obs if a not in ended_set)])
+        self._join([a for a in ended if a not in self.terminations])
         for agent_id, reward in rewards.items():
             if agent_id in self.rewards:
                 self.rewards[agent_id] += reward
@@ -247,14 +249,22 @@ class MultiAgentAECEnv(AECEnv):
                 continue
             present.add(agent_id)
             self.agents.append(agent_id)
-            self.rewards[agent_id] = 0
-            self._cumulative_rewards[agent_id] = self._waiting_rewards.pop(agent_id, 0)
+            self.rewards[agent_id] = self._waiting_rewards.pop(agent_id, 0)
+            self._cumulative_rewards[agent_id] = 0
             self.terminations[agent_id] = False
             self.truncations[agent_id] = False
             self.infos[agent_id] = {}
 
+    def take_common_infos(self) -> Any:
+        """The ``"__common__"`` infos of the MultiAgentEnv's last reset or step if they were not
+        taken yet, else None (for :class:`~bridges.pettingzoo.PettingZooEnv`, which passes them on
+        once)."""
+        common, self._new_common_infos = self._new_common_infos, None
+        return common
+
     def _take_infos(self, infos: Mapping[AgentID, Any]) -> None:
         self.common_infos = infos.get(COMMON, {})
+        self._new_common_infos = self.common_infos or None
         for agent_id, info in infos.items():
             if agent_id in self.infos:
                 self.infos[agent_id] = info

@@ -7,13 +7,14 @@ import io
 
 import numpy as np
 import pytest
-from gymnasium.spaces import Box
+from gymnasium.spaces import Box, Discrete
 from gymnasium.utils.env_checker import data_equivalence
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
 
 from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, to_aec, to_parallel
 from bridges.pettingzoo_export import MultiAgentAECEnv, MultiAgentParallelEnv
 from marl_core.conformance import check_env
+from marl_core.env import ALL, MultiAgentEnv
 from marl_core.errors import (
     IllegalActionError,
     InvalidActionError,
@@ -224,6 +225,67 @@ def test_to_aec_common_infos_belong_to_the_current_episode():
     assert env.common_infos == {}
     env.reset(seed=1)
     assert env.common_infos == {}
+
+
+class PaysBeforeJoining(MultiAgentEnv):
+    """``a`` acts three times; ``b`` is paid 5.0 at step 1, joins at step 2 and ends with ``a``."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        self.observation_spaces = {x: Box(0, 9, (1,), np.float32) for x in self.possible_agents}
+        self.action_spaces = {x: Discrete(2) for x in self.possible_agents}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a"]
+        return {"a": np.zeros(1, np.float32)}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        rewards = dict.fromkeys(action_dict, 1.0)
+        if self.t == 1:
+            rewards["b"] = 5.0
+        if self.t == 2:
+            self.agents = ["a", "b"]
+        done = self.t >= 3
+        obs = {x: np.full(1, self.t, np.float32) for x in self.agents}
+        if done:
+            self.agents = []
+        return obs, rewards, {ALL: done, **dict.fromkeys(obs, done)}, {ALL: False}, {}
+
+
+def test_a_reward_paid_before_an_agent_joins_reaches_it_when_it_joins():
+    # It went into _cumulative_rewards only, so PettingZooEnv (which reads env.rewards) lost it.
+    assert rollout(PaysBeforeJoining(), seed=0).returns == {"a": 3.0, "b": 6.0}
+    assert rollout(PettingZooEnv(to_aec(PaysBeforeJoining())), seed=0).returns == {"a": 3.0, "b": 6.0}
+    env = to_aec(PaysBeforeJoining())
+    env.reset(seed=0)
+    seen: dict[str, float] = {}
+    for agent_id in env.agent_iter():
+        _, reward, terminated, truncated, _ = env.last()
+        seen[agent_id] = seen.get(agent_id, 0.0) + reward
+        env.step(None if terminated or truncated else 0)
+    assert seen == {"a": 3.0, "b": 6.0}
+
+
+@pytest.mark.parametrize("name", ["turn_based", "simultaneous"])
+def test_common_infos_come_back_through_pettingzoo_env_once_per_step_of_the_env(name):
+    class CountsInCommon(CORRECT_ENVS[name]):
+        def reset(self, *, seed=None, options=None):
+            obs, infos = super().reset(seed=seed, options=options)
+            self.calls = 0
+            return obs, {**infos, "__common__": {"calls": 0}}
+
+        def step(self, action_dict):
+            *result, infos = super().step(action_dict)
+            self.calls += 1
+            return (*result, {**infos, "__common__": {"calls": self.calls}})
+
+    direct = [t.infos.get("__common__") for t in play(CountsInCommon(), seed=0)]
+    through = [t.infos.get("__common__") for t in play(PettingZooEnv(to_aec(CountsInCommon())), seed=0)]
+    assert [c for c in through if c is not None] == direct
+    assert direct == [{"calls": n} for n in range(len(direct))]
 
 
 def test_to_aec_dead_steps_take_none_and_late_agents_join():
