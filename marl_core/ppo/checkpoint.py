@@ -15,7 +15,6 @@ import dataclasses
 import json
 import logging
 import os
-import pickle
 import re
 import shutil
 import uuid
@@ -180,8 +179,9 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                               f"again (--set, or from_checkpoint(path, name=value)) to load it") from error
     try:
         state = torch.load(state_file, weights_only=True, map_location="cpu")
-    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as error:  # a damaged file
-        raise CheckpointError(f"{state_file} cannot be read (a damaged checkpoint?): {error}") from error
+    except Exception as error:  # a damaged file: torch's unpickler raises KeyError, IndexError, ... on garbage
+        raise CheckpointError(f"{state_file} cannot be read (a damaged checkpoint?): {type(error).__name__}: "
+                              f"{error}") from error
     if not isinstance(state, dict):
         raise CheckpointError(
             f"{state_file} holds a {type(state).__name__}, not a checkpoint's state (a damaged checkpoint?)"

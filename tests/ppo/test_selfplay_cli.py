@@ -120,6 +120,10 @@ def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, 
     (foreign / "config.json").write_text(json.dumps({**data, "env": "examples_elsewhere.rps:RockPaperScissors"}))
     garbage = shutil.copytree(checkpoint, tmp_path / "garbage")  # torch's loader raises UnpicklingError
     (garbage / "state.pt").write_bytes(np.random.default_rng(0).bytes(5000))
+    text_state = shutil.copytree(checkpoint, tmp_path / "text_state")  # torch's loader raises KeyError: 101
+    (text_state / "state.pt").write_bytes(b"hello world\n")
+    noise_state = shutil.copytree(checkpoint, tmp_path / "noise_state")  # ... IndexError: pop from empty list
+    (noise_state / "state.pt").write_bytes(np.random.default_rng(17).bytes(2000))
     wrong_state = shutil.copytree(checkpoint, tmp_path / "wrong_state")
     torch.save([1, 2], wrong_state / "state.pt")
     partial_state = shutil.copytree(checkpoint, tmp_path / "partial_state")
@@ -131,6 +135,8 @@ def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, 
         (edited[name] / "config.json").write_text(json.dumps({**settings, name: value}))
     expected = {broken_json: "config.json is not valid JSON", broken_state: "state.pt cannot be read",
                 garbage: "state.pt cannot be read (a damaged checkpoint?)",
+                text_state: "state.pt cannot be read (a damaged checkpoint?): KeyError: 101",
+                noise_state: "state.pt cannot be read (a damaged checkpoint?): IndexError: pop from empty list",
                 wrong_state: "state.pt holds a list, not a checkpoint's state",
                 partial_state: "state.pt does not hold what a checkpoint holds (a damaged checkpoint?): KeyError",
                 edited["policies"]: "config.json does not hold a trainer config (a damaged checkpoint?)",
