@@ -428,12 +428,15 @@ class OpenSpielEnv(MultiAgentEnv):
     ) -> tuple[ObsDict, MultiAgentDict]:
         """Start a game; ``seed`` seeds the chance events (and the game's ``rng_seed`` if it has one).
 
-        OpenSpiel games take no options: ``options`` must be None or empty.
+        OpenSpiel games take no reset options (a game's settings are its parameters): ``options``
+        are ignored, as Gymnasium and PettingZoo envs ignore options they do not know (PettingZoo's
+        ``api_test`` passes some), and the first non-empty ones are logged as a warning.
         """
-        if options:
-            raise UnsupportedEnvError(
-                f"OpenSpielEnv.reset() takes no options (an OpenSpiel game's settings are its parameters, "
-                f"given with the game: 'name(key=value)'), received {options!r}"
+        if options and not getattr(self, "_options_ignored", False):
+            self._options_ignored = True  # set only here: the instance keeps under 30 attributes
+            logger.warning(
+                "OpenSpielEnv(%r).reset() ignores options %r: an OpenSpiel game takes its settings as "
+                "parameters, given with the game: 'name(key=value)'", self.game.get_type().short_name, options
             )
         if seed is not None:  # unseeded resets keep drawing from the generator as it is
             super().reset(seed=seed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import pickle
 import subprocess
 import sys
@@ -11,8 +12,10 @@ import numpy as np
 import pyspiel
 import pytest
 from gymnasium import spaces
+from gymnasium.utils.env_checker import data_equivalence
+from pettingzoo.test import api_test, parallel_api_test
 
-from bridges import OpenSpielEnv
+from bridges import OpenSpielEnv, to_aec, to_parallel
 from marl_core import rollout
 from marl_core.errors import (
     IllegalActionError,
@@ -259,14 +262,31 @@ def test_a_game_pyspiel_cannot_copy_is_named() -> None:
     copy.deepcopy(OpenSpielEnv("negotiation"))  # one whose generator pyspiel can save
 
 
-def test_bad_render_modes_and_reset_options_are_refused() -> None:
+def test_bad_render_modes_are_refused_and_reset_options_ignored_with_a_warning(caplog) -> None:
     with pytest.raises(UnsupportedEnvError, match=r"render_mode must be one of \['ansi'\] or None, received 'human'"):
         OpenSpielEnv("tic_tac_toe", render_mode="human")
     env = OpenSpielEnv("tic_tac_toe", render_mode="ansi")
-    with pytest.raises(UnsupportedEnvError, match=r"takes no options .*received \{'start': 3\}"):
-        env.reset(seed=0, options={"start": 3})
-    assert env.state is None  # refused before anything started
-    env.reset(seed=0, options={})
+    with caplog.at_level(logging.WARNING, logger="bridges.openspiel"):
+        plain, _ = OpenSpielEnv("tic_tac_toe").reset(seed=0)
+        for _ in range(2):
+            obs, _ = env.reset(seed=0, options={"start": 3})
+            assert data_equivalence(obs, plain)
+        env.reset(seed=0, options={})
+    assert [r.getMessage() for r in caplog.records] == [
+        "OpenSpielEnv('tic_tac_toe').reset() ignores options {'start': 3}: an OpenSpiel game takes its settings "
+        "as parameters, given with the game: 'name(key=value)'"]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning:pettingzoo.test")  # its advice on Dict observation spaces
+@pytest.mark.parametrize("game", ["tic_tac_toe", "leduc_poker"])
+def test_pettingzoo_api_test_passes_on_to_aec_of_an_openspiel_game(game) -> None:
+    # PettingZoo's api_test resets with options={"options": 1}, which OpenSpielEnv used to refuse.
+    api_test(to_aec(OpenSpielEnv(game)), num_cycles=20)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning:pettingzoo.test")
+def test_pettingzoo_parallel_api_test_passes_on_to_parallel_of_a_simultaneous_game() -> None:
+    parallel_api_test(to_parallel(OpenSpielEnv("goofspiel(num_cards=4)")), num_cycles=20)
 
 
 def test_golden_seeded_trace() -> None:
