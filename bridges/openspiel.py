@@ -148,8 +148,9 @@ class OpenSpielEnv(MultiAgentEnv):
           ``reset`` pay with the first step. Each player's episode sum equals ``state.returns()``.
         - **"__all__"**: at the terminal state every player gets a final observation,
           ``terminateds`` is True for each of them and for ``"__all__"``. When ``max_steps`` runs
-          out first, the same happens through ``truncateds``. Otherwise both hold only
-          ``"__all__": False``.
+          out first, the same happens through ``truncateds``, and likewise at the terminal state
+          of a game exported by :func:`~bridges.openspiel_game.to_openspiel` whose env was
+          truncated (``state.is_truncated()``). Otherwise both hold only ``"__all__": False``.
         - **Simultaneous moves**: every acting player must send an action in the same
           ``step()``; players without legal actions at such a node are sent
           ``pyspiel.INVALID_ACTION``.
@@ -563,6 +564,10 @@ class OpenSpielEnv(MultiAgentEnv):
         (``how``: ``_GAME_OVER`` or ``_OUT_OF_STEPS``, when ``max_steps`` ran out)."""
         rewards = self._rewards()
         obs = self._final_obs()
+        if how == _GAME_OVER:  # a game exported by to_openspiel knows whether its env was truncated
+            truncated = getattr(self.state, "is_truncated", None)
+            if truncated is not None and truncated():
+                how = _OUT_OF_STEPS
         self.agents = []
         self._masks = {}
         self._now = _NO_TURN

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -41,6 +42,10 @@ from gymnasium import spaces
 from marl_core.env import ALL, AgentID, MultiAgentEnv
 from marl_core.errors import EnvContractError, UnsupportedEnvError
 from marl_core.spaces import OBS_KEY, action_mask_of, is_masked
+
+logger = logging.getLogger(__name__)
+# Exported games whose env ran past max_game_length (warned once per game name and process).
+_CUT_WARNED: set[str] = set()
 
 Dynamics = Literal["auto", "sequential", "simultaneous"]
 Utility = Literal["zero_sum", "constant_sum", "general_sum", "identical"]
@@ -193,10 +198,15 @@ def to_openspiel(
           action of its space when it has no mask. OpenSpiel actions are 0-based; an agent's
           ``Discrete(n, start)`` action ``start + k`` is OpenSpiel action ``k``.
         - **Rewards**: ``state.rewards()`` are the env's step rewards (agents not named get 0),
-          ``state.returns()`` their running sums; with ``reward_model="terminal"`` both are zero
-          until the end, where they are the sums. Nothing is lost or invented.
+          ``state.returns()`` their running sums; with ``reward_model="terminal"``, ``rewards()``
+          is zero until the end, where it is the sums, and ``returns()`` is still the running
+          sums (so a game cut short pays what the env paid). Nothing is lost or invented.
         - **"__all__"**: the game is terminal when the env sets ``"__all__"`` in terminateds or
-          truncateds, or after ``max_game_length`` steps.
+          truncateds, or after ``max_game_length`` steps (logged as a warning, once per game).
+          OpenSpiel has no truncation; ``state.is_truncated()`` tells (and
+          :class:`~bridges.openspiel.OpenSpielEnv` then reports truncation, not termination).
+          Agents that end before the game does simply have no more turns: OpenSpiel gives every
+          player its final observation at the end.
         - **Observations**: a player's observation is the last one its agent received (zeros or
           ``""`` before the first); the tensor is its ``"observation"`` entry flattened, provided
           when every agent observes a Box of the same size. The information state string lists
@@ -420,6 +430,7 @@ class _Position:
             self.rewards = [0.0] * count
             self.returns = [0.0] * count
             self.done = False
+            self.truncated = False
             self.steps = 0
             replay, self.replay = self.replay, []
             if len(self.spec.seeds) == 1:
@@ -478,9 +489,17 @@ class _Position:
                 step_rewards[self._player(agent_id, "reward")] += float(reward)
         self.returns = [total + reward for total, reward in zip(self.returns, step_rewards, strict=True)]
         self.rewards = step_rewards
-        self.done = bool(
-            terminateds.get(ALL, False) or truncateds.get(ALL, False) or self.steps >= self.spec.max_game_length
-        )
+        terminated, truncated = bool(terminateds.get(ALL, False)), bool(truncateds.get(ALL, False))
+        cut = not (terminated or truncated) and self.steps >= self.spec.max_game_length
+        self.done = terminated or truncated or cut
+        self.truncated = self.done and not terminated
+        if cut and self.spec.export.get("name") not in _CUT_WARNED:
+            _CUT_WARNED.add(self.spec.export.get("name"))
+            logger.warning(
+                "%s: the env's episode was cut at max_game_length=%d steps (the game ends there, as "
+                "truncated); pass a larger max_game_length to to_openspiel to play it out",
+                self.spec.export.get("name"), self.spec.max_game_length,
+            )
         ended = {a for a in obs if terminateds.get(a, False) or truncateds.get(a, False)}
         self._observe(obs, ended)
 
@@ -557,6 +576,13 @@ class _EnvState(pyspiel.State):
         """Whether the env ended the episode (or ``max_game_length`` ran out)."""
         return self._position.ready().done
 
+    def is_truncated(self) -> bool:
+        """Whether the episode ended by truncation: the env's ``"__all__"`` truncation (without
+        termination), or ``max_game_length`` ran out. OpenSpiel has no such flag;
+        :class:`~bridges.openspiel.OpenSpielEnv` reads this one, so truncation survives a round trip."""
+        position = self._position.ready()
+        return position.done and position.truncated
+
     def rewards(self) -> list[float]:
         """The last transition's rewards (with terminal rewards: the sums at the end, else zeros)."""
         position = self._position.ready()
@@ -565,11 +591,9 @@ class _EnvState(pyspiel.State):
         return list(position.rewards)
 
     def returns(self) -> list[float]:
-        """Each player's summed rewards so far (with terminal rewards: zeros until the end)."""
-        position = self._position.ready()
-        if position.spec.terminal_rewards and not position.done:
-            return [0.0] * len(position.returns)
-        return list(position.returns)
+        """Each player's summed rewards so far, in both reward models (a game cut short, as by
+        :class:`~bridges.openspiel.OpenSpielEnv`'s ``max_steps``, still pays what the env paid)."""
+        return list(self._position.ready().returns)
 
     def __str__(self) -> str:
         return f"{self.get_game().get_type().short_name} after {self._position.replay}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
 import pickle
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from examples.tic_tac_toe import TicTacToe
 from marl_core.conformance import check_env
 from marl_core.env import MultiAgentEnv
 from marl_core.errors import EnvContractError, IllegalActionError, UnsupportedEnvError
+from marl_core.rollout import play
 from tests.fixtures.envs import HeterogeneousSpacesEnv, IrregularOrderEnv, JoinLeaveEnv
 
 
@@ -218,6 +220,73 @@ def test_rewards_and_returns_in_both_reward_models() -> None:
             assert seen[1][1 - first] == -5.0
         else:
             assert all(r == [0.0, 0.0] for r in seen[:-1]) and seen[-1] == expected
+
+
+class _PaysEveryStep(MultiAgentEnv):
+    """One agent paid 1.0 per step; the episode is truncated after ``config["length"]`` steps."""
+
+    def __init__(self, config=None) -> None:
+        super().__init__()
+        self.length = (config or {}).get("length", 10)
+        self.possible_agents = ["a"]
+        self.observation_spaces = {"a": gym.spaces.Box(0, 1e6, (1,), np.float32)}
+        self.action_spaces = {"a": gym.spaces.Discrete(2)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a"]
+        return {"a": np.zeros(1, np.float32)}, {}
+
+    def step(self, actions):
+        self.t += 1
+        over = self.t >= self.length
+        if over:
+            self.agents = []
+        return ({"a": np.full(1, self.t, np.float32)}, {"a": 1.0}, {"__all__": False},
+                {"__all__": over, "a": over}, {})
+
+
+def _play_out(env) -> tuple[float, dict, dict, int]:
+    env.reset(seed=0)
+    total, steps = 0.0, 0
+    while True:
+        _, rewards, terminateds, truncateds, _ = env.step({"player_0": 0})  # OpenSpielEnv names players
+        total, steps = total + rewards["player_0"], steps + 1
+        if terminateds["__all__"] or truncateds["__all__"]:
+            return total, terminateds, truncateds, steps
+
+
+def test_truncation_survives_a_round_trip_and_termination_stays_termination() -> None:
+    game = to_openspiel(_PaysEveryStep, name="test_truncated_pays")
+    total, terminateds, truncateds, steps = _play_out(OpenSpielEnv(game))
+    assert (total, steps) == (10.0, 10)
+    assert truncateds == {"player_0": True, "__all__": True} and terminateds == {"player_0": False, "__all__": False}
+    state = game.new_initial_state()
+    while not state.is_terminal():
+        state.apply_action(0)
+    assert state.is_truncated() and state.returns() == [10.0]
+    last = list(play(OpenSpielEnv(round_trip_game()), seed=0))[-1]  # tic-tac-toe ends by termination
+    assert last.terminateds["__all__"] and not last.truncateds["__all__"]
+
+
+def test_an_episode_cut_at_max_game_length_ends_truncated_with_a_warning_once(caplog) -> None:
+    game = to_openspiel(lambda: _PaysEveryStep({"length": 50}), name="test_cut_pays", max_game_length=5)
+    with caplog.at_level(logging.WARNING, logger="bridges.openspiel_game"):
+        for _ in range(2):
+            total, terminateds, truncateds, steps = _play_out(OpenSpielEnv(game))
+            assert (total, steps, truncateds["__all__"], terminateds["__all__"]) == (5.0, 5, True, False)
+    assert [r.getMessage() for r in caplog.records] == [
+        "test_cut_pays: the env's episode was cut at max_game_length=5 steps (the game ends there, as truncated); "
+        "pass a larger max_game_length to to_openspiel to play it out"]
+
+
+def test_a_terminal_reward_game_cut_short_by_max_steps_still_pays_what_the_env_paid() -> None:
+    # returns() of a terminal-reward export stayed zero until the end: a truncated episode paid 0.
+    game = to_openspiel(_PaysEveryStep, name="test_terminal_cut_short", reward_model="terminal")
+    total, _, truncateds, steps = _play_out(OpenSpielEnv(game, max_steps=4))
+    assert (total, steps, truncateds["__all__"]) == (4.0, 4, True)
+    total, _, truncateds, steps = _play_out(OpenSpielEnv(game))
+    assert (total, steps, truncateds["__all__"]) == (10.0, 10, True)
 
 
 def test_observations_and_information_states() -> None:
