@@ -29,6 +29,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from bridges.wrapping import require_multi_agent_env
 from marl_core.env import (
     ALL,
     COMMON,
@@ -288,8 +289,15 @@ def from_gymnasium(
 def to_gymnasium(env: MultiAgentEnv) -> gym.Env:
     """A one-agent MultiAgentEnv as a ``gymnasium.Env`` (see :class:`SingleAgentEnv`).
 
-    A :class:`GymnasiumEnv` (made by :func:`from_gymnasium` without a mask) is unwrapped instead.
+    A :class:`GymnasiumEnv` made by :func:`from_gymnasium` with its defaults (agent ``"agent_0"``,
+    no mask) is unwrapped instead; any other keeps its agent id through ``from_gymnasium`` of the
+    result, so the two functions undo each other.
+
+    Raises:
+        UnsupportedEnvError: ``env`` is not one of our MultiAgentEnvs.
+        SpaceError: it has more or fewer than one possible agent.
     """
-    if isinstance(env, GymnasiumEnv) and env.mask_info_key is None:
+    if isinstance(env, GymnasiumEnv) and env.mask_info_key is None and env.agent_id == "agent_0":
         return env.env
+    require_multi_agent_env(env, "to_gymnasium", "gymnasium")
     return SingleAgentEnv(env)

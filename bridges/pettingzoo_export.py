@@ -38,6 +38,7 @@ from typing import Any
 import gymnasium as gym
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
+from bridges.wrapping import require_multi_agent_env
 from marl_core.env import ALL, COMMON, AgentID, MultiAgentEnv
 from marl_core.errors import (
     EnvContractError,
@@ -418,6 +419,7 @@ def to_aec(env: MultiAgentEnv, *, check_legal: bool = True) -> AECEnv:
 
     if type(env) is PettingZooEnv:
         return env.env
+    require_multi_agent_env(env, "to_aec", "pettingzoo-aec")
     return MultiAgentAECEnv(env, check_legal=check_legal)
 
 
@@ -433,4 +435,5 @@ def to_parallel(env: MultiAgentEnv, *, check_legal: bool = True) -> ParallelEnv:
 
     if type(env) is ParallelPettingZooEnv:
         return env.env
+    require_multi_agent_env(env, "to_parallel", "pettingzoo-parallel")
     return MultiAgentParallelEnv(env, check_legal=check_legal)

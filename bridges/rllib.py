@@ -31,6 +31,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from bridges.wrapping import require_multi_agent_env
 from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
 from marl_core.errors import (
     DependencyNotInstalled,
@@ -314,15 +315,11 @@ def to_rllib(env: MultiAgentEnv) -> Any:
     ``check_legal=False`` for that check, or disable the check.
 
     Raises:
-        SpaceError: ``env`` is not one of our MultiAgentEnvs.
+        UnsupportedEnvError: ``env`` is not one of our MultiAgentEnvs.
     """
     if isinstance(env, RLlibEnv):
         return env.env
-    if not isinstance(env, MultiAgentEnv):
-        raise SpaceError(
-            f"to_rllib needs a marl_core MultiAgentEnv, received {type(env).__module__}.{type(env).__qualname__}; "
-            f"use bridges.wrap(obj) first for foreign envs"
-        )
+    require_multi_agent_env(env, "to_rllib", "rllib")
     return RLlibMultiAgentEnvAdapter(env)
 
 

@@ -38,7 +38,7 @@ from marl_core.errors import UnsupportedEnvError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SUPPORTED", "bridge_name", "wrap"]
+__all__ = ["SUPPORTED", "bridge_name", "require_multi_agent_env", "wrap"]
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,28 @@ def bridge_name(obj: Any) -> str | None:
         if kind.matches(obj):
             return kind.name
     return None
+
+
+def require_multi_agent_env(env: Any, exporter: str, gives: str) -> None:
+    """Raise unless ``env`` is our MultiAgentEnv, as the exporters (``to_aec``, ``to_parallel``,
+    ``to_rllib``, ``to_gymnasium``) need; for a foreign env the message names its bridge, or
+    says that it already is what ``exporter`` gives (``gives``: the name of that kind in
+    :data:`SUPPORTED`).
+
+    Raises:
+        UnsupportedEnvError: ``env`` is not a marl_core MultiAgentEnv.
+    """
+    if isinstance(env, MultiAgentEnv):
+        return
+    kind = next((kind for kind in SUPPORTED if kind.matches(env)), None)
+    received = f"{type(env).__module__}.{type(env).__qualname__}"
+    if kind is None:
+        hint = "; build one, or bridge a foreign env in with bridges.wrap(env)"
+    elif kind.name == gives:
+        hint = f"; it already is {kind.description.split(' (')[0]}: use it as it is"
+    else:
+        hint = f"; it is {kind.description}: bridge it in first (bridges.wrap(env) does)"
+    raise UnsupportedEnvError(f"{exporter} takes a marl_core MultiAgentEnv, received {received}{hint}")
 
 
 def wrap(obj: Any) -> MultiAgentEnv:

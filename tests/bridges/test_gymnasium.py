@@ -384,3 +384,6 @@ def test_the_two_directions_undo_each_other() -> None:
     renamed = from_gymnasium(to_gymnasium(multi), agent_id="pole")
     assert isinstance(renamed, GymnasiumEnv) and renamed.possible_agents == ["pole"]
     assert "GymnasiumEnv" in str(ours) and "CartPole" in str(ours)
+    # An env with its own agent id keeps it: to_gymnasium unwrapped it, and from_gymnasium named it agent_0.
+    cart = from_gymnasium(gym.make("CartPole-v1"), agent_id="cart")
+    assert from_gymnasium(to_gymnasium(cart)) is cart

@@ -24,6 +24,7 @@ from marl_core.errors import (
     SpaceError,
     UnexpectedActionError,
     UnknownAgentError,
+    UnsupportedEnvError,
 )
 from tests.fixtures import rllib_seed_envs
 from tests.fixtures.envs import CORRECT_ENVS
@@ -262,5 +263,5 @@ def test_the_two_directions_undo_each_other() -> None:
     assert from_rllib(to_rllib(ours)) is ours
     raw = RLlibRPS({})
     assert to_rllib(from_rllib(raw)) is raw
-    with pytest.raises(SpaceError, match=r"use bridges.wrap"):
+    with pytest.raises(UnsupportedEnvError, match=r"it already is an RLlib MultiAgentEnv: use it as it is"):
         to_rllib(RLlibRPS({}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -149,3 +150,35 @@ def test_marl_check_command_line_takes_a_factory_of_a_foreign_env() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK, 0 errors" in result.stdout
+
+
+def _foreign_envs() -> dict[str, object]:
+    import pyspiel
+    from pettingzoo.classic import rps_v2, tictactoe_v3
+
+    return {"aec": tictactoe_v3.env(), "parallel": rps_v2.parallel_env(), "gymnasium": gym.make("CartPole-v1"),
+            "game": pyspiel.load_game("tic_tac_toe"), "int": 42}
+
+
+@pytest.mark.parametrize(
+    ("exporter", "native"),
+    [("to_aec", "aec"), ("to_parallel", "parallel"), ("to_rllib", None), ("to_gymnasium", "gymnasium")],
+)
+def test_exporters_refuse_what_is_not_our_env_and_say_what_it_is(exporter: str, native: str | None) -> None:
+    # to_aec(tictactoe_v3.env()) was accepted and failed at reset() with an unrelated TypeError.
+    convert = getattr(bridges, exporter)
+    expected = {
+        "aec": "it is a PettingZoo AECEnv (bridges.pettingzoo.PettingZooEnv): bridge it in first",
+        "parallel": "it is a PettingZoo ParallelEnv (bridges.pettingzoo.ParallelPettingZooEnv): bridge it in first",
+        "gymnasium": "it is a single-agent gymnasium.Env (bridges.gymnasium.from_gymnasium): bridge it in first",
+        "game": "it is a pyspiel.Game (bridges.openspiel.OpenSpielEnv): bridge it in first",
+        "int": "builtins.int; build one, or bridge a foreign env in with bridges.wrap(env)",
+    }
+    already = {"aec": "it already is a PettingZoo AECEnv: use it as it is",
+               "parallel": "it already is a PettingZoo ParallelEnv: use it as it is",
+               "gymnasium": "it already is a single-agent gymnasium.Env: use it as it is"}
+    for name, env in _foreign_envs().items():
+        words = already[name] if name == native else expected[name]
+        with pytest.raises(UnsupportedEnvError, match=rf"^{exporter} takes a marl_core MultiAgentEnv, received .*"
+                                                      rf"{re.escape(words)}"):
+            convert(env)
