@@ -32,7 +32,16 @@ import gymnasium as gym
 import numpy as np
 
 from bridges.wrapping import require_multi_agent_env
-from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
+from marl_core.env import (
+    ALL,
+    COMMON,
+    AgentID,
+    MultiAgentDict,
+    MultiAgentEnv,
+    ObsDict,
+    StepResult,
+    scalar_reward,
+)
 from marl_core.errors import (
     DependencyNotInstalled,
     EnvContractError,
@@ -98,7 +107,9 @@ class RLlibEnv(MultiAgentEnv):
           :func:`marl_core.make_multi_agent`), other ids ``str(id)``. Two ids that would collide
           raise :class:`~marl_core.errors.EnvContractError`.
         - **Rewards:** every reward the env emits is passed on as a float, for any agent, acting
-          or not; none is added, dropped or delayed.
+          or not; none is added, dropped or delayed. A reward that is not one number (a vector,
+          a bool, a string) is an :class:`~marl_core.errors.EnvContractError` naming the agent,
+          after which the env needs a reset.
         - **Dead agents / "__all__":** flags pass through; a missing ``truncateds["__all__"]``
           means False (RLlib's own reading) and is added; a missing ``terminateds["__all__"]``
           breaks RLlib's contract and raises :class:`~marl_core.errors.EnvContractError`.
@@ -221,7 +232,12 @@ class RLlibEnv(MultiAgentEnv):
                 f"(obs, rewards, terminateds, truncateds, infos)"
             )
         obs = self._convert(result[0], "observations")
-        rewards = {a: float(r) for a, r in self._convert(result[1], "rewards").items()}
+        try:
+            rewards = {a: scalar_reward(a, r, type(self.env).__name__)
+                       for a, r in self._convert(result[1], "rewards").items()}
+        except EnvContractError:  # the env has stepped past a reward we cannot pass on
+            self.agents, self._acting, self._running = [], [], False
+            raise
         terminateds = self._convert(result[2], "terminateds")
         truncateds = self._convert(result[3], "truncateds")
         infos = self._convert(result[4], "infos")

@@ -172,6 +172,25 @@ def test_contract_breaks_of_the_rllib_env_are_named() -> None:
         from_rllib(_CollidingIds())
 
 
+class _VectorReward(RLlibRPS):
+    """Broken on purpose: a multi-objective reward vector for player2."""
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        return obs, {**rewards, "player2": np.array([1.0, 2.0])}, terminateds, truncateds, infos
+
+
+def test_a_reward_that_is_not_one_number_is_named_and_the_episode_needs_a_reset() -> None:
+    # It was a bare TypeError ("only 0-dimensional arrays can be converted to Python scalars").
+    env = from_rllib(_VectorReward({}))
+    env.reset(seed=0)
+    with pytest.raises(EnvContractError, match=r"_VectorReward gave agent 'player2' a reward that is not one number: "
+                                               r"array\(\[1\., 2\.\]\)"):
+        env.step({"player1": 0, "player2": 0})
+    with pytest.raises(ResetNeededError):
+        env.step({"player1": 0, "player2": 0})
+
+
 @pytest.mark.parametrize("kind", ["observation", "action"])
 def test_the_space_of_an_unknown_agent_is_an_unknown_agent_error(kind: str) -> None:
     # RLlib's own lookup raises a bare KeyError here.
