@@ -57,7 +57,9 @@ class MultiAgentEnv(gym.Env):
 
     Subclasses set ``possible_agents`` (every agent that may ever appear), ``agents`` (those alive
     now) and per-agent spaces, either as the ``observation_spaces`` / ``action_spaces`` dicts or by
-    overriding :meth:`get_observation_space` / :meth:`get_action_space` (useful with many agents).
+    overriding :meth:`get_observation_space` / :meth:`get_action_space` (useful with many agents);
+    one ``observation_space`` / ``action_space`` (RLlib's old API stack: a Dict keyed by agent ids,
+    or a space every agent shares) is read as RLlib reads it.
     They implement :meth:`reset` and :meth:`step`.
 
     Semantics:
@@ -89,16 +91,23 @@ class MultiAgentEnv(gym.Env):
     def get_observation_space(self, agent_id: AgentID) -> gym.Space:
         """The observation space of ``agent_id``.
 
+        From ``observation_spaces``; without it, as on RLlib's old API stack, from
+        ``observation_space``: its entry for the agent when it is a ``Dict`` keyed by agent ids,
+        else that one space for every agent.
+
         Raises:
             UnknownAgentError: ``agent_id`` has no observation space.
+            SpaceError: the env defines no observation spaces at all.
         """
         return self._space_of(agent_id, self.observation_spaces, "observation")
 
     def get_action_space(self, agent_id: AgentID) -> gym.Space:
-        """The action space of ``agent_id``.
+        """The action space of ``agent_id`` (from ``action_spaces``, else ``action_space`` as
+        :meth:`get_observation_space` reads ``observation_space``).
 
         Raises:
             UnknownAgentError: ``agent_id`` has no action space.
+            SpaceError: the env defines no action spaces at all.
         """
         return self._space_of(agent_id, self.action_spaces, "action")
 
@@ -106,14 +115,26 @@ class MultiAgentEnv(gym.Env):
         self, agent_id: AgentID, spaces: Mapping[AgentID, gym.Space] | None, kind: str
     ) -> gym.Space:
         if spaces is None:
-            raise SpaceError(
-                f"{type(self).__name__} defines no {kind} spaces: set self.{kind}_spaces to a dict "
-                f"keyed by agent id, or override get_{kind}_space(agent_id)"
-            )
+            return self._single_space_of(agent_id, kind)
         try:
             return spaces[agent_id]
         except KeyError:
             raise UnknownAgentError(agent_id, spaces.keys(), what=f"agent id (no {kind} space)") from None
+
+    def _single_space_of(self, agent_id: AgentID, kind: str) -> gym.Space:
+        """RLlib's older form: one ``{kind}_space``, per agent (a Dict keyed by them) or shared."""
+        space = self.__dict__.get(f"{kind}_space", getattr(type(self), f"{kind}_space", None))
+        if not isinstance(space, gym.Space):
+            raise SpaceError(
+                f"{type(self).__name__} defines no {kind} spaces: set self.{kind}_spaces to a dict "
+                f"keyed by agent id, or override get_{kind}_space(agent_id)"
+            )
+        if isinstance(space, gym.spaces.Dict):
+            if agent_id in space.spaces:
+                return space[agent_id]
+            if set(space.spaces) & set(self.possible_agents):  # keyed by agent ids, not this one's
+                raise UnknownAgentError(agent_id, space.spaces.keys(), what=f"agent id (no {kind} space)")
+        return space
 
     @property
     def num_agents(self) -> int:

@@ -92,6 +92,48 @@ def test_missing_spaces_say_how_to_fix() -> None:
         NoSpaces().get_observation_space("a")
 
 
+class OldApiStackSpaces(MultiAgentEnv):
+    """Spaces as RLlib's old API stack declares them: one ``observation_space`` Dict keyed by
+    agent ids, and one ``action_space`` shared by every agent."""
+
+    def __init__(self, config=None) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = ["a", "b"]
+        self.observation_space = gym.spaces.Dict({"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(0, 1, (2,))})
+        self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return {"a": 0, "b": np.zeros(2, np.float32)}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        obs = {"a": self.t % 3, "b": np.ones(2, np.float32)}
+        return obs, {"a": float(action_dict["a"]), "b": 0.0}, {ALL: self.t >= 5}, {ALL: False}, {}
+
+
+def test_spaces_declared_as_on_rllibs_old_api_stack_are_read_as_rllib_reads_them() -> None:
+    # Such envs run on RLlib 2.60 and raised "defines no action spaces" here.
+    env = OldApiStackSpaces()
+    assert env.get_observation_space("a") == gym.spaces.Discrete(3)
+    assert env.get_observation_space("b") == gym.spaces.Box(0, 1, (2,))
+    assert env.get_action_space("a") == env.get_action_space("b") == gym.spaces.Discrete(2)
+    with pytest.raises(UnknownAgentError, match="'c'"):
+        env.get_observation_space("c")
+    assert rollout(OldApiStackSpaces(), seed=0).lengths == {"a": 5, "b": 5}
+    from marl_core.conformance import check_env
+
+    assert check_env(OldApiStackSpaces, seed=0).ok
+
+    class SharedDictObservation(OldApiStackSpaces):  # a Dict observation every agent shares
+        def __init__(self, config=None) -> None:
+            super().__init__()
+            self.observation_space = gym.spaces.Dict({"x": gym.spaces.Discrete(2)})
+
+    assert SharedDictObservation().get_observation_space("b") == gym.spaces.Dict({"x": gym.spaces.Discrete(2)})
+
+
 def test_spaces_set_before_super_init_are_kept() -> None:
     class Early(MultiAgentEnv):
         def __init__(self) -> None:
