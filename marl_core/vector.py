@@ -165,6 +165,7 @@ class VectorMultiAgentEnv:
         self._action_spaces: list[dict[AgentID, gym.Space]] = [{} for _ in range(self.num_envs)]
         self._observation_spaces: dict[AgentID, gym.Space] = {}
         self._was_reset = False
+        self._why_reset = "called before reset()"  # what step() says until the next reset()
         self._broken: str | None = None
         self._closed = False
         self._envs: list[MultiAgentEnv] = []
@@ -229,7 +230,7 @@ class VectorMultiAgentEnv:
         """Step every env with its action dict (autoresetting ended envs); see the class doc."""
         self._check_usable()
         if not self._was_reset:
-            raise ResetNeededError("VectorMultiAgentEnv.step() called before reset()")
+            raise ResetNeededError(f"VectorMultiAgentEnv.step() {self._why_reset}")
         if len(action_list) != self.num_envs:
             raise VectorEnvError(
                 f"step() needs one action dict per env ({self.num_envs}), received {len(action_list)}"
@@ -366,9 +367,10 @@ class VectorMultiAgentEnv:
                 return [self._sync_execute(i, command, payload) for i, (command, payload) in enumerate(commands)]
             replies = self._collect(self._workers.request(dict(enumerate(commands))))
             return [replies[index] for index in range(self.num_envs)]
-        except VectorEnvError:
+        except VectorEnvError as error:
             self._needs_reset = [True] * self.num_envs
             self._was_reset = False
+            self._why_reset = f"needs reset() after the error of its last call ({str(error).splitlines()[0]})"
             raise
 
     def _sync_execute(self, index: int, command: str, payload: Any) -> Any:
@@ -438,6 +440,7 @@ class VectorMultiAgentEnv:
         index = min(failed)
         self._needs_reset = [True] * self.num_envs
         self._was_reset = False
+        self._why_reset = f"needs reset() after env {index} could not be rebuilt"
         raise VectorEnvError(
             f"env {index} could not be rebuilt in {self.max_rebuild_attempts} attempts; last error:\n{failed[index]}",
             index,

@@ -476,7 +476,9 @@ def test_sub_env_exception_names_the_env_and_needs_reset(mode: str, num_workers:
             assert isinstance(info.value.__cause__, RuntimeError)
         else:
             assert isinstance(info.value.__cause__, RuntimeError)
-        with pytest.raises(ResetNeededError):
+        # It said "step() called before reset()" although reset() had been called.
+        with pytest.raises(ResetNeededError, match=r"VectorMultiAgentEnv.step\(\) needs reset\(\) after the error "
+                                                   r"of its last call \(env 1 raised RuntimeError: boom at move 2"):
             venv.step([{"player1": 0, "player2": 0}] * 3)
         obs_list, _ = venv.reset(seed=0)
         assert obs_list == [{"player1": 0, "player2": 0}] * 3
