@@ -95,6 +95,9 @@ def _as_callable(policy: Policy | None, env: MultiAgentEnv, seed: int | None) ->
             return chosen(observation)
 
         return by_agent
+    if not callable(policy):
+        raise TypeError(f"a policy is a callable (agent_id, observation) -> action, or a dict of callables "
+                        f"(observation -> action) by agent id; received {policy!r}")
     return policy
 
 

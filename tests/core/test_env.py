@@ -281,6 +281,9 @@ def test_a_key_error_inside_a_policy_is_the_policys_own() -> None:
 def test_a_policy_that_is_not_callable_is_refused_before_the_episode() -> None:
     with pytest.raises(TypeError, match=r"a policy per agent must be a callable .*\{'player1': None\}"):
         rollout(RockPaperScissors(), {"player1": None, "player2": lambda obs: 1}, seed=0)
+    with pytest.raises(TypeError, match=r"a policy is a callable \(agent_id, observation\) -> action, or a dict of "
+                                        r"callables .*; received 42"):
+        rollout(RockPaperScissors(), 42, seed=0)  # it was "'int' object is not callable" from inside the loop
 
 
 def test_rollout_stops_at_max_steps() -> None:
