@@ -2,7 +2,9 @@
 
 :func:`from_gymnasium` turns any ``gymnasium.Env`` into a MultiAgentEnv with one agent;
 :func:`to_gymnasium` turns a MultiAgentEnv with exactly one possible agent back into a
-``gymnasium.Env`` that passes ``gymnasium.utils.env_checker.check_env``. The two undo each other.
+``gymnasium.Env`` that passes ``gymnasium.utils.env_checker.check_env``, except an env that refuses
+masked actions: that checker steps with unmasked samples of the action space, so build such an env
+with ``check_legal=False`` to check it. The two undo each other.
 For N independent copies of a Gymnasium env use :func:`marl_core.make_multi_agent`.
 
 Example:
