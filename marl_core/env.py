@@ -343,6 +343,15 @@ def scalar_reward(agent_id: AgentID, reward: Any, source: Any) -> float:
         ) from None
 
 
+def copy_seed(seed: int, index: int) -> int:
+    """The seed of copy ``index`` of :func:`make_multi_agent`'s env reset with ``seed``: ``seed``
+    itself for copy 0 (one copy plays as the env alone would), else 31 bits drawn from numpy's
+    ``SeedSequence([seed, index])`` (``seed + index`` made copies of vectorized envs twins)."""
+    if index == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0] >> 1)
+
+
 def make_multi_agent(
     env_name_or_creator: str | Callable[[dict[str, Any]], gym.Env],
 ) -> type[MultiAgentEnv]:
@@ -352,7 +361,9 @@ def make_multi_agent(
     config keys go to the creator (called as ``creator(config)``) or to ``gymnasium.make(name,
     **kwargs)``. Agents are ``"agent_0"``, ..., ``"agent_{N-1}"``. Every live agent acts at every
     step; an agent ends when its copy terminates or truncates, the episode when all have ended.
-    ``reset(seed=s)`` seeds copy ``i`` with ``s + i``.
+    ``reset(seed=s)`` seeds copy 0 with ``s`` and copy ``i`` with ``copy_seed(s, i)``,
+    drawn from both, so no copy shares a seed with copy 0 of an env seeded ``s + j`` (the envs of
+    a vector are).
 
     Example:
         >>> from marl_core import make_multi_agent
@@ -396,7 +407,7 @@ def make_multi_agent(
             seed = seed_value(seed)  # a Python int: Gymnasium refuses numpy's
             obs, infos = {}, {}
             for i, (agent_id, env) in enumerate(zip(self.possible_agents, self.envs, strict=True)):
-                o, info = env.reset(seed=None if seed is None else seed + i, options=options)
+                o, info = env.reset(seed=None if seed is None else copy_seed(seed, i), options=options)
                 obs[agent_id], infos[agent_id] = o, info
             self.agents = list(self.possible_agents)
             self._ended = set()

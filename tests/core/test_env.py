@@ -312,6 +312,18 @@ def test_random_policy_is_seeded_and_does_not_touch_the_global_rng() -> None:
 # make_multi_agent -----------------------------------------------------------------------------
 
 
+def test_copies_of_vectorized_make_multi_agent_envs_never_share_a_seed() -> None:
+    # Copy i was seeded s + i, and env j of a vector s + j: env 0's agent_1 and env 1's agent_0
+    # started every episode alike.
+    from marl_core.vector import VectorMultiAgentEnv
+
+    MultiCartPole = make_multi_agent("CartPole-v1")
+    with VectorMultiAgentEnv([lambda: MultiCartPole({"num_agents": 3})] * 3) as vector:
+        obs_list, _ = vector.reset(seed=0)
+    starts = [tuple(obs[a].tolist()) for obs in obs_list for a in sorted(obs)]
+    assert len(set(starts)) == 9
+
+
 def test_make_multi_agent_from_a_registered_name() -> None:
     MultiCartPole = make_multi_agent("CartPole-v1")
     env = MultiCartPole({"num_agents": 3})
@@ -320,7 +332,8 @@ def test_make_multi_agent_from_a_registered_name() -> None:
     assert sorted(obs) == ["agent_0", "agent_1", "agent_2"]
     for agent_id in obs:
         np.testing.assert_array_equal(obs[agent_id], again[agent_id])
-    assert not np.array_equal(obs["agent_0"], obs["agent_1"])  # copy i is seeded with seed + i
+    assert not np.array_equal(obs["agent_0"], obs["agent_1"])  # each copy has a seed of its own
+    np.testing.assert_array_equal(obs["agent_0"], gym.make("CartPole-v1").reset(seed=7)[0])  # copy 0: the seed
     transitions = list(play(env, seed=7))
     ended_at = {}
     for t in transitions[1:]:
