@@ -161,7 +161,7 @@ def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int]) -> tuple[Any
     if isinstance(space, spaces.Box):
         at[0] += int(np.prod(space.shape))
         value = np.clip(row[start : at[0]].reshape(space.shape), space.low, space.high)
-        return (value.astype(space.dtype),)
+        return (np.asarray(value, dtype=space.dtype),)  # 0-d arrays for shape (): np.clip gives a scalar
     return (tuple(_unflatten(sub, row, at)[0] for sub in space.spaces),)
 
 

@@ -59,6 +59,20 @@ def test_box_actions_are_clipped_for_the_env_and_log_probs_are_consistent():
     np.testing.assert_allclose(again.detach().numpy(), logp, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(), (2, 3)])
+def test_box_actions_reach_the_env_as_arrays_our_checks_accept(shape):
+    # A shape-() Box's actions came out as numpy scalars, which check_action (grouping, the
+    # Gymnasium bridge) refuses: "a float32 where the space needs a numpy array".
+    from marl_core.spaces import why_action_not_contained
+
+    space = gym.spaces.Box(-1, 1, shape, np.float32)
+    policy = _policy(BOX, space)
+    rows, _, _ = policy.act(np.zeros((8, 4), np.float32), explore=True, rng=np.random.default_rng(0))
+    for action in policy.layout.to_env(rows):
+        assert type(action) is np.ndarray and action.shape == shape and action.dtype == np.float32
+        assert why_action_not_contained(space, action) is None
+
+
 def test_box_actions_take_their_std_from_the_observation_without_free_log_std():
     space = gym.spaces.Tuple([gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)])
     obs = torch.as_tensor(np.random.default_rng(0).uniform(-1, 1, (2, 4)).astype(np.float32))
