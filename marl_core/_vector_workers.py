@@ -21,7 +21,7 @@ from typing import Any
 import cloudpickle
 
 from marl_core.env import ALL, MultiAgentEnv
-from marl_core.errors import VectorEnvError
+from marl_core.errors import EnvContractError, VectorEnvError
 
 logger = logging.getLogger(__name__)
 
@@ -44,26 +44,67 @@ def rebuild(envs: list[MultiAgentEnv], local: int, factory: Callable[[], MultiAg
     except Exception:
         logger.debug("closing a failed env raised", exc_info=True)
     envs[local] = factory()
-    return envs[local].reset(seed=seed, options=options)
+    return checked_reset(envs[local], envs[local].reset(seed=seed, options=options))
+
+
+def _is_dict(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)
+
+
+def _shape(result: Any) -> str:
+    if isinstance(result, tuple):
+        return f"a tuple of {len(result)} ({', '.join(type(part).__name__ for part in result)})"
+    return f"a {type(result).__name__}"
+
+
+def checked_reset(env: MultiAgentEnv, result: Any) -> Any:
+    """``result`` of ``env.reset()`` if it is ``(obs, infos)`` with someone to act; else raise."""
+    if not (type(result) is tuple and len(result) == 2 and _is_dict(result[0]) and _is_dict(result[1])):
+        raise EnvContractError(f"{type(env).__name__}.reset() returned {_shape(result)}; expected (obs, infos), "
+                               "two dicts keyed by agent id")
+    if not result[0]:
+        raise EnvContractError(f"{type(env).__name__}.reset() asked no agent to act (empty obs dict)")
+    return result
+
+
+def checked_step(env: MultiAgentEnv, result: Any) -> Any:
+    """``result`` of ``env.step()`` if it is the five dicts, with ``"__all__"`` in terminateds and
+    someone to act when the episode goes on; else raise (an env that breaks these would be
+    stepped with empty action dicts forever)."""
+    if not (type(result) is tuple and len(result) == 5 and all(map(_is_dict, result))):
+        raise EnvContractError(f"{type(env).__name__}.step() returned {_shape(result)}; expected (obs, rewards, "
+                               "terminateds, truncateds, infos), five dicts keyed by agent id")
+    obs, _, terminateds, truncateds, _ = result
+    if ALL not in terminateds:
+        raise EnvContractError(f"{type(env).__name__}.step() returned terminateds without '__all__' (keys: "
+                               f"{list(terminateds)}); '__all__' says whether the episode ended")
+    if not (terminateds[ALL] or truncateds.get(ALL, False)):
+        for agent_id in obs:
+            if not (terminateds.get(agent_id) or truncateds.get(agent_id)):
+                return result
+        raise EnvContractError(
+            f"{type(env).__name__}.step() asks no agent to act and does not end the episode (its obs dict "
+            f"holds {list(obs)}, '__all__' is False); set '__all__' when the last agent ends")
+    return result
 
 
 def execute(env: MultiAgentEnv, command: str, payload: Any) -> Any:
     """Run one command on ``env``: the same code in sync mode and in a worker process."""
     if command == "step":
-        return env.step(payload)
+        return checked_step(env, env.step(payload))
     if command in ("step_reset", "step_reset_isolated"):  # same-step autoreset: the step, then a reset if it ended
-        result = env.step(payload)
-        if not (result[2].get(ALL, False) or result[3].get(ALL, False)):
+        result = checked_step(env, env.step(payload))
+        if not (result[2][ALL] or result[3].get(ALL, False)):
             return result, None
         if command == "step_reset":
-            return result, env.reset(seed=None, options=None)
+            return result, checked_reset(env, env.reset(seed=None, options=None))
         try:  # isolated (on_error="rebuild"): the ended episode's results must not be lost with the reset
-            return result, env.reset(seed=None, options=None)
+            return result, checked_reset(env, env.reset(seed=None, options=None))
         except Exception:
             return result, ResetFailure(traceback.format_exc())
     if command == "reset":
         seed, options = payload
-        return env.reset(seed=seed, options=options)
+        return checked_reset(env, env.reset(seed=seed, options=options))
     if command == "spaces":
         kind, agent_ids = payload
         space_of = env.get_action_space if kind == "action" else env.get_observation_space

@@ -544,8 +544,8 @@ def stack(observations: Sequence[Any]) -> Any:
     try:
         batch = np.asarray(observations)  # one call: much faster than np.stack for small rows
     except ValueError as error:
-        shapes = sorted({np.shape(observation) for observation in observations})
-        raise SpaceError(f"stack(): observations of different shapes {shapes} cannot be stacked") from error
+        shapes = ", ".join(sorted({_shape_text(observation) for observation in observations}))
+        raise SpaceError(f"stack(): observations of different shapes [{shapes}] cannot be stacked") from error
     if batch.dtype != object:
         return batch
     for row, observation in enumerate(observations):  # a dict, tuple or None beside plain values
@@ -554,8 +554,8 @@ def stack(observations: Sequence[Any]) -> Any:
     try:  # objects, or rows that are lists of different lengths: stack row by row
         return np.stack([np.asarray(observation) for observation in observations])
     except ValueError as error:
-        shapes = sorted({np.shape(observation) for observation in observations})
-        raise SpaceError(f"stack(): observations of different shapes {shapes} cannot be stacked") from error
+        shapes = ", ".join(sorted({_shape_text(observation) for observation in observations}))
+        raise SpaceError(f"stack(): observations of different shapes [{shapes}] cannot be stacked") from error
 
 
 def _describe(value: Any) -> str:
@@ -564,6 +564,15 @@ def _describe(value: Any) -> str:
     if isinstance(value, tuple):
         return f"a tuple of {len(value)}"
     return f"a {type(value).__name__}"
+
+
+def _shape_text(observation: Any) -> str:
+    """The shape of ``observation`` as numpy reads it, or what it is when numpy cannot read one
+    (a list of parts of different shapes: a Tuple observation sent as a list, say)."""
+    try:
+        return str(np.shape(observation))
+    except ValueError:
+        return f"a {type(observation).__name__} of {len(observation)} parts of different shapes"
 
 
 def gather(

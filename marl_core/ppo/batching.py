@@ -57,7 +57,13 @@ def as_dtype(space: spaces.Space, batch: Any) -> Any:
     if isinstance(batch, tuple):
         return tuple(as_dtype(space[i], value) for i, value in enumerate(batch))
     dtype = getattr(space, "dtype", None)
-    return batch if dtype is None or batch.dtype == dtype else batch.astype(dtype)
+    if dtype is None or batch.dtype == dtype:
+        return batch
+    cast = batch.astype(dtype)
+    # Into integers, a cast may change values (300.0 -> 44 in uint8, 0.7 -> 0): never silently.
+    if dtype.kind in "iub" and not np.array_equal(cast, batch):
+        raise ValueError(f"observations of dtype {batch.dtype} do not fit {space}'s dtype {dtype}")
+    return cast
 
 
 def is_image(space: spaces.Space) -> bool:

@@ -730,6 +730,56 @@ def test_after_an_interrupted_call_the_vector_says_it_was_interrupted() -> None:
     venv.close()
 
 
+class BrokenResultEnv(RockPaperScissors):
+    """Rock-paper-scissors that breaks the API as ``how`` says, from its second step on."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = super().reset(seed=seed, options=options)
+        if self.how == "reset_obs_only":
+            return obs
+        return ({}, infos) if self.how == "reset_nobody" else (obs, infos)
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if self.num_moves < 2:
+            return obs, rewards, terminateds, truncateds, infos
+        if self.how == "four":
+            return obs, rewards, terminateds, infos
+        if self.how == "no_all":
+            return obs, rewards, {"player1": False, "player2": False}, truncateds, infos
+        if self.how == "all_ended":  # every agent ends, but "__all__" stays False
+            return obs, rewards, {"player1": True, "player2": True, ALL: False}, truncateds, infos
+        return obs, rewards, terminateds, truncateds, infos
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("reset_obs_only", r"BrokenResultEnv.reset\(\) returned a dict; expected \(obs, infos\), two dicts"),
+        ("reset_nobody", r"BrokenResultEnv.reset\(\) asked no agent to act \(empty obs dict\)"),
+        ("four", r"BrokenResultEnv.step\(\) returned a tuple of 4 \(dict, dict, dict, dict\); expected \(obs, "
+                 r"rewards, terminateds, truncateds, infos\)"),
+        ("no_all", r"BrokenResultEnv.step\(\) returned terminateds without '__all__' \(keys: \['player1', "
+                   r"'player2'\]\)"),
+        ("all_ended", r"BrokenResultEnv.step\(\) asks no agent to act and does not end the episode \(its obs dict "
+                      r"holds \['player1', 'player2'\], '__all__' is False\)"),
+    ],
+)
+def test_results_that_break_the_api_are_named_not_stepped_on_forever(mode: str, how: str, message: str) -> None:
+    # These gave "'str' object has no attribute 'items'", "not enough values to unpack", or (the
+    # last two) an env stepped with empty action dicts forever.
+    with (VectorMultiAgentEnv([lambda: BrokenResultEnv(how)], mode) as venv,
+          pytest.raises(VectorEnvError, match=r"env 0 raised EnvContractError: " + message)):
+        venv.reset(seed=0)
+        for _ in range(3):
+            venv.step([{"player1": 0, "player2": 0}])
+
+
 # No orphan processes ------------------------------------------------------------------------
 
 
@@ -835,6 +885,8 @@ def test_stack_is_leaf_wise() -> None:
         ([np.float32(1), {"x": 1}], r"row 1 is a dict with keys \['x'\], row 0 a float32"),
         ([0, None], "row 1 is a NoneType, row 0 a int"),
         ([np.zeros(2), np.zeros(3)], r"different shapes \[\(2,\), \(3,\)\]"),
+        # A Tuple observation sent as a list: numpy cannot give its shape (this error path crashed).
+        ([[np.zeros(2), 3], [np.zeros(2), 4]], r"different shapes \[a list of 2 parts of different shapes\]"),
     ],
 )
 def test_stack_refuses_rows_that_do_not_match(rows: list, message: str) -> None:

@@ -225,7 +225,9 @@ def test_an_observation_the_policy_cannot_take_is_named_before_it_reaches_the_mo
 @pytest.mark.parametrize(
     ("observation", "match"),
     [(7, r"agent 'player2' in env 0: 7 is outside Discrete\(3\) \(valid: 0\.\.2\); agent 'player2' in env 1"),
-     (-1, r"agent 'player2' in env 0: -1 is outside Discrete\(3\)")],
+     (-1, r"agent 'player2' in env 0: -1 is outside Discrete\(3\)"),
+     # A float that an integer cast would have changed (1.5 -> 1) silently.
+     (1.5, r"agent 'player2' in env 0: .*1\.5.*Discrete\(3\)")],
 )
 def test_a_discrete_observation_outside_its_space_is_named(observation, match):
     sampler = _sampler(CorruptingRockPaperScissors, env_config={"obs": observation})
