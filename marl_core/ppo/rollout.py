@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from marl_core.env import ALL, AgentID, scalar_reward
-from marl_core.errors import ConfigError, EnvContractError, SpaceError
+from marl_core.errors import ConfigError, EnvContractError, InvalidActionError, SpaceError
 from marl_core.ppo.batching import as_dtype, index_obs, stack_obs
 from marl_core.ppo.gae import compute_gae
 from marl_core.ppo.numpy_policy import NumpyPolicy, runs_in_numpy
-from marl_core.spaces import same_layout, why_not_contained
+from marl_core.spaces import action_masks_of, check_action, same_layout, why_not_contained
 from marl_core.vector import VectorMultiAgentEnv, gather, scatter
 
 logger = logging.getLogger(__name__)
@@ -371,7 +371,10 @@ class Sampler:
                 lengths = episodes[index].lengths
                 lengths[agent_id] = lengths.get(agent_id, 0) + 1
             if policy_id in self._fixed:
-                actions_by_policy[policy_id] = [policy(observation) for observation in policy_batch.obs]
+                chosen = [policy(observation) for observation in policy_batch.obs]
+                for (_, agent_id), observation, action in zip(keys, policy_batch.obs, chosen, strict=True):
+                    self._check_fixed(policy_id, agent_id, observation, action)
+                actions_by_policy[policy_id] = chosen
                 continue
             try:
                 batch = as_dtype(policy.observation_space, policy_batch.obs)
@@ -404,6 +407,14 @@ class Sampler:
                 trajectory.values.append(float(values[row]))
                 trajectory.rewards.append(0.0)
         return scatter(actions_by_policy, batches, self.num_envs), count
+
+    def _check_fixed(self, policy_id: PolicyID, agent_id: AgentID, observation: Any, action: Any) -> None:
+        """Raise unless a fixed policy's ``action`` is in the agent's space and legal under its
+        mask: the vector does not check actions (the learned policies' are so by construction)."""
+        try:
+            check_action(agent_id, self.vector.get_action_space(agent_id), action, action_masks_of(observation))
+        except InvalidActionError as error:  # IllegalActionError too
+            raise ConfigError(f"fixed policy {policy_id!r} chose for agent {agent_id!r}: {error}") from error
 
     def _raise_for_observations(self, error: Exception) -> None:
         """Raise an :class:`EnvContractError` naming the acting agents whose observations are

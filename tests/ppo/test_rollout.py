@@ -248,6 +248,24 @@ def test_a_reward_that_is_not_a_finite_number_is_named(reward, match):
         sampler.sample(20)
 
 
+@pytest.mark.parametrize(
+    ("choose", "match"),
+    [(lambda observation: 7, r"fixed policy 'p' chose for agent 'first': invalid action for agent 'first': expected "
+                             r"an action in Discrete\(3\), received 7"),
+     (lambda observation: 2, r"fixed policy 'p' chose for agent 'first': illegal action for agent 'first': received 2, "
+                             r"legal actions now: \[0, 1\]")],
+)
+def test_a_fixed_policys_action_outside_the_space_or_masked_out_is_refused_by_name(choose, match):
+    # The vector does not check actions; a fixed policy's 7 or masked 2 reached envs that do not check either.
+    sampler = Sampler(TwoMoveGame, {}, 2, seed=0)
+    sampler.set_policies({"p": choose}, lambda agent_id, episode: "p", set())
+    with pytest.raises(ConfigError, match=match):
+        sampler.sample(4)
+    sampler = Sampler(TwoMoveGame, {}, 2, seed=0)
+    sampler.set_policies({"p": lambda observation: 1}, lambda agent_id, episode: "p", set())
+    assert sampler.sample(4)["env_steps"] == 4
+
+
 def test_a_mapping_fn_that_raises_is_named_with_the_agent_and_how_it_is_called():
     old_style = lambda agent_id, episode, worker: "p"  # noqa: E731  (RLlib's older signature)
     sampler = _sampler(TwoMoveGame, mapping=old_style)
