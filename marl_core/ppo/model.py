@@ -56,6 +56,7 @@ class Encoder(nn.Module):
             self.children_ = nn.ModuleList(Encoder(sub, model_config) for sub in members)
             self.out_size = sum(child.out_size for child in self.children_)
         elif is_image(space):
+            _check_convs_fit(space, model_config["conv_filters"])
             height, width, channels = space.shape
             layers: list[nn.Module] = []
             for out_channels, kernel, stride in model_config["conv_filters"]:
@@ -143,6 +144,22 @@ class ActionDist:
 
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}  # the names config.ACTIVATIONS lists
+
+
+def _check_convs_fit(space: spaces.Box, filters: Sequence[Sequence[int]]) -> None:
+    """Raise unless the ``conv_filters`` fit the image ``space`` (read as height, width, channels)."""
+    height, width, channels = space.shape
+    size = [height, width]
+    for layer, (_, kernel, stride) in enumerate(filters):
+        if min(size) < kernel:
+            looks_chw = channels > 4 and height <= 4
+            raise SpaceError(
+                f"the image observation {space} is read as (height, width, channels) = {space.shape}, and "
+                f"conv_filters {[list(f) for f in filters]} do not fit it: layer {layer}'s kernel is {kernel}x{kernel} "
+                f"and its input {size[0]}x{size[1]}. Pass model={{'conv_filters': [...]}} for "
+                f"{height}x{width} images" + (" (channels come last: this one looks channels-first; transpose it)"
+                                              if looks_chw else ", or observe a float Box to use the MLP"))
+        size = [(n - kernel) // stride + 1 for n in size]
 
 
 def _mlp(in_size: int, hiddens: Sequence[int], activation: str) -> tuple[nn.Sequential, int]:

@@ -118,6 +118,21 @@ def test_images_use_a_cnn_and_vectors_an_mlp():
     assert _policy(BOX, gym.spaces.Discrete(3)).module.encoder.cnn is None
 
 
+@pytest.mark.parametrize(
+    ("shape", "match"),
+    [((7, 7, 3), r"conv_filters \[\[32, 8, 4\], \[64, 4, 2\], \[64, 3, 1\]\] do not fit it: layer 0's kernel is "
+                 r"8x8 and its input 7x7\. Pass model=\{'conv_filters': \[\.\.\.\]\} for 7x7 images, or observe a float Box"),
+     ((4, 84, 84), r"layer 0's kernel is 8x8 and its input 4x84\. .*this one looks channels-first; transpose it"),
+     ((35, 35, 1), r"layer 2's kernel is 3x3 and its input 2x2")],
+)
+def test_images_the_default_convs_do_not_fit_are_refused_with_what_to_do(shape, match):
+    # They failed inside torch: "Kernel size can't be greater than actual input size".
+    with pytest.raises(SpaceError, match=match):
+        TorchPolicy(gym.spaces.Box(0, 255, shape, np.uint8), gym.spaces.Discrete(3), dict(DEFAULT_MODEL))
+    small = {**DEFAULT_MODEL, "conv_filters": [[16, 3, 1]]}
+    TorchPolicy(gym.spaces.Box(0, 255, (7, 7, 3), np.uint8), gym.spaces.Discrete(3), small)  # fits
+
+
 def test_dict_and_discrete_observations_are_encoded():
     space = gym.spaces.Dict({"pos": BOX, "mode": gym.spaces.Discrete(3), "grid": gym.spaces.MultiDiscrete([2, 5])})
     policy = _policy(space, gym.spaces.Discrete(2))
