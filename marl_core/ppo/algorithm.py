@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl_core.errors import ConfigError, MultiAgentEnvError, SpaceError
+from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError
 from marl_core.ppo.batching import concat_obs, stack_obs
 from marl_core.ppo.config import PolicySpec, PPOConfig
 from marl_core.ppo.learner import Learner
@@ -431,7 +431,14 @@ class PPO:
                 actions.update({a: policy(obs_dict[a]) for a in agents})
                 continue
             batch = stack_obs(policy.observation_space, [obs_dict[a] for a in agents])
-            rows, _, _ = policy.act(batch, explore=explore, rng=self.act_rng)
+            try:
+                rows, _, _ = policy.act(batch, explore=explore, rng=self.act_rng)
+            except EnvContractError as error:
+                if not hasattr(error, "rows"):
+                    raise
+                named = [agents[row] for row in error.rows]
+                raise EnvContractError(f"agents {named} of policy {pid!r}: the action mask of each allows no "
+                                       "action") from error
             actions.update(zip(agents, policy.layout.to_env(rows), strict=True))
         return actions
 

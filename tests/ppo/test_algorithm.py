@@ -16,7 +16,7 @@ import torch
 
 from examples.rock_paper_scissors import RockPaperScissors
 from marl_core import MultiAgentEnv
-from marl_core.errors import CheckpointError, ConfigError, SpaceError, TrainingError
+from marl_core.errors import CheckpointError, ConfigError, EnvContractError, SpaceError, TrainingError
 from marl_core.grouping import GroupAgentsWrapper
 from marl_core.ppo import PPO, PolicySpec, PPOConfig
 from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
@@ -536,6 +536,16 @@ def test_compute_actions_and_policy_callables():
         assert greedy(1) == algo.compute_actions({"x": 1}, policy_id="learned")["x"]
         with pytest.raises(ConfigError, match="not a policy"):
             algo.compute_actions({"player1": 0}, policy_id="nope")
+
+
+def test_compute_actions_names_the_agents_whose_mask_allows_nothing():
+    config = PPOConfig().environment(TwoMoveGame).env_runners(num_env_runners=0).training(train_batch_size=8)
+    with config.build() as algo:
+        legal = {"observation": np.zeros(2, np.float32), "action_mask": np.array([1, 1, 0], np.int8)}
+        stuck = {**legal, "action_mask": np.zeros(3, np.int8)}
+        with pytest.raises(EnvContractError, match=r"agents \['second'\] of policy 'default_policy': the action "
+                                                   r"mask of each allows no action"):  # it named "batch rows [1]"
+            algo.compute_actions({"first": legal, "second": stuck})
 
 
 def test_every_space_kind_trains_one_iteration():
