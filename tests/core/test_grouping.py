@@ -13,6 +13,7 @@ from gymnasium import spaces
 from marl_core.conformance import check_env
 from marl_core.env import ALL, MultiAgentEnv
 from marl_core.errors import (
+    EnvContractError,
     GroupingError,
     IllegalActionError,
     InvalidActionError,
@@ -593,6 +594,22 @@ def test_masked_members_get_legal_random_actions_from_the_checker_and_rollout() 
         rollout(grouped(), seed=seed)
     report = check_env(grouped, seed=0)
     assert report.ok, str(report)
+
+
+def test_a_member_asked_to_act_with_a_mask_that_allows_nothing_is_an_env_error() -> None:
+    # In a slot, an all-zero mask means "this member does not act": an asked member with one was
+    # taken for not acting, and the trainer sent it a masked action.
+    from tests.fixtures.envs import HeterogeneousSpacesEnv
+
+    class Stuck(HeterogeneousSpacesEnv):
+        def reset(self, *, seed=None, options=None):
+            obs, infos = super().reset(seed=seed, options=options)
+            obs["masked"] = {**obs["masked"], "action_mask": np.zeros_like(obs["masked"]["action_mask"])}
+            return obs, infos
+
+    with pytest.raises(EnvContractError, match=r"asks member 'masked' of group 'team' to act with an action mask "
+                                               r"that allows no action"):
+        GroupAgentsWrapper(Stuck(), {"team": ["masked", "discrete"]}).reset(seed=0)
 
 
 def test_vector_refuses_a_masked_member_action_before_any_env_steps() -> None:
