@@ -545,9 +545,10 @@ class OpenSpielEnv(MultiAgentEnv):
             raise UnsupportedEnvError(f"max_steps must be a positive int or None, received {value!r}")
         self._limit = _NO_LIMIT if value is None else value
 
-    def _rewards(self) -> dict[AgentID, float]:
-        """What ``state.returns()`` gained since the last time it was read."""
-        returns = self.state.returns()
+    def _rewards(self, returns: list[float] | None = None) -> dict[AgentID, float]:
+        """What ``state.returns()`` (or ``returns``) gained since the last time it was read."""
+        if returns is None:
+            returns = self.state.returns()
         before = self._returns
         rewards = {}  # filled in a loop: cheaper than dict(zip(...)) for a handful of players
         if before is None:  # nothing read yet (terminal-reward games: always)
@@ -562,9 +563,12 @@ class OpenSpielEnv(MultiAgentEnv):
     def _end(self, how: int) -> StepResult:
         """The last step's result: rewards, every player's final observation, the end flags
         (``how``: ``_GAME_OVER`` or ``_OUT_OF_STEPS``, when ``max_steps`` ran out)."""
-        rewards = self._rewards()
+        # A game exported by to_openspiel knows what its env paid (a terminal-reward game's
+        # returns() stay zero until its end) and whether its env was truncated.
+        paid = getattr(self.state, "paid_returns", None)
+        rewards = self._rewards(None if paid is None else paid())
         obs = self._final_obs()
-        if how == _GAME_OVER:  # a game exported by to_openspiel knows whether its env was truncated
+        if how == _GAME_OVER:
             truncated = getattr(self.state, "is_truncated", None)
             if truncated is not None and truncated():
                 how = _OUT_OF_STEPS

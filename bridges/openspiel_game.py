@@ -198,9 +198,10 @@ def to_openspiel(
           action of its space when it has no mask. OpenSpiel actions are 0-based; an agent's
           ``Discrete(n, start)`` action ``start + k`` is OpenSpiel action ``k``.
         - **Rewards**: ``state.rewards()`` are the env's step rewards (agents not named get 0),
-          ``state.returns()`` their running sums; with ``reward_model="terminal"``, ``rewards()``
-          is zero until the end, where it is the sums, and ``returns()`` is still the running
-          sums (so a game cut short pays what the env paid). Nothing is lost or invented.
+          ``state.returns()`` their running sums; with ``reward_model="terminal"`` both are zero
+          until the end, where they are the sums, and ``state.paid_returns()`` tells the running
+          sums (:class:`~bridges.openspiel.OpenSpielEnv` pays them when its ``max_steps`` cuts
+          the game short). Nothing is lost or invented.
         - **"__all__"**: the game is terminal when the env sets ``"__all__"`` in terminateds or
           truncateds, or after ``max_game_length`` steps (logged as a warning, once per game).
           OpenSpiel has no truncation; ``state.is_truncated()`` tells (and
@@ -591,8 +592,17 @@ class _EnvState(pyspiel.State):
         return list(position.rewards)
 
     def returns(self) -> list[float]:
-        """Each player's summed rewards so far, in both reward models (a game cut short, as by
-        :class:`~bridges.openspiel.OpenSpielEnv`'s ``max_steps``, still pays what the env paid)."""
+        """Each player's summed rewards so far (with terminal rewards: zeros until the end, as
+        OpenSpiel requires)."""
+        position = self._position.ready()
+        if position.spec.terminal_rewards and not position.done:
+            return [0.0] * len(position.returns)
+        return list(position.returns)
+
+    def paid_returns(self) -> list[float]:
+        """What the env has paid each player so far, in both reward models: what a game cut short
+        (by :class:`~bridges.openspiel.OpenSpielEnv`'s ``max_steps``) owes its players, which a
+        terminal-reward game's ``returns()`` keeps at zero."""
         return list(self._position.ready().returns)
 
     def __str__(self) -> str:

@@ -281,8 +281,13 @@ def test_an_episode_cut_at_max_game_length_ends_truncated_with_a_warning_once(ca
 
 
 def test_a_terminal_reward_game_cut_short_by_max_steps_still_pays_what_the_env_paid() -> None:
-    # returns() of a terminal-reward export stayed zero until the end: a truncated episode paid 0.
+    # returns() of a terminal-reward export stay zero until the end (as OpenSpiel requires, which
+    # random_sim_test checks): a truncated episode paid 0 until OpenSpielEnv read paid_returns().
     game = to_openspiel(_PaysEveryStep, name="test_terminal_cut_short", reward_model="terminal")
+    pyspiel.random_sim_test(game, num_sims=3, serialize=True, verbose=False)
+    state = game.new_initial_state()
+    state.apply_action(0)
+    assert state.returns() == [0.0] and state.paid_returns() == [1.0]
     total, _, truncateds, steps = _play_out(OpenSpielEnv(game, max_steps=4))
     assert (total, steps, truncateds["__all__"]) == (4.0, 4, True)
     total, _, truncateds, steps = _play_out(OpenSpielEnv(game))
