@@ -51,6 +51,12 @@ def _is_dict(value: Any) -> bool:
     return type(value) is dict or isinstance(value, Mapping)
 
 
+def _all_plain_dicts(result: tuple) -> bool:
+    obs, rewards, terminateds, truncateds, infos = result
+    return (type(obs) is dict and type(rewards) is dict and type(terminateds) is dict
+            and type(truncateds) is dict and type(infos) is dict)
+
+
 def _shape(result: Any) -> str:
     if isinstance(result, tuple):
         return f"a tuple of {len(result)} ({', '.join(type(part).__name__ for part in result)})"
@@ -71,7 +77,8 @@ def checked_step(env: MultiAgentEnv, result: Any) -> Any:
     """``result`` of ``env.step()`` if it is the five dicts, with ``"__all__"`` in terminateds and
     someone to act when the episode goes on; else raise (an env that breaks these would be
     stepped with empty action dicts forever)."""
-    if not (type(result) is tuple and len(result) == 5 and all(map(_is_dict, result))):
+    if not (type(result) is tuple and len(result) == 5 and (
+            _all_plain_dicts(result) or all(map(_is_dict, result)))):
         raise EnvContractError(f"{type(env).__name__}.step() returned {_shape(result)}; expected (obs, rewards, "
                                "terminateds, truncateds, infos), five dicts keyed by agent id")
     obs, _, terminateds, truncateds, _ = result

@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,33 @@ def as_dtype(space: spaces.Space, batch: Any) -> Any:
     if dtype.kind in "iub" and not np.array_equal(cast, batch):
         raise ValueError(f"observations of dtype {batch.dtype} do not fit {space}'s dtype {dtype}")
     return cast
+
+
+def unfit(space: spaces.Space, value: Any) -> bool:
+    """Whether a model of ``space`` cannot take the observation ``value``: a structure, shape or
+    type that does not match, a Discrete (or MultiDiscrete) value out of range, or a value that a
+    cast to an integer dtype would change. A float observation outside a Box's bounds, or of
+    another float dtype, fits: the model takes it as it is."""
+    if isinstance(space, spaces.Dict):
+        return (not isinstance(value, Mapping) or set(value) != set(space.spaces)
+                or any(unfit(sub, value[key]) for key, sub in space.spaces.items()))
+    if isinstance(space, spaces.Tuple):
+        return (not isinstance(value, tuple) or len(value) != len(space.spaces)  # stacking needs tuples
+                or any(unfit(sub, item) for sub, item in zip(space.spaces, value, strict=True)))
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError):
+        return True
+    if array.dtype.kind not in "biuf" or array.shape != space.shape:
+        return True
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete)):
+        low = np.asarray(space.start)
+        high = low + (space.n if isinstance(space, spaces.Discrete) else space.nvec)
+        return bool((array != np.round(array)).any() or (array < low).any() or (array >= high).any())
+    dtype = getattr(space, "dtype", None)
+    if dtype is not None and dtype.kind in "iub":
+        return not np.array_equal(array.astype(dtype), array)
+    return False
 
 
 def is_image(space: spaces.Space) -> bool:

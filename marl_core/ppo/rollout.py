@@ -33,7 +33,7 @@ import numpy as np
 
 from marl_core.env import ALL, AgentID, scalar_reward
 from marl_core.errors import ConfigError, EnvContractError, InvalidActionError, SpaceError
-from marl_core.ppo.batching import as_dtype, index_obs, stack_obs
+from marl_core.ppo.batching import as_dtype, index_obs, stack_obs, unfit
 from marl_core.ppo.gae import compute_gae
 from marl_core.ppo.numpy_policy import NumpyPolicy, runs_in_numpy
 from marl_core.spaces import action_masks_of, check_action, same_layout, why_not_contained
@@ -46,6 +46,9 @@ logger = logging.getLogger(__name__)
 STREAM_SEED_STEP = 10_000_019
 
 PolicyID = str
+
+# Reward types that float() takes as they are (bools, which it would take too, are refused).
+_PLAIN_REWARDS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8})
 
 
 @dataclass(frozen=True)
@@ -321,7 +324,7 @@ class Sampler:
             obs_list, rewards_list, terminateds_list, truncateds_list, _ = self.vector.step(actions)
             self._count_failures()
             autoreset, reset_results = self.vector.autoreset, self.vector.reset_results
-            truncated: list[tuple[PolicyID, Any, _Trajectory]] = []
+            truncated: list[tuple[PolicyID, Any, _Trajectory, int, AgentID]] = []
             for index in range(self.num_envs):
                 # A step that failed comes back as a rebuilt env's first obs (autoreset), and its
                 # episode is dropped; a reset that failed after a step keeps the step (below).
@@ -417,16 +420,17 @@ class Sampler:
             raise ConfigError(f"fixed policy {policy_id!r} chose for agent {agent_id!r}: {error}") from error
 
     def _raise_for_observations(self, error: Exception) -> None:
-        """Raise an :class:`EnvContractError` naming the acting agents whose observations are
-        not in their spaces, if any, as the cause of ``error``; return otherwise."""
+        """Raise an :class:`EnvContractError` naming the acting agents whose observations the
+        model cannot take (:func:`~marl_core.ppo.batching.unfit`), if any, as the cause of
+        ``error``; return otherwise (the error is not theirs)."""
         found = []
         for index, obs in enumerate(self.obs):
             for agent_id, observation in obs.items():
                 if agent_id in self.ending[index]:
                     continue
                 space = self.vector.get_observation_space(agent_id)
-                why = why_not_contained(space, observation)
-                if why is not None:
+                if unfit(space, observation):
+                    why = why_not_contained(space, observation) or f"{observation!r} does not fit {space}"
                     named = "" if str(space) in why else f" (space {space})"
                     found.append(f"agent {agent_id!r} in env {index}: {why}{named}")
         if found:
@@ -440,8 +444,13 @@ class Sampler:
         episode, trajectories = self.episodes[index], self.trajectories[index]
         episode.env_steps += 1
         for agent_id, reward in rewards.items():
-            value = reward if type(reward) is float else scalar_reward(agent_id, reward, f"env {index} of runner "
-                                                                                          f"{self.worker_index}")
+            if type(reward) in _PLAIN_REWARDS:  # the common types first: scalar_reward costs more
+                try:
+                    value = float(reward)
+                except OverflowError:  # a Python int beyond floats: scalar_reward says so
+                    value = scalar_reward(agent_id, reward, f"env {index} of runner {self.worker_index}")
+            else:
+                value = scalar_reward(agent_id, reward, f"env {index} of runner {self.worker_index}")
             if not -math.inf < value < math.inf:  # NaN fails too: it would reach the weights
                 raise EnvContractError(f"env {index} of runner {self.worker_index} gave agent {agent_id!r} a reward "
                                        f"of {value}; rewards must be finite numbers")
@@ -480,7 +489,7 @@ class Sampler:
             if terminated:
                 self._ship(policy_id, trajectory, out, len(trajectory.rewards), 0.0, terminated=True)
             elif has_final:
-                truncated.append((policy_id, final_obs, trajectory))
+                truncated.append((policy_id, final_obs, trajectory, index, agent_id))
             else:
                 self._ship(policy_id, trajectory, out, len(trajectory.rewards), trajectory.values[-1], False)
         if all_done:
@@ -494,13 +503,27 @@ class Sampler:
             self.ending[index] = {a for a in obs if terminateds.get(a) or truncateds.get(a)}
 
     def _bootstrap_truncated(self, truncated: list, out: dict) -> None:
+        """Ship the trajectories of agents truncated in this step, bootstrapped with the value of
+        their final observations (checked as the observations of acting agents are)."""
         by_policy: dict[PolicyID, list] = {}
-        for policy_id, observation, trajectory in truncated:
-            by_policy.setdefault(policy_id, []).append((observation, trajectory))
+        for policy_id, observation, trajectory, index, agent_id in truncated:
+            by_policy.setdefault(policy_id, []).append((observation, trajectory, index, agent_id))
         for policy_id, items in by_policy.items():
             policy = self.policies[policy_id]
-            values = policy.value(stack_obs(policy.observation_space, [o for o, _ in items]))
-            for value, (_, trajectory) in zip(values, items, strict=True):
+            space = policy.observation_space
+            unfit_ones = [(index, agent_id) for observation, _, index, agent_id in items if unfit(space, observation)]
+            if unfit_ones:
+                raise EnvContractError(f"runner {self.worker_index}: the final observations of (env index, agent) "
+                                       f"{unfit_ones} do not fit their policy's space {space}")
+            batch = stack_obs(space, [o for o, _, _, _ in items])
+            row = _non_finite_row(batch)
+            if row is not None:
+                observation, _, index, agent_id = items[row]
+                raise EnvContractError(
+                    f"final observation of agent {agent_id!r} in env {index} of runner {self.worker_index} holds "
+                    f"NaN or infinity: {_shown(observation)}; its value bootstraps the agent's returns")
+            values = policy.value(batch)
+            for value, (_, trajectory, _, _) in zip(values, items, strict=True):
                 self._ship(policy_id, trajectory, out, len(trajectory.rewards), float(value), terminated=False)
 
     def _ship(self, policy_id: PolicyID, trajectory: _Trajectory, out: dict, upto: int, last_value: float,

@@ -3,6 +3,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from marl_core.env import ALL, MultiAgentEnv
 from marl_core.errors import ConfigError, EnvContractError
@@ -219,6 +220,63 @@ def test_an_agent_asked_to_act_without_a_legal_action_is_named():
 def test_an_observation_the_policy_cannot_take_is_named_before_it_reaches_the_model(observation, match):
     sampler = _sampler(FloatObservationGame, env_config={"observation": observation})
     with pytest.raises(EnvContractError, match=match):
+        sampler.sample(10)
+
+
+class _TruncatedWithFinal(TwoMoveGame):
+    """:class:`TwoMoveGame` truncated (not terminated) at its end, with ``config["final"]`` as
+    ``first``'s final observation."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.final = (config or {}).get("final", np.zeros(2, np.float32))
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if terminateds.get(ALL):
+            obs = {**obs, "first": {**obs["first"], "observation": self.final}}
+            return obs, rewards, dict.fromkeys(terminateds, False), dict.fromkeys(terminateds, True), infos
+        return obs, rewards, terminateds, truncateds, infos
+
+
+@pytest.mark.parametrize(
+    ("final", "match"),
+    [(np.array([np.nan, 0.0], np.float32), r"final observation of agent 'first' in env 0 of runner 0 holds NaN or "
+                                           r"infinity: .*its value bootstraps the agent's returns"),
+     (np.zeros(3, np.float32), r"the final observations of \(env index, agent\) \[\(0, 'first'\)(, \(1, 'first'\))?\] "
+                               r"do not fit their policy's space")],
+)
+def test_a_truncated_agents_final_observation_is_checked_before_its_value_is_taken(final, match):
+    # NaN went into the bootstrap value, and the update then blamed "advantages ... too large".
+    sampler = _sampler(_TruncatedWithFinal, env_config={"final": final})
+    with pytest.raises(EnvContractError, match=match):
+        sampler.sample(10)
+
+
+class _BrokenModule(torch.nn.Module):
+    def __init__(self, observation_space, action_space, config):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 4)
+
+    def forward(self, obs):
+        raise RuntimeError("a bug in the module")
+
+
+class _Float64Game(TwoMoveGame):
+    """:class:`TwoMoveGame` observing float64 arrays in its float32 Box (they are cast, and fit)."""
+
+    def _obs(self, turn):
+        return {**super()._obs(turn), "observation": np.array([turn, 1 - turn], np.float64)}
+
+
+def test_an_error_of_the_model_is_not_blamed_on_observations_it_can_take():
+    # It was "observations outside their spaces: ... dtype float64 but the space needs float32".
+    sampler = Sampler(_Float64Game, {}, 2, seed=0)
+    probe = TwoMoveGame()
+    spec = LearnedSpec(probe.observation_spaces["first"], probe.action_spaces["first"],
+                       {**DEFAULT_MODEL, "module": _BrokenModule}, 1.0, 1.0)
+    sampler.set_policies({"p": spec}, lambda agent_id, episode: "p", {"p"})
+    with pytest.raises(RuntimeError, match="a bug in the module"):
         sampler.sample(10)
 
 
