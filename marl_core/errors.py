@@ -149,8 +149,9 @@ class CheckpointError(MultiAgentEnvError):
 
 
 class TrainingError(MultiAgentEnvError):
-    """A PPO update that cannot go on (a loss or gradient that is not finite); the weights are
-    left as they were before the update that failed."""
+    """A PPO update that cannot go on (advantages too large, a loss or gradient that is not
+    finite); every policy's weights and optimizer state are left as they were before the
+    iteration's update."""
 
 
 class RunLogError(MultiAgentEnvError):

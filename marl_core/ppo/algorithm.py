@@ -7,6 +7,7 @@ concatenate each policy's batch, run its PPO epochs, return a metrics dict names
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError
+from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError, TrainingError
 from marl_core.ppo.batching import concat_obs, stack_obs
 from marl_core.ppo.config import PolicySpec, PPOConfig
 from marl_core.ppo.learner import Learner
@@ -356,10 +357,19 @@ class PPO:
             restarts = self.runners.num_restarts - before
         sample_done = time.perf_counter()
         learner_metrics = {}
-        for policy_id, learner in self.learners.items():
-            parts = [s["batches"][policy_id] for s in samples if policy_id in s["batches"]]
-            if parts:
-                learner_metrics[policy_id] = learner.update(_merge(parts), self.rng, self.config.normalize_advantages)
+        # Every policy's update of an iteration stands or falls together: a TrainingError in one
+        # leaves all weights and optimizer states as they were (a few MB copied per iteration).
+        before_update = {policy_id: copy.deepcopy(learner.state_dict()) for policy_id, learner in self.learners.items()}
+        try:
+            for policy_id, learner in self.learners.items():
+                parts = [s["batches"][policy_id] for s in samples if policy_id in s["batches"]]
+                if parts:
+                    learner_metrics[policy_id] = learner.update(_merge(parts), self.rng,
+                                                                self.config.normalize_advantages)
+        except TrainingError:
+            for policy_id, state in before_update.items():
+                self.learners[policy_id].load_state_dict(state)
+            raise
         learn_done = time.perf_counter()
         self.iteration += 1
         env_steps = sum(s["env_steps"] for s in samples)

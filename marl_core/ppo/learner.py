@@ -98,11 +98,12 @@ class Learner:
         return metrics
 
     def _diverged(self, what: str, batch: dict[str, Any]) -> None:
-        """Raise :class:`TrainingError`: the minibatch that failed is not applied."""
+        """Raise :class:`TrainingError` (the algorithm puts back the states from before the update)."""
         self.optimizer.zero_grad()
+        self.policy.module.eval()
         raise TrainingError(
-            f"PPO update of policy {self.name!r} stopped: {what}; its weights are left as they were before this "
-            f"minibatch. The batch's returns reach {_largest(batch['returns']):.3g} in size: scale the env's rewards "
+            f"PPO update of policy {self.name!r} stopped: {what}; every policy's weights and optimizer state are "
+            f"left as they were before this iteration's update. The batch's returns reach {_largest(batch['returns']):.3g} in size: scale the env's rewards "
             "down, or lower training.lr or training.grad_clip")
 
     def state_dict(self) -> dict[str, Any]:

@@ -71,24 +71,38 @@ def test_rewards_too_large_for_the_loss_stop_the_update_before_it_touches_the_we
     with config.build() as algo:
         before = algo.learners["default_policy"].policy.get_weights()
         with pytest.raises(TrainingError, match=(
-                rf"PPO update of policy 'default_policy' stopped: {problem}; its weights are left as they were "
-                r"before this minibatch\. The batch's returns reach \S+ in size: scale the env's rewards down")):
+                rf"PPO update of policy 'default_policy' stopped: {problem}; every policy's weights and optimizer "
+                r"state are left as they were before this iteration's update\. The batch's returns reach \S+ in size: "
+                r"scale the env's rewards down")):
             algo.train()
         after = algo.learners["default_policy"].policy.get_weights()
     assert before.keys() == after.keys()
     assert all(np.array_equal(before[key], after[key]) for key in before)
 
 
-def test_a_diverging_update_stops_at_the_first_minibatch_whose_loss_is_not_finite():
-    config = (PPOConfig().environment(RockPaperScissors).env_runners(num_env_runners=0, num_envs_per_env_runner=2)
-              .training(train_batch_size=64, minibatch_size=16, num_epochs=4, lr=1e30))
+def test_a_diverging_update_is_undone_for_every_policy_and_the_model_left_in_eval_mode():
+    # With lr=1e30 the first minibatches apply (weights near 1e30) before a loss turns infinite;
+    # the error said the weights were left as before, but only the failing minibatch was skipped.
+    config = (_rps_config(lr=1e30).multi_agent(policies={"learned": None, "other": None},
+                                               policy_mapping_fn=lambda agent_id, episode: (
+                                                   "learned" if agent_id == "player1" else "other"),
+                                               policies_to_train=["learned", "other"])
+              .training(train_batch_size=64, minibatch_size=16, num_epochs=4))
     with config.build() as algo:
+        before = {p: algo.learners[p].state_dict() for p in ("learned", "other")}
+        before = {p: (dict(algo.learners[p].policy.get_weights()), repr(state["optimizer"])) for p, state in before.items()}
         with pytest.raises(TrainingError, match=(
-                r"PPO update of policy 'default_policy' stopped: the loss is (inf|nan) \(policy \S+, value \S+, "
-                r"entropy \S+\) at epoch \d+, minibatch \d+; its weights are left as they were before this minibatch")):
+                r"PPO update of policy '(learned|other)' stopped: the loss is (inf|nan) \(policy \S+, value \S+, "
+                r"entropy \S+\) at epoch \d+, minibatch \d+; every policy's weights and optimizer state are left as "
+                r"they were before this iteration's update")):
             algo.train()
-        weights = algo.learners["default_policy"].policy.get_weights()
-    assert all(np.isfinite(value).all() for value in weights.values())
+        for policy_id, (weights, optimizer) in before.items():
+            learner = algo.learners[policy_id]
+            after = learner.policy.get_weights()
+            assert all(np.array_equal(weights[key], after[key]) for key in weights)
+            assert repr(learner.state_dict()["optimizer"]) == optimizer
+            assert not learner.policy.module.training
+        assert algo.iteration == 0
 
 
 def test_overrides_of_a_restored_config_are_checked_too(tmp_path):
