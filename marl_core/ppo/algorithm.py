@@ -22,7 +22,7 @@ import torch
 
 from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError, TrainingError
 from marl_core.ppo.batching import concat_obs, stack_obs
-from marl_core.ppo.config import PolicySpec, PPOConfig
+from marl_core.ppo.config import PolicySpec, PPOConfig, map_agent
 from marl_core.ppo.learner import Learner
 from marl_core.ppo.model import TorchPolicy
 from marl_core.ppo.rollout import Episode, LearnedSpec, Sampler
@@ -181,7 +181,7 @@ class PPO:
                 act_space = act_space or source.action_space
         if obs_space is None or act_space is None:
             for agent_id in self._agents:
-                if self.config.policy_mapping_fn(agent_id, Episode(-1, 0, 0)) == policy_id:
+                if map_agent(self.config.policy_mapping_fn, agent_id, Episode(-1, 0, 0)) == policy_id:
                     obs_space = obs_space or self._spaces[agent_id][0]
                     act_space = act_space or self._spaces[agent_id][1]
                     break
@@ -429,7 +429,7 @@ class PPO:
         episode = Episode(-1, 0, 0)
         groups: dict[PolicyID, list[str]] = {}
         for agent_id in obs_dict:
-            pid = policy_id if policy_id is not None else self.config.policy_mapping_fn(agent_id, episode)
+            pid = policy_id if policy_id is not None else map_agent(self.config.policy_mapping_fn, agent_id, episode)
             if pid not in self.policies:
                 raise ConfigError(f"agent {agent_id!r} maps to {pid!r}, which is not a policy; "
                                   f"policies: {sorted(self.policies)}")

@@ -209,6 +209,16 @@ def _check_fields(values: Mapping[str, Any], where: str = "", rules: Mapping[str
             raise ConfigError(f"{where}{name} must be {rule[0]}, received {value!r}")
 
 
+def map_agent(mapping_fn: Callable[..., PolicyID], agent_id: str, episode: Any) -> PolicyID:
+    """``mapping_fn(agent_id, episode)``; an exception it raises is a ConfigError naming the
+    agent and how the function is called (RLlib's older ``(agent_id, episode, worker)`` form, say)."""
+    try:
+        return mapping_fn(agent_id, episode)
+    except Exception as error:
+        raise ConfigError(f"policy_mapping_fn raised {type(error).__name__} for agent {agent_id!r}: {error}; "
+                          "it is called as policy_mapping_fn(agent_id, episode)") from error
+
+
 def default_policy_mapping_fn(agent_id: str, episode: Any, **kwargs: Any) -> PolicyID:
     """Map every agent to ``"default_policy"`` (RLlib's default)."""
     return DEFAULT_POLICY

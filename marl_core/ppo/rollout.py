@@ -34,6 +34,7 @@ import numpy as np
 from marl_core.env import ALL, AgentID, scalar_reward
 from marl_core.errors import ConfigError, EnvContractError, InvalidActionError, SpaceError
 from marl_core.ppo.batching import as_dtype, index_obs, stack_obs, unfit
+from marl_core.ppo.config import map_agent
 from marl_core.ppo.gae import compute_gae
 from marl_core.ppo.numpy_policy import NumpyPolicy, runs_in_numpy
 from marl_core.spaces import action_masks_of, check_action, same_layout, why_not_contained
@@ -272,11 +273,7 @@ class Sampler:
         """The policy of ``agent_id`` in ``episode`` (the mapping fn is asked once per episode)."""
         policy_id = episode.agent_to_policy.get(agent_id)
         if policy_id is None:
-            try:
-                policy_id = self.mapping_fn(agent_id, episode)
-            except Exception as error:  # RLlib's older (agent_id, episode, worker) form, say
-                raise ConfigError(f"policy_mapping_fn raised {type(error).__name__} for agent {agent_id!r}: {error}; "
-                                  "it is called as policy_mapping_fn(agent_id, episode)") from error
+            policy_id = map_agent(self.mapping_fn, agent_id, episode)
             if policy_id not in self.policies:
                 raise ConfigError(f"policy_mapping_fn mapped agent {agent_id!r} to {policy_id!r}, which is not "
                                   f"a policy; policies: {sorted(self.policies)}")

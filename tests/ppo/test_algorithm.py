@@ -552,6 +552,21 @@ def test_compute_actions_and_policy_callables():
             algo.compute_actions({"player1": 0}, policy_id="nope")
 
 
+def test_a_mapping_fn_of_rllibs_older_form_is_named_at_build_and_in_compute_actions():
+    # It was a bare TypeError from build() (which maps agents to find spaces) and compute_actions.
+    old_style = lambda agent_id, episode, worker: "p"  # noqa: E731
+    config = (PPOConfig().environment(RockPaperScissors).env_runners(num_env_runners=0)
+              .multi_agent(policies={"p"}, policy_mapping_fn=old_style))
+    message = (r"policy_mapping_fn raised TypeError for agent 'player1': .*missing 1 required positional argument: "
+               r"'worker'; it is called as policy_mapping_fn\(agent_id, episode\)")
+    with pytest.raises(ConfigError, match=message):
+        config.build()
+    with _rps_config().build() as algo:
+        algo.config.policy_mapping_fn = old_style
+        with pytest.raises(ConfigError, match=message):
+            algo.compute_actions({"player1": 0})
+
+
 def test_compute_actions_names_the_agents_whose_mask_allows_nothing():
     config = PPOConfig().environment(TwoMoveGame).env_runners(num_env_runners=0).training(train_batch_size=8)
     with config.build() as algo:
