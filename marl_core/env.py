@@ -123,7 +123,7 @@ class MultiAgentEnv(gym.Env):
 
     def _single_space_of(self, agent_id: AgentID, kind: str) -> gym.Space:
         """RLlib's older form: one ``{kind}_space``, per agent (a Dict keyed by them) or shared."""
-        space = self.__dict__.get(f"{kind}_space", getattr(type(self), f"{kind}_space", None))
+        space = getattr(self, f"{kind}_space", None)  # an attribute or a property, as RLlib reads it
         if not isinstance(space, gym.Space):
             raise SpaceError(
                 f"{type(self).__name__} defines no {kind} spaces: set self.{kind}_spaces to a dict "

@@ -133,6 +133,20 @@ def test_spaces_declared_as_on_rllibs_old_api_stack_are_read_as_rllib_reads_them
 
     assert SharedDictObservation().get_observation_space("b") == gym.spaces.Dict({"x": gym.spaces.Discrete(2)})
 
+    class AsProperties(MultiAgentEnv):  # spaces as properties: RLlib reads them through getattr
+        possible_agents = ["a"]
+
+        @property
+        def observation_space(self):
+            return gym.spaces.Dict({"a": gym.spaces.Discrete(3)})
+
+        @property
+        def action_space(self):
+            return gym.spaces.Discrete(2)
+
+    assert AsProperties().get_observation_space("a") == gym.spaces.Discrete(3)
+    assert AsProperties().get_action_space("a") == gym.spaces.Discrete(2)
+
 
 def test_spaces_set_before_super_init_are_kept() -> None:
     class Early(MultiAgentEnv):
