@@ -329,8 +329,13 @@ def scalar_reward(agent_id: AgentID, reward: Any, source: Any) -> float:
         EnvContractError: the reward is not one number: a multi-objective env's vector, a
             string or a bool (which ``float()`` would turn into one silently).
     """
+    if isinstance(reward, (bool, np.bool_)) or (isinstance(reward, np.ndarray) and reward.dtype.kind == "b"):
+        raise EnvContractError(
+            f"{source} gave agent {agent_id!r} a reward that is a bool ({reward!r}), not a number; return "
+            f"float(...) of it (1.0 for True) if that is the reward meant"
+        )
     try:
-        if isinstance(reward, (str, bytes, bool, np.bool_, np.complexfloating)) or (
+        if isinstance(reward, (str, bytes, np.complexfloating)) or (
             isinstance(reward, np.ndarray) and reward.dtype.kind not in "iuf"
         ):
             raise TypeError(type(reward).__name__)

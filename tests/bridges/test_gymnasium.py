@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any
 
@@ -283,11 +284,16 @@ def test_numpy_integer_seeds_reach_gymnasium_as_python_ints() -> None:
 
 
 @pytest.mark.parametrize(
-    "reward", [np.array(True), np.array("1.5"), np.complex128(1 + 2j), 10**400],
-    ids=["bool array", "str array", "complex", "huge int"],
+    ("reward", "words"),
+    [(np.array(True), "a reward that is a bool (array(True)), not a number; return float(...) of it"),
+     (np.False_, "a reward that is a bool (np.False_), not a number"),  # it spoke of multi-objective vectors
+     (True, "a reward that is a bool (True), not a number"),
+     (np.array("1.5"), "a reward that is not one number"), (np.complex128(1 + 2j), "a reward that is not one number"),
+     (10**400, "a reward that is not one number")],
+    ids=["bool array", "numpy bool", "bool", "str array", "complex", "huge int"],
 )
-def test_rewards_float_would_coerce_or_overflow_on_are_refused(reward) -> None:
-    with pytest.raises(EnvContractError, match="a reward that is not one number"):
+def test_rewards_float_would_coerce_or_overflow_on_are_refused(reward, words) -> None:
+    with pytest.raises(EnvContractError, match=re.escape(words)):
         scalar_reward("agent_0", reward, "env")
     assert scalar_reward("agent_0", np.array(2.5), "env") == 2.5
 
