@@ -350,10 +350,11 @@ def test_to_gymnasium_needs_a_reset_after_a_reward_that_is_not_one_number() -> N
         single.step(0)
     with pytest.raises(ResetNeededError):
         single.step(0)
-    for not_a_number in ("2.5", True):  # float() would take both silently
+    for not_a_number, words in (("2.5", "a reward that is not one number: '2.5'"),  # float() takes both silently
+                                (True, "a reward that is a bool (True), not a number")):
         single = to_gymnasium(_StrayKeys({}, {"solo": not_a_number}))
         single.reset(seed=0)
-        with pytest.raises(EnvContractError, match=f"a reward that is not one number: {not_a_number!r}"):
+        with pytest.raises(EnvContractError, match=re.escape(words)):
             single.step(0)
 
 
