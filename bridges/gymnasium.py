@@ -3,8 +3,9 @@
 :func:`from_gymnasium` turns any ``gymnasium.Env`` into a MultiAgentEnv with one agent;
 :func:`to_gymnasium` turns a MultiAgentEnv with exactly one possible agent back into a
 ``gymnasium.Env`` that passes ``gymnasium.utils.env_checker.check_env``, except an env that refuses
-masked actions: that checker steps with unmasked samples of the action space, so build such an env
-with ``check_legal=False`` to check it. The two undo each other.
+masked actions: that checker steps with unmasked samples of the action space. Build such an env so
+that it takes them (the bridges' ``check_legal=False``) to check it; an OpenSpiel game cannot take
+an illegal move, so that checker cannot play one. The two undo each other.
 For N independent copies of a Gymnasium env use :func:`marl_core.make_multi_agent`.
 
 Example:
@@ -296,7 +297,8 @@ def to_gymnasium(env: MultiAgentEnv) -> gym.Env:
     result, so the two functions undo each other.
 
     Raises:
-        UnsupportedEnvError: ``env`` is not one of our MultiAgentEnvs.
+        NotOurEnvError: ``env`` is not one of our MultiAgentEnvs (a SpaceError, as before, and an
+            UnsupportedEnvError).
         SpaceError: it has more or fewer than one possible agent.
     """
     if isinstance(env, GymnasiumEnv) and env.mask_info_key is None and env.agent_id == "agent_0":

@@ -331,7 +331,8 @@ def to_rllib(env: MultiAgentEnv) -> Any:
     ``check_legal=False`` for that check, or disable the check.
 
     Raises:
-        UnsupportedEnvError: ``env`` is not one of our MultiAgentEnvs.
+        NotOurEnvError: ``env`` is not one of our MultiAgentEnvs (a SpaceError, as before, and an
+            UnsupportedEnvError).
     """
     if isinstance(env, RLlibEnv):
         return env.env

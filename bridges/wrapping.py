@@ -34,7 +34,7 @@ from typing import Any
 import gymnasium as gym
 
 from marl_core.env import MultiAgentEnv
-from marl_core.errors import UnsupportedEnvError
+from marl_core.errors import NotOurEnvError, UnsupportedEnvError
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +160,8 @@ def require_multi_agent_env(env: Any, exporter: str, gives: str) -> None:
     :data:`SUPPORTED`).
 
     Raises:
-        UnsupportedEnvError: ``env`` is not a marl_core MultiAgentEnv.
+        NotOurEnvError: ``env`` is not a marl_core MultiAgentEnv (an UnsupportedEnvError and a
+            SpaceError).
     """
     if isinstance(env, MultiAgentEnv):
         return
@@ -172,7 +173,7 @@ def require_multi_agent_env(env: Any, exporter: str, gives: str) -> None:
         hint = f"; it already is {kind.description.split(' (')[0]}: use it as it is"
     else:
         hint = f"; it is {kind.description}: bridge it in first (bridges.wrap(env) does)"
-    raise UnsupportedEnvError(f"{exporter} takes a marl_core MultiAgentEnv, received {received}{hint}")
+    raise NotOurEnvError(f"{exporter} takes a marl_core MultiAgentEnv, received {received}{hint}")
 
 
 def wrap(obj: Any) -> MultiAgentEnv:

@@ -193,6 +193,12 @@ class UnsupportedEnvError(MultiAgentEnvError):
     """A foreign env or game that a bridge cannot represent; the message says why."""
 
 
+class NotOurEnvError(UnsupportedEnvError, SpaceError):
+    """An exporter (``to_aec``, ``to_parallel``, ``to_rllib``, ``to_gymnasium``) received
+    something that is not a marl_core MultiAgentEnv. A :class:`SpaceError` too, which
+    ``to_rllib`` and ``to_gymnasium`` raised for it before."""
+
+
 class ConformanceError(MultiAgentEnvError):
     """The conformance checker found errors (``raise_if_errors``) or got a bad request.
 

@@ -14,7 +14,7 @@ import pytest
 import bridges
 from bridges.wrapping import SUPPORTED, bridge_name, wrap
 from marl_core import MultiAgentEnv, make_multi_agent, rollout
-from marl_core.errors import MultiAgentEnvError, UnsupportedEnvError
+from marl_core.errors import MultiAgentEnvError, NotOurEnvError, SpaceError, UnsupportedEnvError
 from tests.fixtures.envs import CORRECT_ENVS
 
 
@@ -179,6 +179,7 @@ def test_exporters_refuse_what_is_not_our_env_and_say_what_it_is(exporter: str, 
                "gymnasium": "it already is a single-agent gymnasium.Env: use it as it is"}
     for name, env in _foreign_envs().items():
         words = already[name] if name == native else expected[name]
-        with pytest.raises(UnsupportedEnvError, match=rf"^{exporter} takes a marl_core MultiAgentEnv, received .*"
-                                                      rf"{re.escape(words)}"):
+        with pytest.raises(NotOurEnvError, match=rf"^{exporter} takes a marl_core MultiAgentEnv, received .*"
+                                                 rf"{re.escape(words)}") as caught:
             convert(env)
+        assert isinstance(caught.value, UnsupportedEnvError) and isinstance(caught.value, SpaceError)
