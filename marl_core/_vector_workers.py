@@ -58,14 +58,14 @@ def _all_plain_dicts(result: tuple) -> bool:
 
 
 def _shape(result: Any) -> str:
-    if isinstance(result, tuple):
+    if isinstance(result, (tuple, list)):
         return f"a tuple of {len(result)} ({', '.join(type(part).__name__ for part in result)})"
     return f"a {type(result).__name__}"
 
 
 def checked_reset(env: MultiAgentEnv, result: Any) -> Any:
     """``result`` of ``env.reset()`` if it is ``(obs, infos)`` with someone to act; else raise."""
-    if not (type(result) is tuple and len(result) == 2 and _is_dict(result[0]) and _is_dict(result[1])):
+    if not (isinstance(result, (tuple, list)) and len(result) == 2 and _is_dict(result[0]) and _is_dict(result[1])):
         raise EnvContractError(f"{type(env).__name__}.reset() returned {_shape(result)}; expected (obs, infos), "
                                "two dicts keyed by agent id")
     if not result[0]:
@@ -77,7 +77,7 @@ def checked_step(env: MultiAgentEnv, result: Any) -> Any:
     """``result`` of ``env.step()`` if it is the five dicts, with ``"__all__"`` in terminateds and
     someone to act when the episode goes on; else raise (an env that breaks these would be
     stepped with empty action dicts forever)."""
-    if not (type(result) is tuple and len(result) == 5 and (
+    if not (isinstance(result, (tuple, list)) and len(result) == 5 and (  # named tuples and lists work too
             _all_plain_dicts(result) or all(map(_is_dict, result)))):
         raise EnvContractError(f"{type(env).__name__}.step() returned {_shape(result)}; expected (obs, rewards, "
                                "terminateds, truncateds, infos), five dicts keyed by agent id")

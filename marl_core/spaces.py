@@ -248,6 +248,28 @@ def check_action(
         _check_masks(agent_id, space, action, mask, action, "")
 
 
+# Integer types a Discrete (int64) space takes as they are (np.uint64 does not cast safely).
+_INTEGERS = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint8, np.uint16, np.uint32})
+
+
+def surely_valid_action(space: spaces.Space, action: Any, mask: np.ndarray | SlotMasks | None = None) -> bool:
+    """A fast check of the common cases (a Discrete action of a plain integer type, a Box action
+    of the space's dtype and shape); False means "ask :func:`check_action`", not "invalid"."""
+    if type(space) is spaces.Discrete:
+        if type(action) not in _INTEGERS or type(mask) is tuple or space.dtype != np.int64:
+            return False
+        offset = int(action) - int(space.start)
+        return 0 <= offset < space.n and (mask is None or bool(mask[offset]))
+    if type(space) is spaces.Box:
+        return (
+            type(action) is np.ndarray
+            and action.dtype == space.dtype
+            and action.shape == space.shape
+            and bool(((action >= space.low) & (action <= space.high)).all())
+        )
+    return False
+
+
 def why_action_not_contained(space: spaces.Space, action: Any, path: str = "") -> str | None:
     """:func:`why_not_contained` for an action: a Tuple space's value may also be a list or a
     numpy array (its rows), as :func:`check_action` takes it."""

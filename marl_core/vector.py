@@ -42,7 +42,7 @@ from marl_core.errors import (
     SpaceError,
     VectorEnvError,
 )
-from marl_core.spaces import SlotMasks, action_masks_of, check_acting, check_action
+from marl_core.spaces import SlotMasks, action_masks_of, check_acting, check_action, surely_valid_action
 
 logger = logging.getLogger(__name__)
 
@@ -340,7 +340,7 @@ class VectorMultiAgentEnv:
             spaces_, masks = self._action_spaces[index], self._masks[index]
             for agent_id in acting:
                 space, action, mask = spaces_[agent_id], actions[agent_id], masks.get(agent_id)
-                if not _surely_valid(space, action, mask):
+                if not surely_valid_action(space, action, mask):
                     check_action(agent_id, space, action, mask)
         except MultiAgentEnvError as error:
             if isinstance(error, VectorEnvError):
@@ -466,26 +466,6 @@ class VectorMultiAgentEnv:
             self._broken = dead[min(dead)]
             raise VectorEnvError(self._broken, min(dead))
         return {i: (status, reply if status == "ok" else reply[2]) for i, (status, reply) in replies.items()}
-
-
-_INTEGERS = (int, np.int64, np.int32, np.int16, np.int8, np.uint8, np.uint16, np.uint32, np.uint64)
-
-
-def _surely_valid(space: gym.Space, action: Any, mask: np.ndarray | SlotMasks | None) -> bool:
-    """A fast check of the common cases; False means "ask check_action", not "invalid"."""
-    if type(space) is gym.spaces.Discrete:
-        if type(action) not in _INTEGERS or type(mask) is tuple:
-            return False
-        offset = int(action) - int(space.start)
-        return 0 <= offset < space.n and (mask is None or bool(mask[offset]))
-    if type(space) is gym.spaces.Box:
-        return (
-            type(action) is np.ndarray
-            and action.dtype == space.dtype
-            and action.shape == space.shape
-            and bool(((action >= space.low) & (action <= space.high)).all())
-        )
-    return False
 
 
 def _masks_of(obs: Mapping[AgentID, Any]) -> dict[AgentID, np.ndarray | SlotMasks]:

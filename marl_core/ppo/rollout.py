@@ -37,7 +37,14 @@ from marl_core.ppo.batching import as_dtype, index_obs, stack_obs, unfit
 from marl_core.ppo.config import map_agent
 from marl_core.ppo.gae import compute_gae
 from marl_core.ppo.numpy_policy import NumpyPolicy, runs_in_numpy
-from marl_core.spaces import action_masks_of, check_action, same_layout, why_not_contained
+from marl_core.spaces import (
+    MASK_KEY,
+    action_masks_of,
+    check_action,
+    same_layout,
+    surely_valid_action,
+    why_not_contained,
+)
 from marl_core.vector import VectorMultiAgentEnv, gather, scatter
 
 logger = logging.getLogger(__name__)
@@ -183,6 +190,7 @@ class Sampler:
         self._first_error: str | None = None  # the first failure of the current sample() call
         self._started = False
         self._fitting: set[tuple[AgentID, PolicyID]] = set()  # (agent, policy) pairs whose spaces fit
+        self._fixed_spaces: dict[AgentID, Any] = {}  # action spaces of agents that fixed policies act for
 
     def set_policies(self, policies: Mapping[PolicyID, Any], mapping_fn: Callable[..., PolicyID],
                      to_train: set[PolicyID], shared: Mapping[PolicyID, Any] | None = None) -> None:
@@ -411,8 +419,14 @@ class Sampler:
     def _check_fixed(self, policy_id: PolicyID, agent_id: AgentID, observation: Any, action: Any) -> None:
         """Raise unless a fixed policy's ``action`` is in the agent's space and legal under its
         mask: the vector does not check actions (the learned policies' are so by construction)."""
+        space = self._fixed_spaces.get(agent_id)
+        if space is None:
+            space = self._fixed_spaces[agent_id] = self.vector.get_action_space(agent_id)
+        mask = observation.get(MASK_KEY) if type(observation) is dict else action_masks_of(observation)
+        if surely_valid_action(space, action, mask):
+            return
         try:
-            check_action(agent_id, self.vector.get_action_space(agent_id), action, action_masks_of(observation))
+            check_action(agent_id, space, action, mask)
         except InvalidActionError as error:  # IllegalActionError too
             raise ConfigError(f"fixed policy {policy_id!r} chose for agent {agent_id!r}: {error}") from error
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import re
@@ -778,6 +779,27 @@ def test_results_that_break_the_api_are_named_not_stepped_on_forever(mode: str, 
         venv.reset(seed=0)
         for _ in range(3):
             venv.step([{"player1": 0, "player2": 0}])
+
+
+_Step = collections.namedtuple("_Step", "obs rewards terminateds truncateds infos")
+
+
+class SequenceResultsEnv(RockPaperScissors):
+    """Rock-paper-scissors returning a list from reset() and a named tuple from step(): both work."""
+
+    def reset(self, *, seed=None, options=None):
+        return list(super().reset(seed=seed, options=options))
+
+    def step(self, action_dict):
+        return _Step(*super().step(action_dict))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_results_as_a_list_or_a_named_tuple_are_taken(mode: str) -> None:
+    with VectorMultiAgentEnv([SequenceResultsEnv, SequenceResultsEnv], mode) as venv:
+        venv.reset(seed=0)
+        for _ in range(12):  # past an episode's end: the autoreset takes the list too
+            venv.step([{"player1": 0, "player2": 1}] * 2)
 
 
 # No orphan processes ------------------------------------------------------------------------
