@@ -145,7 +145,9 @@ class OpenSpielEnv(MultiAgentEnv):
           the chance transitions after it, read in the one way that is exact for every game (games
           differ in what ``rewards()`` reports after a chance node: 2048 repeats the move's
           reward). Terminal-reward games pay only at the end. Chance transitions resolved by
-          ``reset`` pay with the first step. Each player's episode sum equals ``state.returns()``.
+          ``reset`` pay with the first step. Each player's episode sum equals ``state.returns()``
+          (for a terminal-reward game exported by :func:`~bridges.openspiel_game.to_openspiel` that
+          ``max_steps`` cuts short, ``state.paid_returns()``: what its env paid).
         - **"__all__"**: at the terminal state every player gets a final observation,
           ``terminateds`` is True for each of them and for ``"__all__"``. When ``max_steps`` runs
           out first, the same happens through ``truncateds``, and likewise at the terminal state

@@ -123,7 +123,10 @@ class MultiAgentEnv(gym.Env):
 
     def _single_space_of(self, agent_id: AgentID, kind: str) -> gym.Space:
         """RLlib's older form: one ``{kind}_space``, per agent (a Dict keyed by them) or shared."""
-        space = getattr(self, f"{kind}_space", None)  # an attribute or a property, as RLlib reads it
+        try:
+            space = getattr(self, f"{kind}_space", None)  # an attribute or a property, as RLlib reads it
+        except RecursionError:  # a property built from get_{kind}_space itself
+            space = None
         if not isinstance(space, gym.Space):
             raise SpaceError(
                 f"{type(self).__name__} defines no {kind} spaces: set self.{kind}_spaces to a dict "

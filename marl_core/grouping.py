@@ -234,8 +234,8 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
             self._news.add(group)
         try:
             out_obs, out_infos, acting = self._translate(obs, infos, terminateds, truncateds, episode_over)
-        except GroupingError:
-            self._acting = None  # the env has moved on without part of a group: reset() is needed
+        except (GroupingError, EnvContractError):
+            self._acting = None  # the env has moved on and its result cannot be grouped: reset() is needed
             raise
         out_terminateds, out_truncateds = self._flags(terminateds, truncateds, out_obs, episode_over)
         self._acting = None if episode_over else acting

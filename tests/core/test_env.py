@@ -147,6 +147,16 @@ def test_spaces_declared_as_on_rllibs_old_api_stack_are_read_as_rllib_reads_them
     assert AsProperties().get_observation_space("a") == gym.spaces.Discrete(3)
     assert AsProperties().get_action_space("a") == gym.spaces.Discrete(2)
 
+    class Circular(MultiAgentEnv):  # a property built from get_observation_space, and no spaces at all
+        possible_agents = ["a"]
+
+        @property
+        def observation_space(self):
+            return gym.spaces.Dict({a: self.get_observation_space(a) for a in self.possible_agents})
+
+    with pytest.raises(SpaceError, match="defines no observation spaces"):
+        Circular().get_observation_space("a")
+
 
 def test_spaces_set_before_super_init_are_kept() -> None:
     class Early(MultiAgentEnv):

@@ -602,14 +602,21 @@ def test_a_member_asked_to_act_with_a_mask_that_allows_nothing_is_an_env_error()
     from tests.fixtures.envs import HeterogeneousSpacesEnv
 
     class Stuck(HeterogeneousSpacesEnv):
-        def reset(self, *, seed=None, options=None):
-            obs, infos = super().reset(seed=seed, options=options)
-            obs["masked"] = {**obs["masked"], "action_mask": np.zeros_like(obs["masked"]["action_mask"])}
-            return obs, infos
+        def step(self, action_dict):
+            obs, *rest = super().step(action_dict)
+            if "masked" in obs:
+                obs["masked"] = {**obs["masked"], "action_mask": np.zeros_like(obs["masked"]["action_mask"])}
+            return (obs, *rest)
 
+    env = GroupAgentsWrapper(Stuck(), {"team": ["masked", "discrete"]})
+    obs, _ = env.reset(seed=0)
+    policy = RandomPolicy(env, seed=0)
+    actions = {agent_id: policy(agent_id, observation) for agent_id, observation in obs.items()}
     with pytest.raises(EnvContractError, match=r"asks member 'masked' of group 'team' to act with an action mask "
                                                r"that allows no action"):
-        GroupAgentsWrapper(Stuck(), {"team": ["masked", "discrete"]}).reset(seed=0)
+        env.step(actions)
+    with pytest.raises(ResetNeededError):  # the inner env has stepped: its result could not be grouped
+        env.step(actions)
 
 
 def test_vector_refuses_a_masked_member_action_before_any_env_steps() -> None:
