@@ -175,7 +175,8 @@ class CallChecker:
                 key="types",
             )
             return None
-        return Frame(0, result[0], result[1])
+        parts = self._plain(result, ("obs", "infos"), "api.reset", "reset()", 0)
+        return None if parts is None else Frame(0, *parts)
 
     def split_step(self, result: Any, step: int) -> Frame | None:
         """The five dicts of a ``step()`` result, or None (with an ``api.step`` finding)."""
@@ -197,13 +198,44 @@ class CallChecker:
                 key="types " + " ".join(bad),
             )
             return None
-        obs, rewards, terminateds, truncateds, infos = result
+        parts = self._plain(result, _RESULT_NAMES, "api.step", "step()", step)
+        if parts is None:
+            return None
+        obs, rewards, terminateds, truncateds, infos = parts
         return Frame(step, obs, infos, rewards, terminateds, truncateds)
+
+    def _plain(self, parts: Any, names: tuple[str, ...], rule: str, call: str, step: int) -> list[dict] | None:
+        """``parts`` with each dict subclass read into a plain dict (plain dicts stay the very
+        objects, for obs.aliasing); None, with a finding, when reading one raises."""
+        plain = []
+        for name, part in zip(names, parts, strict=True):
+            if type(part) is not dict:
+                try:
+                    part = dict(part.items())
+                except ENV_ERRORS as error:
+                    self.collector.add(rule, f"reading the {name} dict that {call} returned in {self.label} raised",
+                                       step=step, error=error, key="unreadable " + name)
+                    return None
+            plain.append(part)
+        return plain
 
     # The rules --------------------------------------------------------------------------------
 
     def check(self, frame: Frame) -> Verdict:
-        """Check one frame; return who acts next, the trusted masks and whether the episode is over."""
+        """Check one frame; return who acts next, the trusted masks and whether the episode is over.
+
+        Results whose own methods raise while they are read (a dict subclass whose ``items()``
+        fails, say) are an ``api.reset`` / ``api.step`` finding that stops the episode.
+        """
+        try:
+            return self._check(frame)
+        except ENV_ERRORS as error:
+            rule, call = ("api.step", "step()") if frame.step else ("api.reset", "reset()")
+            self.collector.add(rule, f"reading what {call} returned in {self.label} raised", step=frame.step,
+                               error=error, key="unreadable")
+            return Verdict([], {}, True)
+
+    def _check(self, frame: Frame) -> Verdict:
         at = f"at step {frame.step} of {self.label}" if frame.step else f"after reset() in {self.label}"
         self._known(frame, at)
         done, ending, all_missing = self._flags(frame, at) if frame.step else (False, set(), False)
@@ -342,6 +374,15 @@ class CallChecker:
                     step=frame.step,
                     key="not a dict",
                 )
+            elif MASK_KEY in info and not _has_mask(frame.obs.get(agent_id)) and agent_id in frame.obs:
+                self.collector.add(
+                    "masks.in-info",
+                    f"agent {shown(agent_id)} {at} has an action_mask in its info, beside an observation without "
+                    "one: nothing follows it (random actions here ignore it too)",
+                    agent=agent_id,
+                    step=frame.step,
+                    key="in info",
+                )
 
     def _agents_attr(self, frame: Frame, at: str, acting: list[Any], ending: set[Any]) -> None:
         try:
@@ -434,6 +475,10 @@ class CallChecker:
 
 
 _VALUES = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?|'[^']*'|\"[^\"]*\"")
+
+
+def _has_mask(observation: Any) -> bool:
+    return isinstance(observation, Mapping) and MASK_KEY in observation
 
 
 def _kind_of(reason: str) -> str:

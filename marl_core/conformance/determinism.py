@@ -92,17 +92,23 @@ def same(a: Any, b: Any, depth: int = 0) -> bool:
         return False
     try:
         return bool(a == b)
-    except Exception:  # no single truth value (a torch tensor): compare as numpy arrays
-        return _same_as_arrays(a, b)
+    except Exception:  # no single truth value (a torch tensor, a dataclass of arrays)
+        return _same_as_arrays(a, b, depth)
 
 
-def _same_as_arrays(a: Any, b: Any) -> bool:
-    """Array-likes of one type compared as numpy arrays (by identity when they are no arrays)."""
+def _same_as_arrays(a: Any, b: Any, depth: int) -> bool:
+    """Array-likes of one type compared as numpy arrays; other objects by their attributes
+    (a dataclass holding arrays), else by identity."""
     try:
         x, y = np.asarray(a), np.asarray(b)
     except Exception:
-        return a is b
-    return _same_arrays(x, y) if x.dtype != object else a is b
+        x = y = None
+    if x is not None and x.dtype != object:
+        return _same_arrays(x, y)
+    attributes_a, attributes_b = getattr(a, "__dict__", None), getattr(b, "__dict__", None)
+    if isinstance(attributes_a, dict) and isinstance(attributes_b, dict):
+        return same(attributes_a, attributes_b, depth + 1)
+    return a is b
 
 
 def _same_arrays(a: np.ndarray, b: np.ndarray) -> bool:

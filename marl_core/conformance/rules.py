@@ -186,6 +186,17 @@ _CATALOG = (
         "the agent's turn when it has no legal action.",
     ),
     Rule(
+        "masks.in-info",
+        "warning",
+        "An acting agent's action mask sits in its observation (the canonical Dict), not in its "
+        "info: a mask in `info[\"action_mask\"]` is followed by no tool here (this checker, the "
+        "trainer, RLlib), so they send actions it forbids.",
+        "infos = {\"player_0\": {\"action_mask\": mask}}  # beside an observation without it",
+        "Return `{\"observation\": obs, \"action_mask\": mask}` as the observation; PettingZoo envs "
+        "that keep masks in info get this from `PettingZooEnv`, Gymnasium envs from "
+        "`from_gymnasium(env, mask_info_key=\"action_mask\")`.",
+    ),
+    Rule(
         "actions.unchanged",
         "warning",
         "`step(action_dict)` leaves the dict it receives, and the actions in it, as they were "

@@ -224,7 +224,9 @@ class _Run:
                 "api.reset", "reset() without arguments raised", step=0, error=error, hint=_RAISED_HINT, key="no arguments"
             )
             return
-        self.checker.split_reset(result)
+        frame = self.checker.split_reset(result)
+        if frame is not None:  # the results of the no-seed reset RLlib makes are checked like any
+            self.checker.check(frame)
 
     # Exploration -----------------------------------------------------------------------------
 

@@ -52,8 +52,13 @@ def missing_protocol(obj: Any) -> list[str]:
     if any(cls.__module__.split(".")[0] == "pettingzoo" for cls in type(obj).__mro__):
         return ["not a PettingZoo env (PettingZoo envs go through bridges.wrap)"]
     missing = [name for name in ("reset", "step") if not callable(_probe(obj, name))]
-    if _probe(obj, "possible_agents", missing=_MISSING) is _MISSING:
+    possible = _probe(obj, "possible_agents", missing=_MISSING)
+    if possible is _MISSING:
         missing.append("possible_agents")
+    elif not possible and _probe(obj, "_agent_ids") and any(
+        cls.__module__.split(".")[0] == "ray" for cls in type(obj).__mro__
+    ):  # RLlib's old API stack names its agents in _agent_ids: from_rllib reads them
+        missing.append("possible_agents (RLlib's old API stack: its _agent_ids go through bridges.wrap)")
     for attr, method in _SPACE_ATTRS:
         if _probe(obj, attr) is None and not callable(_probe(obj, method)):
             missing.append(f"{attr} or {method}()")

@@ -52,8 +52,8 @@ def test_observation_finding_names_agent_path_dtype_and_step() -> None:
     finding = by_agent["a"]
     assert finding.step == 0
     assert "at ['observation']: dtype float64 but the space needs float32" in finding.message
-    assert "episode 0 (seed 0)" in finding.message
-    assert "seen 21 times" in finding.message  # (reset + 6 steps) x 3 episodes, merged into one
+    assert "after reset() in reset() without arguments" in finding.message  # the first of them
+    assert "seen 22 times" in finding.message  # the reset without arguments, then (reset + 6 steps) x 3 episodes
 
 
 class Drifts(MultiAgentEnv):

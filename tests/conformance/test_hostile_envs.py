@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -173,3 +174,71 @@ def test_one_mistake_is_one_finding_not_a_cascade() -> None:
     keys = check_env(PossibleAgentsAsKeys)
     assert keys.rules == {"ids.agents-attr"}, str(keys)
     assert "possible_agents is dict_keys(['a', 'b', 'c'])" in keys.findings[0].message
+
+
+class _LazyDict(dict):
+    def items(self):
+        raise RuntimeError("lazy items failed")
+
+
+class UnreadableFlags(Duel):
+    """Returns terminateds as a dict subclass whose items() raises."""
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        return obs, rewards, _LazyDict(terminateds), truncateds, infos
+
+
+def test_result_dicts_that_cannot_be_read_are_findings_not_crashes() -> None:
+    # The user's RuntimeError escaped check_env ("a marl-check bug" on the command line).
+    report = check_env(UnreadableFlags)
+    assert report.rules == {"api.step"}
+    assert "reading the terminateds dict that step() returned in episode 0 (seed 0) raised" in report.findings[0].message
+
+
+class BadUnseededReset(Duel):
+    """reset() without a seed (RLlib's first call) returns an unknown agent and a bad observation."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = super().reset(seed=seed, options=options)
+        if seed is None:
+            return {**obs, "a": np.full(2, 7.0), "ghost": 1}, infos
+        return obs, infos
+
+
+def test_the_results_of_a_reset_without_arguments_are_checked_too() -> None:
+    report = check_env(BadUnseededReset)
+    assert report.rules == {"ids.known", "spaces.obs-contains"}
+    assert all("reset() without arguments" in f.message for f in report.findings)
+
+
+@dataclass
+class _Point:
+    xy: np.ndarray
+
+
+class _PointSpace(spaces.Space):
+    def __init__(self) -> None:
+        super().__init__(None, None)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, _Point)
+
+
+class PointObservations(Duel):
+    """Observes dataclasses holding arrays (== on them raises): deterministic, so correct."""
+
+    VALIDATE = False
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.observation_spaces = {a: _PointSpace() for a in self.possible_agents}
+
+    def observe(self, agent_id):
+        return _Point(super().observe(agent_id)["observation"])
+
+
+def test_equal_objects_holding_arrays_are_not_a_divergence() -> None:
+    # They were compared by identity: "differs: _Point(xy=array(...)) then _Point(xy=array(...))".
+    report = check_env(PointObservations)
+    assert "determinism.seed" not in report.rules, str(report)

@@ -120,6 +120,33 @@ def test_rllib_subclass_is_checked_directly(monkeypatch: pytest.MonkeyPatch) -> 
     assert check_env(rllib_seed_envs.TicTacToe).rules == {"determinism.seed"}
 
 
+@pytest.mark.ray
+def test_an_rllib_old_api_stack_env_goes_through_from_rllib() -> None:
+    """Importing ray.rllib is slow, hence the ray tier (no Ray instance is started). It names its agents in ``_agent_ids`` (possible_agents stays []): checked directly, that gave
+    an ids.agents-attr error and a cascade of ids.known ones; from_rllib reads the ids."""
+    import numpy as np
+    from ray.rllib.env.multi_agent_env import MultiAgentEnv as RLlibMultiAgentEnv
+
+    class OldStack(RLlibMultiAgentEnv):
+        def __init__(self, config=None):
+            super().__init__()
+            self._agent_ids = {"a", "b"}
+            self.observation_space = gym.spaces.Dict({a: gym.spaces.Box(0, 1, (2,), np.float32) for a in "ab"})
+            self.action_space = gym.spaces.Dict({a: gym.spaces.Discrete(2) for a in "ab"})
+
+        def reset(self, *, seed=None, options=None):
+            self.rng, self.t = np.random.default_rng(seed), 0
+            return {a: self.rng.random(2).astype(np.float32) for a in "ab"}, {}
+
+        def step(self, action_dict):
+            self.t += 1
+            obs = {a: self.rng.random(2).astype(np.float32) for a in "ab"}
+            return obs, dict.fromkeys("ab", 1.0), {"__all__": self.t >= 3}, {"__all__": False}, {}
+
+    report = check_env(OldStack)
+    assert report.ok and report.findings == (), str(report)
+
+
 def _tic_tac_toe_game() -> Any:
     import pyspiel
 
