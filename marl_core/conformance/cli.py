@@ -25,12 +25,14 @@ import importlib
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
-from marl_core.conformance.collect import ENV_ERRORS, describe, format_exception
+from marl_core.conformance.collect import ENV_ERRORS, CheckInterrupted, describe, format_exception
 from marl_core.conformance.rules import RULES, catalog_markdown
 from marl_core.conformance.runner import DEFAULT_EPISODES, DEFAULT_MAX_STEPS, check_env
 from marl_core.errors import ConformanceError
@@ -91,8 +93,38 @@ def _parser() -> _Parser:
         metavar="RULE",
         help="rule ids not to check (see --list-rules)",
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"give up (status 2) when the check takes longer, e.g. an env call that hangs (default "
+             f"{DEFAULT_TIMEOUT:.0f}; 0: never)",
+    )
     parser.add_argument("--list-rules", action="store_true", help="print the rule catalog and exit")
     return parser
+
+
+DEFAULT_TIMEOUT = 900.0
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`CheckInterrupted` in this (the main) thread after ``seconds`` (0: never)."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise CheckInterrupted
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def load_target(spec: str) -> Any:
@@ -223,11 +255,16 @@ def _check(args: argparse.Namespace) -> int:
     if not args.target:
         return _fail("missing the target MODULE:ATTR (see marl-check --help)", args.json, None)
     logging.basicConfig(level=logging.WARNING, format="marl-check: %(message)s")
+    if not args.timeout >= 0:
+        return _fail(f"--timeout must be a number of seconds of at least 0, received {args.timeout}", args.json, None)
     try:
-        with _stdout_to_stderr() if args.json else contextlib.nullcontext():
+        with _stdout_to_stderr() if args.json else contextlib.nullcontext(), _time_limit(args.timeout):
             obj = load_target(args.target)
             report = check_env(obj, seed=args.seed, episodes=args.episodes, max_steps=args.max_steps, skip=args.skip,
                                name=args.target)
+    except CheckInterrupted:
+        return _fail(f"the check did not finish within --timeout {args.timeout:g} s (an env call that never "
+                     "returns?); no report", args.json, args.target)
     except (TargetImportError, ConformanceError) as error:
         message = str(error)
         cause = error.__cause__

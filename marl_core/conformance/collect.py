@@ -14,6 +14,13 @@ ENV_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit)
 """What a call into the env's code may raise and the checker turns into a finding: any exception,
 and ``sys.exit()``, which would otherwise end the check as if it had passed."""
 
+
+
+class CheckInterrupted(BaseException):
+    """Stops a check from outside (``marl-check --timeout``); like KeyboardInterrupt, never
+    taken for something the env raised."""
+
+
 MAX_PER_RULE = 10
 """Distinct findings kept per rule; further ones are summed up in one closing finding."""
 

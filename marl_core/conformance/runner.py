@@ -29,7 +29,14 @@ import numpy as np
 from gymnasium import spaces as gym_spaces
 
 from marl_core.conformance.checks import CallChecker, Frame, lookup_spaces, names, space_of
-from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable, shown
+from marl_core.conformance.collect import (
+    ENV_ERRORS,
+    CheckInterrupted,
+    Collector,
+    describe,
+    is_hashable,
+    shown,
+)
 from marl_core.conformance.determinism import (
     Episode,
     Record,
@@ -119,7 +126,15 @@ def check_env(
     if name is not None:
         target.name = name
     run = _Run(target, Collector(frozenset(skipped)), seed, episodes, max_steps)
-    run.run()
+    try:
+        run.run()
+    except (KeyboardInterrupt, CheckInterrupted):
+        raise
+    except BaseException as error:  # not an Exception (trio's Cancelled, say): the run cannot go on
+        run.collector.add("api.step", f"the env raised {type(error).__name__}, which is not an Exception; the "
+                          f"check stopped there (after {run.steps} steps)", error=error, key="base exception",
+                          hint="Raise Exception subclasses from env code: other BaseExceptions pass through every "
+                               "`except Exception`, RLlib's env runners' and this checker's included.")
     return ConformanceReport(
         target=target.name,
         findings=run.collector.findings(),

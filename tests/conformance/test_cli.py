@@ -48,6 +48,40 @@ def test_an_env_calling_sys_exit_is_an_error_not_a_pass(capsys: pytest.CaptureFi
     assert "SystemExit: simulation diverged" in data["findings"][0]["message"]
 
 
+class Cancelled(BaseException):
+    """Not an Exception, as trio's and anyio's cancellations are not."""
+
+
+class CancelledInStep(Duel):
+    def step(self, action_dict):
+        raise Cancelled("the env gave up")
+
+
+class HangsInStep(Duel):
+    def step(self, action_dict):
+        import time
+
+        time.sleep(10**6)
+
+
+def test_a_base_exception_of_the_env_is_an_error_with_a_report(capsys: pytest.CaptureFixture[str]) -> None:
+    # It escaped check_env: a traceback, status 1 and no JSON on stdout.
+    assert main(["tests.conformance.test_cli:CancelledInStep", "--json", "--episodes", "1"]) == 1
+    (finding,) = json.loads(capsys.readouterr().out)["findings"]
+    assert finding["rule"] == "api.step"
+    assert finding["message"].startswith("the env raised Cancelled, which is not an Exception; the check stopped there")
+
+
+def test_a_check_past_its_timeout_is_no_report(capsys: pytest.CaptureFixture[str]) -> None:
+    # An env call that never returned hung marl-check forever, with no output.
+    assert main(["tests.conformance.test_cli:HangsInStep", "--json", "--timeout", "0.5"]) == 2
+    data = json.loads(capsys.readouterr().out)
+    assert data["error"] == ("the check did not finish within --timeout 0.5 s (an env call that never returns?); "
+                             "no report")
+    assert main(["tests.conformance.test_cli:HangsInStep", "--timeout", "-1"]) == 2
+    assert "--timeout must be a number of seconds of at least 0, received -1.0" in capsys.readouterr().err
+
+
 def test_warnings_only_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tests.fixtures.broken_envs:NeverEnds", "--max-steps", "10", "--episodes", "1"]) == 0
     assert "warning termination.bounded" in capsys.readouterr().out
