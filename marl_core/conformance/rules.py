@@ -101,10 +101,12 @@ _CATALOG = (
         "error",
         "Every agent in `possible_agents` has an observation and an action space (a "
         "`gymnasium.spaces.Space`), from the `observation_spaces`/`action_spaces` dicts or the "
-        "`get_observation_space`/`get_action_space` overrides.",
+        "`get_observation_space`/`get_action_space` overrides, and keeps them from reset to reset "
+        "(tools read them once).",
         "self.action_spaces = {\"a\": Discrete(3)}  # no space for agent 'b'",
         "Give every possible agent both spaces, in the dicts or by overriding "
-        "`get_observation_space(agent_id)` / `get_action_space(agent_id)`.",
+        "`get_observation_space(agent_id)` / `get_action_space(agent_id)`; set them once, in "
+        "`__init__`.",
     ),
     Rule(
         "spaces.obs-contains",

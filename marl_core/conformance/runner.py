@@ -243,6 +243,25 @@ class _Run:
         if frame is not None:  # the results of the no-seed reset RLlib makes are checked like any
             self.checker.check(frame)
 
+    def _spaces_kept(self, label: str) -> None:
+        """A ``spaces.defined`` finding for each space that differs from the one read before the
+        first reset (the checker goes on with the first: tools read spaces once)."""
+        for first, kind in zip((self.checker.obs_spaces, self.act_spaces), ("observation", "action"), strict=True):
+            for agent_id, space in first.items():
+                try:
+                    now = space_of(self.env, agent_id, kind)
+                    changed = now is not space and now != space
+                except ENV_ERRORS:
+                    continue  # lookup_spaces reported how this lookup fails
+                if changed:
+                    self.collector.add(
+                        "spaces.defined",
+                        f"the {kind} space of agent {shown(agent_id)} changed after reset() in {label}: {shown(space)} "
+                        f"before the first reset, {shown(now)} now; spaces stay the same for the env's life",
+                        agent=agent_id,
+                        key=f"changed {kind}",
+                    )
+
     # Exploration -----------------------------------------------------------------------------
 
     def _explore(self, index: int) -> Episode:
@@ -260,6 +279,7 @@ class _Run:
             )
             return episode
         after = global_rng_state()
+        self._spaces_kept(label)
         frame = self.checker.split_reset(result)
         if frame is None:
             return episode

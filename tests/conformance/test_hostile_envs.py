@@ -242,3 +242,22 @@ def test_equal_objects_holding_arrays_are_not_a_divergence() -> None:
     # They were compared by identity: "differs: _Point(xy=array(...)) then _Point(xy=array(...))".
     report = check_env(PointObservations)
     assert "determinism.seed" not in report.rules, str(report)
+
+
+class GrowsItsSpaces(Duel):
+    """Declares a wider observation space from its first seeded reset on (observations unchanged)."""
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            wider = spaces.Box(-100.0, 100.0, (3,), np.float32)
+            self.observation_spaces = {a: spaces.Dict({"observation": wider, "action_mask": space["action_mask"]})
+                                       for a, space in self.observation_spaces.items()}
+        return super().reset(seed=seed, options=options)
+
+
+def test_spaces_that_change_between_resets_are_a_finding() -> None:
+    # The checker read the spaces once and said nothing.
+    report = check_env(GrowsItsSpaces)
+    changed = [f for f in report.findings if f.rule == "spaces.defined"]
+    assert {f.agent for f in changed} == {"a", "b", "c"}
+    assert "the observation space of agent 'a' changed after reset() in episode 0 (seed 0)" in changed[0].message
