@@ -113,6 +113,7 @@ class Frame:
     rewards: dict = field(default_factory=dict)
     terminateds: dict = field(default_factory=dict)
     truncateds: dict = field(default_factory=dict)
+    originals: dict = field(default_factory=dict)  # the env's own dict subclasses, read into the above
 
 
 @dataclass
@@ -175,8 +176,8 @@ class CallChecker:
                 key="types",
             )
             return None
-        parts = self._plain(result, ("obs", "infos"), "api.reset", "reset()", 0)
-        return None if parts is None else Frame(0, *parts)
+        plain = self._plain(result, ("obs", "infos"), "api.reset", "reset()", 0)
+        return None if plain is None else Frame(0, *plain[0], originals=plain[1])
 
     def split_step(self, result: Any, step: int) -> Frame | None:
         """The five dicts of a ``step()`` result, or None (with an ``api.step`` finding)."""
@@ -198,44 +199,34 @@ class CallChecker:
                 key="types " + " ".join(bad),
             )
             return None
-        parts = self._plain(result, _RESULT_NAMES, "api.step", "step()", step)
-        if parts is None:
+        plain = self._plain(result, _RESULT_NAMES, "api.step", "step()", step)
+        if plain is None:
             return None
-        obs, rewards, terminateds, truncateds, infos = parts
-        return Frame(step, obs, infos, rewards, terminateds, truncateds)
+        (obs, rewards, terminateds, truncateds, infos), originals = plain
+        return Frame(step, obs, infos, rewards, terminateds, truncateds, originals)
 
-    def _plain(self, parts: Any, names: tuple[str, ...], rule: str, call: str, step: int) -> list[dict] | None:
-        """``parts`` with each dict subclass read into a plain dict (plain dicts stay the very
-        objects, for obs.aliasing); None, with a finding, when reading one raises."""
-        plain = []
+    def _plain(
+        self, parts: Any, names: tuple[str, ...], rule: str, call: str, step: int
+    ) -> tuple[list[dict], dict[str, Any]] | None:
+        """``parts`` with each dict subclass read into a plain dict (the checks then never call
+        the env's own methods), and those subclasses' objects by name (obs.aliasing watches
+        them); None, with a finding, when reading one raises."""
+        plain, originals = [], {}
         for name, part in zip(names, parts, strict=True):
             if type(part) is not dict:
                 try:
-                    part = dict(part.items())
+                    originals[name], part = part, dict(part.items())
                 except ENV_ERRORS as error:
                     self.collector.add(rule, f"reading the {name} dict that {call} returned in {self.label} raised",
                                        step=step, error=error, key="unreadable " + name)
                     return None
             plain.append(part)
-        return plain
+        return plain, originals
 
     # The rules --------------------------------------------------------------------------------
 
     def check(self, frame: Frame) -> Verdict:
-        """Check one frame; return who acts next, the trusted masks and whether the episode is over.
-
-        Results whose own methods raise while they are read (a dict subclass whose ``items()``
-        fails, say) are an ``api.reset`` / ``api.step`` finding that stops the episode.
-        """
-        try:
-            return self._check(frame)
-        except ENV_ERRORS as error:
-            rule, call = ("api.step", "step()") if frame.step else ("api.reset", "reset()")
-            self.collector.add(rule, f"reading what {call} returned in {self.label} raised", step=frame.step,
-                               error=error, key="unreadable")
-            return Verdict([], {}, True)
-
-    def _check(self, frame: Frame) -> Verdict:
+        """Check one frame; return who acts next, the trusted masks and whether the episode is over."""
         at = f"at step {frame.step} of {self.label}" if frame.step else f"after reset() in {self.label}"
         self._known(frame, at)
         done, ending, all_missing = self._flags(frame, at) if frame.step else (False, set(), False)

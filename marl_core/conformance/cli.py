@@ -24,10 +24,12 @@ import dataclasses
 import importlib
 import json
 import logging
+import math
 import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
@@ -110,21 +112,29 @@ DEFAULT_TIMEOUT = 900.0
 
 @contextlib.contextmanager
 def _time_limit(seconds: float) -> Iterator[None]:
-    """Raise :class:`CheckInterrupted` in this (the main) thread after ``seconds`` (0: never)."""
-    if not seconds or threading.current_thread() is not threading.main_thread():
+    """Raise :class:`CheckInterrupted` in this (the main) thread after ``seconds``, and every
+    second after that until the check ends (an env's bare ``except:`` may swallow one); 0 or
+    infinity: never. Where there is no interval timer (Windows) there is no limit. A timer the
+    caller had armed is armed again afterwards, for the time it had left."""
+    if (not 0 < seconds < math.inf or not hasattr(signal, "setitimer")
+            or threading.current_thread() is not threading.main_thread()):
         yield
         return
 
     def expire(signum: int, frame: Any) -> None:
         raise CheckInterrupted
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous_handler = signal.signal(signal.SIGALRM, expire)
+    started = time.monotonic()
+    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGALRM, previous_handler)
+        if previous_delay > 0:
+            left = max(previous_delay - (time.monotonic() - started), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
 
 
 def load_target(spec: str) -> Any:

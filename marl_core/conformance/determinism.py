@@ -72,8 +72,11 @@ def fingerprint(value: Any, depth: int = 0) -> Any:
     return value
 
 
-def same(a: Any, b: Any, depth: int = 0) -> bool:
-    """Whether two observations (or rewards, flags) are equal, arrays included, NaN equal to NaN."""
+def same(a: Any, b: Any, depth: int = 0, seen: set[tuple[int, int]] | None = None) -> bool:
+    """Whether two observations (or rewards, flags) are equal, arrays included, NaN equal to NaN.
+
+    ``seen`` holds the pairs of objects already being compared by their attributes, so that
+    objects referring to each other in a cycle are walked once."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
             return False
@@ -81,10 +84,10 @@ def same(a: Any, b: Any, depth: int = 0) -> bool:
     if depth >= MAX_DEPTH:  # not looked into, so not reported either
         return True
     if isinstance(a, Mapping):
-        return isinstance(b, Mapping) and a.keys() == b.keys() and all(same(a[k], b[k], depth + 1) for k in a)
+        return isinstance(b, Mapping) and a.keys() == b.keys() and all(same(a[k], b[k], depth + 1, seen) for k in a)
     if isinstance(a, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(
-            same(x, y, depth + 1) for x, y in zip(a, b, strict=True)
+            same(x, y, depth + 1, seen) for x, y in zip(a, b, strict=True)
         )
     if isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating)) and a != a and b != b:
         return True
@@ -93,22 +96,36 @@ def same(a: Any, b: Any, depth: int = 0) -> bool:
     try:
         return bool(a == b)
     except Exception:  # no single truth value (a torch tensor, a dataclass of arrays)
-        return _same_as_arrays(a, b, depth)
+        return _same_as_arrays(a, b, depth, set() if seen is None else seen)
 
 
-def _same_as_arrays(a: Any, b: Any, depth: int) -> bool:
+def _same_as_arrays(a: Any, b: Any, depth: int, seen: set[tuple[int, int]]) -> bool:
     """Array-likes of one type compared as numpy arrays; other objects by their attributes
-    (a dataclass holding arrays), else by identity."""
+    (a dataclass holding arrays, ``__slots__`` included), else by identity."""
     try:
         x, y = np.asarray(a), np.asarray(b)
     except Exception:
         x = y = None
     if x is not None and x.dtype != object:
         return _same_arrays(x, y)
-    attributes_a, attributes_b = getattr(a, "__dict__", None), getattr(b, "__dict__", None)
-    if isinstance(attributes_a, dict) and isinstance(attributes_b, dict):
-        return same(attributes_a, attributes_b, depth + 1)
-    return a is b
+    state_a, state_b = _state_of(a), _state_of(b)
+    if not (state_a or state_b):
+        return a is b
+    if (id(a), id(b)) in seen:  # a cycle: this pair is being compared further up
+        return True
+    seen.add((id(a), id(b)))
+    return same(state_a, state_b, depth + 1, seen)
+
+
+def _state_of(value: Any) -> dict[str, Any]:
+    """An object's attributes: its ``__dict__`` and the ``__slots__`` of its classes that are set."""
+    state = dict(getattr(value, "__dict__", None) or {})
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__") and hasattr(value, name):
+                state[name] = getattr(value, name)
+    return state
 
 
 def _same_arrays(a: np.ndarray, b: np.ndarray) -> bool:

@@ -20,7 +20,9 @@ Every exception raised by the env becomes a finding with its traceback; nothing 
 from __future__ import annotations
 
 import logging
+import os
 import time
+import traceback
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -131,8 +133,12 @@ def check_env(
     except (KeyboardInterrupt, CheckInterrupted):
         raise
     except BaseException as error:  # not an Exception (trio's Cancelled, say): the run cannot go on
-        run.collector.add("api.step", f"the env raised {type(error).__name__}, which is not an Exception; the "
-                          f"check stopped there (after {run.steps} steps)", error=error, key="base exception",
+        rule = "api.reset" if _env_method_of(error) == "reset" else "api.step"
+        message = (f"the env raised {type(error).__name__}, which is not an Exception; the check stopped there "
+                   f"(after {run.steps} steps)")
+        if not run.collector.wants(rule):  # skipping the rule must not turn an unfinished check into a pass
+            raise ConformanceError(f"{message}: {describe(error)}") from error
+        run.collector.add(rule, message, error=error, key="base exception",
                           hint="Raise Exception subclasses from env code: other BaseExceptions pass through every "
                                "`except Exception`, RLlib's env runners' and this checker's included.")
     return ConformanceReport(
@@ -145,6 +151,16 @@ def check_env(
         seconds=time.perf_counter() - started,
         skipped=skipped,
     )
+
+
+def _env_method_of(error: BaseException) -> str | None:
+    """The name of the first function outside the checker in ``error``'s traceback: the env's
+    method that the checker called (``reset``, ``step``, ...)."""
+    own = os.path.dirname(os.path.abspath(__file__))
+    for frame in traceback.extract_tb(error.__traceback__):
+        if not os.path.abspath(frame.filename).startswith(own):
+            return frame.name
+    return None
 
 
 class _Run:
@@ -405,8 +421,12 @@ class _Run:
                     key="changed",
                 )
         for name, returned, items, where in self._previous_dicts:
-            changed = any(returned.get(key, _GONE) is not value for key, value in items)
-            if changed or len(returned) != len(items):
+            try:
+                changed = any(returned.get(key, _GONE) is not value for key, value in items)
+                changed = changed or len(returned) != len(items)
+            except ENV_ERRORS:  # a dict subclass of the env's that no longer reads: api.step says so
+                continue
+            if changed:
                 self.collector.add(
                     "obs.aliasing",
                     f"the {name} dict returned {where} was changed by the next call (step {frame.step} of "
@@ -419,7 +439,8 @@ class _Run:
         returned = {"obs": frame.obs, "infos": frame.infos}
         if frame.step:  # a reset returns no other dicts
             returned.update(rewards=frame.rewards, terminateds=frame.terminateds, truncateds=frame.truncateds)
-        self._previous_dicts = [(name, d, list(d.items()), at) for name, d in returned.items()]
+        # Watched: the env's own objects (dict subclasses too, not the checker's plain copies of them).
+        self._previous_dicts = [(name, frame.originals.get(name, d), list(d.items()), at) for name, d in returned.items()]
 
     # Determinism -----------------------------------------------------------------------------
 

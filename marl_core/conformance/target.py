@@ -55,7 +55,7 @@ def missing_protocol(obj: Any) -> list[str]:
     possible = _probe(obj, "possible_agents", missing=_MISSING)
     if possible is _MISSING:
         missing.append("possible_agents")
-    elif not possible and _probe(obj, "_agent_ids") and any(
+    elif isinstance(possible, (list, tuple)) and not possible and _probe(obj, "_agent_ids") and any(
         cls.__module__.split(".")[0] == "ray" for cls in type(obj).__mro__
     ):  # RLlib's old API stack names its agents in _agent_ids: from_rllib reads them
         missing.append("possible_agents (RLlib's old API stack: its _agent_ids go through bridges.wrap)")

@@ -82,6 +82,34 @@ def test_a_check_past_its_timeout_is_no_report(capsys: pytest.CaptureFixture[str
     assert "--timeout must be a number of seconds of at least 0, received -1.0" in capsys.readouterr().err
 
 
+class SwallowsTheFirstInterrupt(Duel):
+    def step(self, action_dict):
+        import time
+
+        try:
+            time.sleep(10**6)
+        except BaseException:  # a bare except: the timer fires again a second later
+            time.sleep(10**6)
+
+
+def test_the_timeout_fires_again_and_gives_back_the_callers_timer(capsys: pytest.CaptureFixture[str]) -> None:
+    import signal
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    signal.setitimer(signal.ITIMER_REAL, 60.0)  # the caller's own timer, armed before
+    try:
+        assert main(["tests.conformance.test_cli:SwallowsTheFirstInterrupt", "--json", "--timeout", "0.3"]) == 2
+        assert "did not finish within --timeout 0.3 s" in json.loads(capsys.readouterr().out)["error"]
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 50.0 < left <= 60.0  # armed again for what it had left (it was cancelled)
+        assert main(["examples.rock_paper_scissors:RockPaperScissors", "--timeout", "inf"]) == 0  # inf: never
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert fired == []
+
+
 def test_warnings_only_exit_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tests.fixtures.broken_envs:NeverEnds", "--max-steps", "10", "--episodes", "1"]) == 0
     assert "warning termination.bounded" in capsys.readouterr().out
@@ -250,3 +278,20 @@ def test_installed_script_runs() -> None:
     done = _run(str(script), "tests.fixtures.broken_envs:CloseTwiceFails")
     assert done.returncode == 0, done.stderr
     assert "warning close.idempotent" in done.stdout
+
+
+class CancelledInSeededReset(Duel):
+    def reset(self, *, seed=None, options=None):
+        if seed == 1:
+            raise Cancelled("the env gave up")
+        return super().reset(seed=seed, options=options)
+
+
+def test_a_base_exception_in_reset_is_an_api_reset_finding_and_skipping_it_is_no_report(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["tests.conformance.test_cli:CancelledInSeededReset", "--json"]) == 1
+    assert [f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]] == ["api.reset"]
+    # With its rule skipped, the unfinished check passed (ok, no findings): it is no report.
+    assert main(["tests.conformance.test_cli:CancelledInSeededReset", "--json", "--skip", "api.reset"]) == 2
+    assert "the env raised Cancelled, which is not an Exception" in json.loads(capsys.readouterr().out)["error"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 from typing import Any
 
@@ -261,3 +262,76 @@ def test_spaces_that_change_between_resets_are_a_finding() -> None:
     changed = [f for f in report.findings if f.rule == "spaces.defined"]
     assert {f.agent for f in changed} == {"a", "b", "c"}
     assert "the observation space of agent 'a' changed after reset() in episode 0 (seed 0)" in changed[0].message
+
+
+class ReusesAnOrderedDict(Duel):
+    """Returns one OrderedDict of rewards, cleared and refilled at every step."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.shared_rewards: collections.OrderedDict = collections.OrderedDict()
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        self.shared_rewards.clear()
+        self.shared_rewards.update(rewards)
+        return obs, self.shared_rewards, terminateds, truncateds, infos
+
+
+def test_a_reused_dict_subclass_is_still_seen_though_the_checker_reads_a_copy() -> None:
+    assert check_env(ReusesAnOrderedDict).rules == {"obs.aliasing"}
+
+
+@dataclass(eq=True)
+class _Node:
+    x: np.ndarray
+    prev: Any = None
+    next: Any = None
+
+
+class _NodeSpace(spaces.Space):
+    def __init__(self) -> None:
+        super().__init__(None, None)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, _Node)
+
+
+class RingObservations(Duel):
+    """Observes a ring of two nodes holding arrays (each refers to the other twice)."""
+
+    VALIDATE = False
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.observation_spaces = {a: _NodeSpace() for a in self.possible_agents}
+
+    def observe(self, agent_id):
+        first, second = _Node(super().observe(agent_id)["observation"]), _Node(np.zeros(2))
+        first.prev = first.next = second
+        second.prev = second.next = first
+        return first
+
+
+def test_observations_that_refer_to_each_other_in_a_cycle_are_compared_once() -> None:
+    # The attribute walk doubled at every level of the ring: hours for one comparison.
+    report = check_env(RingObservations)
+    assert "determinism.seed" not in report.rules, str(report)
+
+
+class NumpyAgents:
+    """Follows the protocol but lists its agents in a numpy array (not a list)."""
+
+    possible_agents = np.array(["a", "b"])
+    observation_spaces = {a: spaces.Discrete(2) for a in ("a", "b")}
+    action_spaces = observation_spaces
+
+    def reset(self, *, seed=None, options=None):
+        return {"a": 0, "b": 0}, {}
+
+    def step(self, action_dict):
+        return {"a": 0, "b": 0}, {"a": 0.0, "b": 0.0}, {"__all__": True}, {"__all__": False}, {}
+
+
+def test_possible_agents_in_a_numpy_array_are_a_finding_not_a_crash() -> None:
+    assert "ids.agents-attr" in check_env(NumpyAgents()).rules
