@@ -37,6 +37,7 @@ from marl_core.env import (
     MultiAgentWrapper,
     ObsDict,
     StepResult,
+    scalar_reward,
 )
 from marl_core.errors import (
     EnvContractError,
@@ -224,15 +225,16 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         obs, rewards, terminateds, truncateds, infos = self.env.step(inner_actions)
         episode_over = bool(terminateds.get(ALL, False)) or bool(truncateds.get(ALL, False))
         out_rewards: dict[AgentID, Any] = {}
-        for agent_id, reward in rewards.items():
-            group = self._group_of.get(agent_id)
-            if group is None:
-                out_rewards[agent_id] = reward
-                continue
-            out_rewards[group] = out_rewards.get(group, 0.0) + float(reward)
-            self._pending_rewards[group][agent_id] += float(reward)
-            self._news.add(group)
         try:
+            for agent_id, reward in rewards.items():
+                group = self._group_of.get(agent_id)
+                if group is None:
+                    out_rewards[agent_id] = reward
+                    continue
+                value = scalar_reward(agent_id, reward, self.env)
+                out_rewards[group] = out_rewards.get(group, 0.0) + value
+                self._pending_rewards[group][agent_id] += value
+                self._news.add(group)
             out_obs, out_infos, acting = self._translate(obs, infos, terminateds, truncateds, episode_over)
         except (GroupingError, EnvContractError):
             self._acting = None  # the env has moved on and its result cannot be grouped: reset() is needed

@@ -284,10 +284,21 @@ def _check_masks(
 ) -> None:
     """Raise unless ``action`` (at ``path`` in the agent's action ``whole``) is legal under ``mask``."""
     if type(mask) is not tuple:
+        where = f"in slot {path} of {_short(whole)}, masked out by that slot's action_mask"
         if isinstance(space, spaces.Discrete) and not mask[int(action) - int(space.start)]:
             legal = [int(i) + int(space.start) for i in np.flatnonzero(mask)]
-            where = f"in slot {path} of {_short(whole)}, masked out by that slot's action_mask"
             raise IllegalActionError(agent_id, action, legal, hint=where if path else "masked out by its action_mask")
+        if isinstance(space, spaces.MultiDiscrete) and np.size(mask) == int(space.nvec.sum()):
+            # One mask per dimension, concatenated (see action_mask_size).
+            starts = np.asarray(space.start).reshape(-1)
+            offsets = np.concatenate([[0], np.cumsum(space.nvec.reshape(-1))[:-1]])
+            chosen = offsets + np.asarray(action).reshape(-1) - starts
+            if not np.asarray(mask).reshape(-1)[chosen].all():
+                sizes = space.nvec.reshape(-1)
+                legal = [[int(k) + int(start) for k in np.flatnonzero(np.asarray(mask).reshape(-1)[o : o + n])]
+                         for o, n, start in zip(offsets, sizes, starts, strict=True)]
+                raise IllegalActionError(agent_id, action, legal, hint=(where if path else
+                                         "masked out by its action_mask, per dimension"))
     elif isinstance(space, spaces.Tuple) and len(mask) == len(space.spaces):
         for slot, (sub, item, slot_mask) in enumerate(zip(space.spaces, tuple_slots(space, action), mask, strict=True)):
             if slot_mask is not None and (type(slot_mask) is tuple or np.any(slot_mask)):

@@ -422,7 +422,9 @@ class Sampler:
         space = self._fixed_spaces.get(agent_id)
         if space is None:
             space = self._fixed_spaces[agent_id] = self.vector.get_action_space(agent_id)
-        mask = observation.get(MASK_KEY) if type(observation) is dict else action_masks_of(observation)
+        mask = observation.get(MASK_KEY) if type(observation) is dict else None
+        if type(mask) is not np.ndarray:  # other forms (a tuple of 0/1, group slots): read as numpy masks
+            mask = action_masks_of(observation)
         if surely_valid_action(space, action, mask):
             return
         try:

@@ -619,6 +619,24 @@ def test_a_member_asked_to_act_with_a_mask_that_allows_nothing_is_an_env_error()
         env.step(actions)
 
 
+def test_a_member_reward_that_is_not_a_number_needs_a_reset_too() -> None:
+    from tests.fixtures.envs import HeterogeneousSpacesEnv
+
+    class PaysNone(HeterogeneousSpacesEnv):
+        def step(self, action_dict):
+            obs, rewards, *rest = super().step(action_dict)
+            return (obs, dict.fromkeys(rewards), *rest)
+
+    env = GroupAgentsWrapper(PaysNone(), {"team": ["masked", "discrete"]})
+    obs, _ = env.reset(seed=0)
+    policy = RandomPolicy(env, seed=0)
+    actions = {agent_id: policy(agent_id, observation) for agent_id, observation in obs.items()}
+    with pytest.raises(EnvContractError, match=r"a reward that is not one number: None"):
+        env.step(actions)  # a bare TypeError from float(None), after which step() went on
+    with pytest.raises(ResetNeededError):
+        env.step(actions)
+
+
 def test_vector_refuses_a_masked_member_action_before_any_env_steps() -> None:
     def grouped() -> GroupAgentsWrapper:
         return GroupAgentsWrapper(HeterogeneousSpacesEnv(), {"team": ["masked", "discrete"]})

@@ -399,3 +399,15 @@ def test_an_array_for_a_tuple_of_scalar_boxes_gives_each_slot_an_array() -> None
         check_action("pair", space, np.array([0.5, -2.0], np.float32))
     mixed = spaces.Tuple((spaces.Discrete(3), spaces.Box(-1, 1, (2,), np.float32)))
     check_action("mixed", mixed, np.array([1, np.zeros(2, np.float32)], dtype=object))
+
+
+def test_a_multidiscrete_action_is_checked_against_each_dimensions_mask() -> None:
+    # Masks of MultiDiscrete spaces (one per dimension, concatenated) were never applied.
+    space = spaces.MultiDiscrete([3, 2], start=[1, -1])
+    mask = np.array([1, 0, 1, 0, 1], np.int8)  # first dimension: 1 or 3; second: 0
+    check_action("a", space, np.array([3, 0]), mask)
+    with pytest.raises(IllegalActionError, match=r"received array\(\[2, 0\]\), legal actions now: \[\[1, 3\], \[0\]\] "
+                                                 r"\(masked out by its action_mask, per dimension\)"):
+        check_action("a", space, np.array([2, 0]), mask)
+    with pytest.raises(IllegalActionError):
+        check_action("a", space, np.array([1, -1]), mask)

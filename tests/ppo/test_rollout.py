@@ -324,6 +324,20 @@ def test_a_fixed_policys_action_outside_the_space_or_masked_out_is_refused_by_na
     assert sampler.sample(4)["env_steps"] == 4
 
 
+class _TupleMaskGame(TwoMoveGame):
+    """:class:`TwoMoveGame` whose masks are tuples of 0/1 (a form the checker reports, but a mask)."""
+
+    def _obs(self, turn):
+        return {**super()._obs(turn), "action_mask": (0, 1, 1)}
+
+
+def test_a_fixed_policy_is_held_to_a_mask_in_another_form_too():
+    sampler = Sampler(_TupleMaskGame, {}, 2, seed=0)
+    sampler.set_policies({"p": lambda observation: 0}, lambda agent_id, episode: "p", set())
+    with pytest.raises(ConfigError, match=r"fixed policy 'p' chose for agent 'first': illegal action"):
+        sampler.sample(4)
+
+
 def test_a_mapping_fn_that_raises_is_named_with_the_agent_and_how_it_is_called():
     old_style = lambda agent_id, episode, worker: "p"  # noqa: E731  (RLlib's older signature)
     sampler = _sampler(TwoMoveGame, mapping=old_style)
