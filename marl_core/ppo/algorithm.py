@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError, TrainingError
+from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError
 from marl_core.ppo.batching import concat_obs, stack_obs
 from marl_core.ppo.config import PolicySpec, PPOConfig, map_agent
 from marl_core.ppo.learner import Learner
@@ -357,18 +357,23 @@ class PPO:
             restarts = self.runners.num_restarts - before
         sample_done = time.perf_counter()
         learner_metrics = {}
-        # Every policy's update of an iteration stands or falls together: a TrainingError in one
-        # leaves all weights and optimizer states as they were (a few MB copied per iteration).
+        # Every policy's update of an iteration stands or falls together: a TrainingError in one, or
+        # a second Ctrl-C while they run, leaves all weights, optimizer states and the minibatch
+        # generator as they were, so a checkpoint saved then matches its iteration count (a few MB
+        # copied per iteration).
         before_update = {policy_id: copy.deepcopy(learner.state_dict()) for policy_id, learner in self.learners.items()}
+        rng_before = copy.deepcopy(self.rng.bit_generator.state)
         try:
             for policy_id, learner in self.learners.items():
                 parts = [s["batches"][policy_id] for s in samples if policy_id in s["batches"]]
                 if parts:
                     learner_metrics[policy_id] = learner.update(_merge(parts), self.rng,
                                                                 self.config.normalize_advantages)
-        except TrainingError:
+        except BaseException:  # TrainingError, KeyboardInterrupt, ...
             for policy_id, state in before_update.items():
                 self.learners[policy_id].load_state_dict(state)
+                self.learners[policy_id].policy.module.eval()
+            self.rng.bit_generator.state = rng_before
             raise
         learn_done = time.perf_counter()
         self.iteration += 1

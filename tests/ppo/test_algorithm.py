@@ -565,6 +565,33 @@ def test_compute_actions_and_policy_callables():
             algo.compute_actions({"player1": 0}, policy_id="nope")
 
 
+def test_a_ctrl_c_during_the_update_leaves_states_that_match_the_iteration_count(monkeypatch):
+    # A second Ctrl-C while policies updated saved a "final" checkpoint of iteration N whose
+    # weights, Adam steps and generator had moved on into iteration N + 1.
+    config = (_rps_config().multi_agent(policies={"learned": None, "other": None},
+                                        policy_mapping_fn=lambda agent_id, episode: (
+                                            "learned" if agent_id == "player1" else "other"),
+                                        policies_to_train=["learned", "other"])
+              .training(train_batch_size=64, minibatch_size=16, num_epochs=2))
+    with config.build() as algo:
+        algo.train()
+        before = {p: copy.deepcopy(algo.learners[p].state_dict()) for p in ("learned", "other")}
+        rng_before = copy.deepcopy(algo.rng.bit_generator.state)
+        update = algo.learners["other"].update
+
+        def interrupted(*args, **kwargs):
+            update(*args, **kwargs)  # "other" updates fully ("learned" did before it), then Ctrl-C
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(algo.learners["other"], "update", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            algo.train()
+        assert algo.iteration == 1
+        for policy_id, state in before.items():
+            _assert_same_state(state, algo.learners[policy_id].state_dict())
+        assert algo.rng.bit_generator.state == rng_before
+
+
 def test_a_mapping_fn_of_rllibs_older_form_is_named_at_build_and_in_compute_actions():
     # It was a bare TypeError from build() (which maps agents to find spaces) and compute_actions.
     old_style = lambda agent_id, episode, worker: "p"  # noqa: E731
