@@ -92,7 +92,7 @@ def parse_opponent(spec: str) -> tuple[str, int]:
     if text == "random":
         return "random", 0
     kind, _, count = text.partition(":")
-    if kind == "mcts" and count.isdigit() and 1 <= int(count) <= MAX_SIMULATIONS:
+    if kind == "mcts" and count.isascii() and count.isdigit() and 1 <= int(count) <= MAX_SIMULATIONS:
         return "mcts", int(count)
     raise OpponentSpecError(
         f"unknown opponent {spec!r}: expected 'random' or 'mcts:N' with N simulations per move "

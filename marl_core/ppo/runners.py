@@ -28,7 +28,7 @@ def _check_reachable(address: str) -> None:
     """Raise a :class:`ConfigError` when nothing answers at a ``host:port`` (or ``ray://host:port``)
     Ray address: ``ray.init`` would retry for minutes before saying so. Other forms ("auto") are Ray's."""
     host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not (sep and host and port.isdigit()):
+    if not (sep and host and port.isascii() and port.isdigit()):
         if address not in ("auto", "local") and "://" not in address:  # other schemes are Ray's to read
             raise ConfigError(f"ray_address must be 'host:port', 'ray://host:port', 'auto' or 'local', "
                               f"received {address!r}")

@@ -148,7 +148,7 @@ def _ask_move(mask: np.ndarray, input_stream: TextIO, output: TextIO) -> int:
     columns = len(mask)
     while True:
         answer = _ask(f"Your move (column 1-{columns}, q to quit): ", input_stream, output)
-        if not answer.isdigit() or not 1 <= int(answer) <= columns:
+        if not (answer.isascii() and answer.isdigit()) or not 1 <= int(answer) <= columns:
             output.write(f"{answer!r} is not a column: type a number from 1 to {columns}.\n")
             continue
         if int(answer) not in legal:

@@ -66,13 +66,13 @@ def test_eval_and_play_report_a_missing_checkpoint_with_status_2(tmp_path, capsy
 
 
 def test_play_main_reads_the_person_from_stdin(checkpoint, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "stdin", io.StringIO("z\n2\nabc\n42\n4\nq\n"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("z\n2\nabc\n42\n\u00b2\n4\nq\n"))  # \u00b2: isdigit(), not int()
     assert play_main(["connect4", str(checkpoint)]) == 0
     out = capsys.readouterr().out
     assert "Please type 1 to move first or 2 to move second." in out
     assert "You play o (second)." in out
     assert out.count("The policy plays column") == 2  # its opening move and its reply to column 4
-    assert "'abc' is not a column" in out and "'42' is not a column" in out
+    assert "'abc' is not a column" in out and "'42' is not a column" in out and "'\u00b2' is not a column" in out
     assert out.count("  1 2 3 4 5 6 7") == 4  # before each of the four moves
     assert out.rstrip().endswith("Bye. You won 0, drew 0, lost 0.")
 
