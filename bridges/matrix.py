@@ -368,6 +368,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"marl-matrix: no case id contains {args.only!r}; nothing run, {args.output} left as it is",
               file=sys.stderr)
         return 2
+    output = Path(args.output)
+    unwritable = _why_unwritable(output)
+    if unwritable:  # before the rows run, not after minutes of them
+        print(f"marl-matrix: cannot write {args.output}: {unwritable}; nothing run", file=sys.stderr)
+        return 2
     started = time.monotonic()
 
     def progress(row: Row) -> None:
@@ -376,13 +381,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rows = run_all(cases, jobs=args.jobs, timeout=args.timeout, progress=progress)
     subset = args.subset if not args.only else f"{args.subset}, --only {args.only}"
-    output = Path(args.output)
     if len(cases) < len(all_cases) and output.is_file():
         rows, subset = _merged(output, rows, all_cases, subset)
     text = render(rows, subset=subset, missing=missing, seconds=time.monotonic() - started)
     output.write_text(text, encoding="utf-8")
     print(f"wrote {args.output}: {len(rows)} rows")
     return 0
+
+
+def _why_unwritable(output: Path) -> str | None:
+    """Why ``output`` cannot be written (None: it can): a directory, or a folder that is missing
+    or not writable."""
+    if output.is_dir():
+        return "it is a directory"
+    folder = output.parent
+    if not folder.is_dir():
+        return f"there is no folder {folder}"
+    if not os.access(folder, os.W_OK) or (output.exists() and not os.access(output, os.W_OK)):
+        return "no permission to write there"
+    return None
 
 
 def _merged(output: Path, rows: list[Row], cases: Sequence[Case], subset: str) -> tuple[list[Row], str]:

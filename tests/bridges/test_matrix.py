@@ -123,6 +123,11 @@ def test_a_partial_run_replaces_its_rows_and_keeps_the_others(tmp_path: Path, mo
     assert main(["--only", "no_such_case", "--output", str(output)]) == 2
     assert "no case id contains 'no_such_case'" in capsys.readouterr().err
     assert output.read_text(encoding="utf-8") == before
+    # An output that cannot be written is refused before any row runs (it failed after all of them).
+    for unwritable, why in ((output.parent / "missing" / "m.md", "there is no folder"),
+                            (output.parent, "it is a directory")):
+        assert main(["--jobs", "1", "--only", "second", "--output", str(unwritable)]) == 2
+        assert f"cannot write {unwritable}: {why}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
