@@ -277,6 +277,9 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         for spec in opponents:
             match = evaluate(policy, [(spec, args.games)], seed=args.seed)[spec]
             print(match.summary(), flush=True)
+    except KeyboardInterrupt:  # the opponents finished so far are printed above
+        print("\nmarl-eval: interrupted", file=sys.stderr)
+        return 130
     finally:
         release()
     return 0

@@ -50,6 +50,17 @@ def test_eval_prints_one_line_per_opponent(checkpoint, capsys):
     assert out[2].startswith("mcts:5 ") and "W " in out[2] and " D " in out[2] and " L " in out[2]
 
 
+def test_ctrl_c_during_eval_is_one_line_and_status_130(checkpoint, capsys, monkeypatch):
+    import marl_core.ppo.selfplay_cli as cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "evaluate", interrupted)  # as if Ctrl-C came during the games
+    assert eval_main([str(checkpoint), "--games", "2"]) == 130  # it was a 40-line traceback
+    assert capsys.readouterr().err.strip() == "marl-eval: interrupted"
+
+
 def test_eval_rejects_a_bad_opponent_before_loading(checkpoint, capsys):
     with pytest.raises(SystemExit) as caught:
         eval_main([str(checkpoint), "--opponent", "mcts:zero"])
