@@ -103,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(os.path.normpath(out))  # "a/../b" is b: the directories made for the run are b's
     start = time.monotonic()
     deadline = start + 60 * minutes if minutes is not None else math.inf
+    refusal = _run_dir_refusal(out, resuming=args.resume is not None)
+    if refusal:
+        print(f"marl-train: {refusal}", file=sys.stderr)
+        return 2
     if args.resume is not None:
         algo = _resume(preset.name, config, args.resume, {name: getattr(config, name) for name in changed})
         if algo is None:
@@ -115,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
                 out.mkdir(parents=True, exist_ok=True)  # before Ray starts: a bad --out fails at once
             except OSError as error:  # a file in the way, no permission, ...
                 raise ConfigError(f"--out {str(out)!r} cannot be a run directory: {error}") from error
+            _lock_run_dir(out)
             algo = config.build()
-        except (MultiAgentEnvError, KeyboardInterrupt) as error:  # a bad setting, a broken env, Ctrl-C, ...
+        except (MultiAgentEnvError, ConnectionError, KeyboardInterrupt) as error:  # a bad setting, no cluster, Ctrl-C
+            _unlock_run_dir(out)
             for path in created:
                 with contextlib.suppress(OSError):  # left as it is unless still empty
                     path.rmdir()
@@ -128,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.resume is not None:
             out.mkdir(parents=True, exist_ok=True)  # only once its checkpoint loaded
+            _lock_run_dir(out)
         print(f"marl-train {preset.name}: writing to {out}"
               + (f" (resumed from {args.resume} at iteration {algo.iteration})" if args.resume else ""))
         algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs
@@ -136,10 +143,21 @@ def main(argv: list[str] | None = None) -> int:
         run_log = RunLogger(out, resume_at=algo.iteration if args.resume is not None else None)
     except RunLogError as error:  # a resumed run directory whose logs cannot be continued
         algo.stop()
+        _unlock_run_dir(out)
         print(f"marl-train: cannot continue the logs in {out}: {error}", file=sys.stderr)
         return 2
+    except ConfigError as error:  # another run writes there
+        algo.stop()
+        print(f"marl-train: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before the signal handlers are in place
+        algo.stop()
+        _unlock_run_dir(out)
+        print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
+        return 130
     except BaseException:
         algo.stop()
+        _unlock_run_dir(out)
         raise
     bar = tqdm(total=args.iterations, disable=args.no_progress, unit="it", dynamic_ncols=True)
     status = 0
@@ -149,7 +167,70 @@ def main(argv: list[str] | None = None) -> int:
             status = _final(algo, preset, out)
     finally:
         algo.stop()
+        _unlock_run_dir(out)
     return status
+
+
+_RUN_FILES = ("progress.csv", "checkpoint", "final")
+
+
+def _run_dir_refusal(out: Path, *, resuming: bool) -> str | None:
+    """Why ``out`` cannot take this run (None: it can): a file in the way, or (for a new run) the
+    logs and checkpoints of an earlier run, which a new one would mix with its own."""
+    if out.exists() and not out.is_dir():
+        return f"--out {str(out)!r} cannot be a run directory: it is a file"
+    if resuming:
+        return None
+    found = [name for name in _RUN_FILES if (out / name).exists()]
+    if found:
+        return (f"{out} already holds a run ({', '.join(found)}): continue it with --resume {out / 'checkpoint'} "
+                f"(or {out / 'final'}), or pick another --out")
+    return None
+
+
+_LOCK = ".marl-train.pid"
+
+
+def _lock_run_dir(out: Path) -> None:
+    """Claim ``out`` for this process (its pid in a lock file); a lock of a process that is gone
+    is taken over.
+
+    Raises:
+        ConfigError: another live marl-train writes to ``out``.
+    """
+    lock = out / _LOCK
+    for _ in range(2):
+        try:
+            with open(lock, "x") as file:  # atomic: one of two racing runs wins
+                file.write(str(os.getpid()))
+            return
+        except FileExistsError:
+            try:
+                holder = int(lock.read_text().strip() or 0)
+            except (OSError, ValueError):
+                holder = 0
+            if holder and holder != os.getpid() and _alive(holder):
+                raise ConfigError(f"another marl-train (pid {holder}) is writing to {out}; pick another --out") from None
+            with contextlib.suppress(OSError):
+                lock.unlink()  # left by a run that was killed
+    raise ConfigError(f"cannot claim {out} for this run (its lock file {lock} keeps coming back)")
+
+
+def _unlock_run_dir(out: Path) -> None:
+    lock = out / _LOCK
+    with contextlib.suppress(OSError, ValueError):
+        if int(lock.read_text().strip()) == os.getpid():
+            lock.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
 
 
 def _final(algo: Any, preset: Any, out: Path) -> int:

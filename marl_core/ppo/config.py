@@ -163,6 +163,7 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "grad_clip": ("None or a number above 0 (inf: no clipping)", _clip),
     "normalize_advantages": ("true or false", lambda v: isinstance(v, bool)),
     "num_cpus": ("None or an integer of at least 1", _optional(_int_at_least(1))),
+    "ray_address": ("None or a string (host:port, ray://host:port, auto or local)", _optional(lambda v: isinstance(v, str))),
     "device": ("'auto', 'cpu', 'cuda' or 'cuda:N'",
                lambda v: isinstance(v, str) and (v in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", v) is not None)),
     "torch_threads": ("None or an integer of at least 1", _optional(_int_at_least(1))),

@@ -78,6 +78,40 @@ def test_resume_continues_the_run_and_its_logs(tmp_path, capsys):
         restored.stop()
 
 
+def test_a_new_run_refuses_a_directory_holding_a_run_or_written_by_another(tmp_path, capsys):
+    # A second run into the same --out mixed its logs and checkpoints with the first's, silently.
+    base = ["--iterations", "1", "--no-progress", "--set", "num_env_runners=0", "--set", "train_batch_size=40"]
+    assert main(["rps", "--out", str(tmp_path), *base]) == 0
+    assert not (tmp_path / ".marl-train.pid").exists()  # released at the end
+    before = (tmp_path / "progress.csv").read_text()
+    capsys.readouterr()
+    assert main(["rps", "--out", str(tmp_path), *base]) == 2
+    assert (f"{tmp_path} already holds a run (progress.csv, final): continue it with --resume "
+            f"{tmp_path / 'checkpoint'}") in capsys.readouterr().err
+    assert (tmp_path / "progress.csv").read_text() == before
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / ".marl-train.pid").write_text(str(os.getppid()))  # a live process holds it
+    assert main(["rps", "--out", str(busy), *base]) == 2
+    assert f"another marl-train (pid {os.getppid()}) is writing to {busy}" in capsys.readouterr().err
+    assert (busy / ".marl-train.pid").read_text() == str(os.getppid())
+    stale = tmp_path / "stale"
+    stale.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (stale / ".marl-train.pid").write_text(gone.stdout.strip())  # a killed run's lock: taken over
+    assert main(["rps", "--out", str(stale), *base]) == 0
+
+
+def test_resume_into_an_out_that_is_a_file_is_refused_before_anything_starts(tmp_path, capsys):
+    assert main(["rps", "--iterations", "1", "--out", str(tmp_path / "run"), "--no-progress",
+                 "--set", "num_env_runners=0", "--set", "train_batch_size=40"]) == 0
+    (tmp_path / "a-file").write_text("")
+    capsys.readouterr()
+    # It was a FileExistsError traceback, after Ray had started.
+    assert main(["rps", "--resume", str(tmp_path / "run" / "final"), "--out", str(tmp_path / "a-file")]) == 2
+    assert "cannot be a run directory: it is a file" in capsys.readouterr().err
+
+
 def test_resume_refuses_what_it_cannot_continue(tmp_path, capsys):
     assert main(["rps", "--resume", str(tmp_path / "nothing"), "--out", str(tmp_path / "run")]) == 2
     assert f"cannot resume from {tmp_path / 'nothing'}" in capsys.readouterr().err
@@ -110,9 +144,7 @@ def test_a_new_run_whose_out_dir_cannot_be_made_fails_before_starting(tmp_path, 
     (tmp_path / "a-file").write_text("")
     for out in (tmp_path / "a-file", tmp_path / "a-file" / "run"):
         assert main(["rps", "--iterations", "1", "--out", str(out), "--no-progress", "--set", "num_env_runners=0"]) == 2
-        assert f"marl-train: cannot build the trainer: --out {str(out)!r} cannot be a run directory: " in (
-            capsys.readouterr().err
-        )
+        assert f"--out {str(out)!r} cannot be a run directory: " in capsys.readouterr().err
 
 
 def test_ctrl_c_while_the_trainer_starts_exits_130_and_leaves_nothing(tmp_path, monkeypatch, capsys):
@@ -183,6 +215,8 @@ def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
         ("num_envs_per_env_runner=0", "num_envs_per_env_runner must be an integer of at least 1, received 0"),
         ("rollout_fragment_length=auto2", "rollout_fragment_length must be 'auto' or an integer of at least 1"),
         ("device=tpu", "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', received 'tpu'"),
+        ("ray_address=123", "ray_address must be None or a string (host:port, ray://host:port, auto or local), "
+                            "received 123"),  # it was an AttributeError traceback
         ('model={"fcnet_hiddens": [8]}', "model has unknown keys ['fcnet_hiddens']"),
         ('model={"activation": "elu"}', "activation must be one of ['tanh', 'relu', 'silu'], received 'elu'"),
         ("policy_mapping_fn=no_such_module:fn", "policy_mapping_fn 'no_such_module:fn' does not import: ModuleNotFoundError"),
