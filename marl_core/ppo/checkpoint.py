@@ -177,6 +177,9 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
     except ConfigError as error:  # a saved value changed by hand
         raise CheckpointError(f"{config_file} holds a setting this version refuses: {error}; pass the setting "
                               f"again (--set, or from_checkpoint(path, name=value)) to load it") from error
+    except (TypeError, ValueError, KeyError, AttributeError) as error:  # one of the wrong shape ("model": "x")
+        raise CheckpointError(f"the settings in {config_file} cannot build the trainer (a damaged checkpoint?): "
+                              f"{type(error).__name__}: {error}") from error
     try:
         state = torch.load(state_file, weights_only=True, map_location="cpu")
     except Exception as error:  # a damaged file: torch's unpickler raises KeyError, IndexError, ... on garbage
@@ -188,7 +191,11 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         )
     if state.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"checkpoint format {state.get('format')!r}; this version reads {FORMAT_VERSION}")
-    algo = cls(config, sampling_stream=int(state.get("sampling_stream", 0)) + 1, check=False)
+    try:
+        algo = cls(config, sampling_stream=int(state.get("sampling_stream", 0)) + 1, check=False)
+    except (TypeError, ValueError, KeyError, AttributeError) as error:  # settings edited by hand, say
+        raise CheckpointError(f"the settings in {config_file} cannot build the trainer (a damaged checkpoint?): "
+                              f"{type(error).__name__}: {error}") from error
     try:
         missing = sorted(set(state["policies"]) - set(algo.policies))
         if missing:

@@ -141,7 +141,7 @@ def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, 
     torch.save({"format": 1}, partial_state / "state.pt")
     settings = json.loads((checkpoint / "config.json").read_text())
     edited = {}
-    for name, value in {"policies": 5, "lr": -1, "gamma": "high"}.items():
+    for name, value in {"policies": 5, "lr": -1, "gamma": "high", "model": "x"}.items():
         edited[name] = shutil.copytree(checkpoint, tmp_path / f"edited_{name}")
         (edited[name] / "config.json").write_text(json.dumps({**settings, name: value}))
     expected = {broken_json: "config.json is not valid JSON", broken_state: "state.pt cannot be read",
@@ -153,6 +153,7 @@ def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, 
                 edited["policies"]: "config.json does not hold a trainer config (a damaged checkpoint?)",
                 edited["lr"]: "config.json holds a setting this version refuses: lr must be a number above 0, received -1",
                 edited["gamma"]: "holds a setting this version refuses: gamma must be a number from 0 to 1",
+                edited["model"]: "cannot build the trainer (a damaged checkpoint?): ",
                 empty: "holds no trainer config", other_game: "a checkpoint of another game?",
                 foreign: "it trained env 'examples_elsewhere.rps:RockPaperScissors', which does not import here "
                          "(ModuleNotFoundError: No module named 'examples_elsewhere'): a checkpoint of another game?"}
