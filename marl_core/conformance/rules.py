@@ -9,7 +9,7 @@ Example:
     >>> RULES["api.all-key"].severity
     'error'
     >>> sorted(rule_id for rule_id, rule in RULES.items() if rule.severity == "warning")
-    ['actions.unchanged', 'close.idempotent', 'ids.strings', 'obs.aliasing', 'termination.bounded']
+    ['actions.unchanged', 'close.idempotent', 'ids.strings', 'masks.in-info', 'obs.aliasing', 'termination.bounded']
 """
 
 from __future__ import annotations
