@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/PRESET-TIME)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default: the preset's)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config field, e.g. training.lr=3e-4 (repeatable)")
+                        help="override a config field, e.g. training.lr=3e-4 (repeatable); a JSON object for "
+                             "model or env_config merges into the preset's")
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start one locally)")
     parser.add_argument("--num-cpus", type=number_arg(int), default=None, help="CPUs of the local Ray")
     parser.add_argument("--checkpoint-every", type=number_arg(int), default=10, help="iterations between checkpoints")

@@ -370,7 +370,9 @@ class PPOConfig:
         """Set one field from text, e.g. ``set("training.lr", "3e-4")`` (the section is optional).
 
         Values are parsed as JSON when they can be (numbers, booleans, null, lists, dicts) and
-        kept as strings otherwise; ``policy_mapping_fn`` takes a ``"module:name"`` import path.
+        kept as strings otherwise; ``policy_mapping_fn`` takes a ``"module:name"`` import path. A
+        JSON object for ``model`` or ``env_config`` merges into the dict already there (its keys
+        replace those), so ``model='{"hiddens": [64]}'`` keeps a preset's other model settings.
         """
         section, _, name = key.rpartition(".")
         known = {f.name for f in fields(self)}
@@ -387,6 +389,8 @@ class PPOConfig:
                 value = json.loads(value)
         if name == "policy_mapping_fn" and isinstance(value, str):
             value = _import_path(value, name)
+        if name in ("model", "env_config") and isinstance(value, Mapping) and isinstance(getattr(self, name), Mapping):
+            value = {**getattr(self, name), **value}
         setattr(self, name, value)
         return self
 

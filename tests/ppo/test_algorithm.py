@@ -298,6 +298,16 @@ def test_model_keys_through_set_are_pointed_to_the_model_field():
         PPOConfig().set("bogus.nope", "1")
 
 
+def test_a_json_object_for_model_or_env_config_merges_into_what_is_there():
+    # --set 'model={"hiddens": [64]}' replaced connect4's whole model dict: its tactical planes went.
+    config = PPOConfig().training(model={"hiddens": [32], "activation": "relu"}).environment(env_config={"n": 2})
+    config.set("model", '{"hiddens": [64]}').set("env_config", '{"max_cycles": 5}')
+    assert config.model == {"hiddens": [64], "activation": "relu"}
+    assert config.env_config == {"n": 2, "max_cycles": 5}
+    config.set("training.lr", "0.001")
+    assert config.lr == 0.001
+
+
 def test_save_warns_about_what_the_running_script_defines(tmp_path):
     # Names in __main__ import in the saving process only: loading elsewhere would fail.
     script = tmp_path / "train.py"
