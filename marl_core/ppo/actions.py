@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +138,16 @@ class ActionLayout:
     def from_env(self, action: Any) -> np.ndarray:
         """One env action -> its flat row (to record actions chosen by fixed policies)."""
         return np.asarray(_flatten(self.space, action), dtype=np.float32)
+
+
+def name_stuck_rows(error: EnvContractError, names: Sequence[Any], what: str, policy_id: str) -> EnvContractError | None:
+    """For the error of :meth:`ActionLayout.sample` about rows whose mask allows no action, the
+    same with the rows named (``names[row]``, described as ``what``); None for any other error."""
+    if not hasattr(error, "rows"):
+        return None
+    named = [names[row] for row in error.rows]
+    return EnvContractError(f"{what} {named} of policy {policy_id!r} must act, but the action mask of each allows "
+                            "no action")
 
 
 def gauss_logp(value: np.ndarray, mean: np.ndarray, log_std: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError
+from marl_core.ppo.actions import name_stuck_rows
 from marl_core.ppo.batching import concat_obs, stack_obs
 from marl_core.ppo.config import PolicySpec, PPOConfig, map_agent
 from marl_core.ppo.learner import Learner
@@ -449,11 +450,10 @@ class PPO:
             try:
                 rows, _, _ = policy.act(batch, explore=explore, rng=self.act_rng)
             except EnvContractError as error:
-                if not hasattr(error, "rows"):
+                stuck = name_stuck_rows(error, agents, "agents", pid)
+                if stuck is None:
                     raise
-                named = [agents[row] for row in error.rows]
-                raise EnvContractError(f"agents {named} of policy {pid!r}: the action mask of each allows no "
-                                       "action") from error
+                raise stuck from error
             actions.update(zip(agents, policy.layout.to_env(rows), strict=True))
         return actions
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from marl_core.env import ALL, AgentID, scalar_reward
 from marl_core.errors import ConfigError, EnvContractError, InvalidActionError, SpaceError
+from marl_core.ppo.actions import name_stuck_rows
 from marl_core.ppo.batching import as_dtype, index_obs, stack_obs, unfit
 from marl_core.ppo.config import map_agent
 from marl_core.ppo.gae import compute_gae
@@ -394,11 +395,10 @@ class Sampler:
                         f"or infinity: {_shown(obs_list[index][agent_id])}; a policy network cannot take it")
                 rows, logps, values = policy.act(batch, explore=True, rng=self.rng)
             except EnvContractError as error:
-                if not hasattr(error, "rows"):
+                stuck = name_stuck_rows(error, keys, "(env index, agent)", policy_id)
+                if stuck is None:
                     raise
-                agents = [keys[row] for row in error.rows]
-                raise EnvContractError(f"(env index, agent) {agents} of policy {policy_id!r} must act, but the "
-                                       "action mask of each allows no action") from error
+                raise stuck from error
             except Exception as error:  # an observation outside its space breaks the model: name it
                 self._raise_for_observations(error)
                 raise

@@ -622,8 +622,8 @@ def test_compute_actions_names_the_agents_whose_mask_allows_nothing():
     with config.build() as algo:
         legal = {"observation": np.zeros(2, np.float32), "action_mask": np.array([1, 1, 0], np.int8)}
         stuck = {**legal, "action_mask": np.zeros(3, np.int8)}
-        with pytest.raises(EnvContractError, match=r"agents \['second'\] of policy 'default_policy': the action "
-                                                   r"mask of each allows no action"):  # it named "batch rows [1]"
+        with pytest.raises(EnvContractError, match=r"agents \['second'\] of policy 'default_policy' must act, but "
+                                                   r"the action mask of each allows no action"):  # it named "batch rows [1]"
             algo.compute_actions({"first": legal, "second": stuck})
 
 
