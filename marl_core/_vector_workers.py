@@ -59,7 +59,7 @@ def _all_plain_dicts(result: tuple) -> bool:
 
 def _shape(result: Any) -> str:
     if isinstance(result, (tuple, list)):
-        return f"a tuple of {len(result)} ({', '.join(type(part).__name__ for part in result)})"
+        return f"a {type(result).__name__} of {len(result)} ({', '.join(type(part).__name__ for part in result)})"
     return f"a {type(result).__name__}"
 
 

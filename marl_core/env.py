@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
@@ -325,6 +326,10 @@ def seed_value(seed: int | None) -> int | None:
     return number
 
 
+# Reward types that float() takes as they are (bools, which it would take too, are refused).
+_PLAIN_REWARDS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8})
+
+
 def scalar_reward(agent_id: AgentID, reward: Any, source: Any) -> float:
     """``reward`` (from ``source``, for ``agent_id``) as a float.
 
@@ -332,6 +337,9 @@ def scalar_reward(agent_id: AgentID, reward: Any, source: Any) -> float:
         EnvContractError: the reward is not one number: a multi-objective env's vector, a
             string or a bool (which ``float()`` would turn into one silently).
     """
+    if type(reward) in _PLAIN_REWARDS:  # the common types first (stepping is hot)
+        with contextlib.suppress(OverflowError):  # a Python int beyond floats: refused below
+            return float(reward)
     if isinstance(reward, (bool, np.bool_)) or (isinstance(reward, np.ndarray) and reward.dtype.kind == "b"):
         raise EnvContractError(
             f"{source} gave agent {agent_id!r} a reward that is a bool ({reward!r}), not a number; return "

@@ -349,18 +349,20 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         """The Tuple observation of a group that acts: the slot of a member not asked to act
         (it has ended) shows every action mask in it as all zeros: that member takes no action."""
         asked_set = set(asked)
-        for member in asked:
-            mask = action_mask_of(self._slots[group][self.groups[group].index(member)])
+        slots = []
+        for member, observation in zip(self.groups[group], self._slots[group], strict=True):
+            if member not in asked_set:
+                slots.append(_no_legal_action(observation))
+                continue
+            mask = action_mask_of(observation)
             if mask is not None and not mask.any():  # in a slot, that would say "not asked": never silently
                 raise EnvContractError(
                     f"{self.env} asks member {member!r} of group {group!r} to act with an action mask that allows "
                     "no action; in a group's slot such a mask marks a member that does not act, so leave the "
                     "member out of the obs dict instead (or end it)"
                 )
-        return tuple(
-            observation if member in asked_set else _no_legal_action(observation)
-            for member, observation in zip(self.groups[group], self._slots[group], strict=True)
-        )
+            slots.append(observation)
+        return tuple(slots)
 
     def _flags(
         self,

@@ -290,12 +290,10 @@ def _check_masks(
             raise IllegalActionError(agent_id, action, legal, hint=where if path else "masked out by its action_mask")
         if isinstance(space, spaces.MultiDiscrete) and np.size(mask) == int(space.nvec.sum()):
             # One mask per dimension, concatenated (see action_mask_size).
-            starts = np.asarray(space.start).reshape(-1)
-            offsets = np.concatenate([[0], np.cumsum(space.nvec.reshape(-1))[:-1]])
-            chosen = offsets + np.asarray(action).reshape(-1) - starts
-            if not np.asarray(mask).reshape(-1)[chosen].all():
-                sizes = space.nvec.reshape(-1)
-                legal = [[int(k) + int(start) for k in np.flatnonzero(np.asarray(mask).reshape(-1)[o : o + n])]
+            flat, sizes, starts = np.asarray(mask).reshape(-1), space.nvec.reshape(-1), np.asarray(space.start).reshape(-1)
+            offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            if not flat[offsets + np.asarray(action).reshape(-1) - starts].all():
+                legal = [[int(k) + int(start) for k in np.flatnonzero(flat[o : o + n])]
                          for o, n, start in zip(offsets, sizes, starts, strict=True)]
                 raise IllegalActionError(agent_id, action, legal, hint=(where if path else
                                          "masked out by its action_mask, per dimension"))

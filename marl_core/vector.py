@@ -164,8 +164,7 @@ class VectorMultiAgentEnv:
         self._masks: list[dict[AgentID, np.ndarray | SlotMasks]] = [{} for _ in range(self.num_envs)]
         self._action_spaces: list[dict[AgentID, gym.Space]] = [{} for _ in range(self.num_envs)]
         self._observation_spaces: dict[AgentID, gym.Space] = {}
-        self._was_reset = False
-        self._why_reset = "called before reset()"  # what step() says until the next reset()
+        self._reset_needed: str | None = "called before reset()"  # what step() says until reset() (None: no need)
         self._broken: str | None = None
         self._closed = False
         self._envs: list[MultiAgentEnv] = []
@@ -223,14 +222,14 @@ class VectorMultiAgentEnv:
             self._started(index, obs)
         self.autoreset = [False] * self.num_envs
         self.reset_results = [None] * self.num_envs
-        self._was_reset = True
+        self._reset_needed = None
         return obs_list, [infos for _, infos in results]
 
     def step(self, action_list: Sequence[Mapping[AgentID, Any]]) -> _Result:
         """Step every env with its action dict (autoresetting ended envs); see the class doc."""
         self._check_usable()
-        if not self._was_reset:
-            raise ResetNeededError(f"VectorMultiAgentEnv.step() {self._why_reset}")
+        if self._reset_needed is not None:
+            raise ResetNeededError(f"VectorMultiAgentEnv.step() {self._reset_needed}")
         if len(action_list) != self.num_envs:
             raise VectorEnvError(
                 f"step() needs one action dict per env ({self.num_envs}), received {len(action_list)}"
@@ -369,8 +368,7 @@ class VectorMultiAgentEnv:
             return [replies[index] for index in range(self.num_envs)]
         except VectorEnvError as error:
             self._needs_reset = [True] * self.num_envs
-            self._was_reset = False
-            self._why_reset = f"needs reset() after the error of its last call ({str(error).splitlines()[0]})"
+            self._reset_needed = f"needs reset() after the error of its last call ({str(error).splitlines()[0]})"
             raise
 
     def _sync_execute(self, index: int, command: str, payload: Any) -> Any:
@@ -439,8 +437,7 @@ class VectorMultiAgentEnv:
             failed = {i: reply for i, (status, reply) in replies.items() if status != "ok"}
         index = min(failed)
         self._needs_reset = [True] * self.num_envs
-        self._was_reset = False
-        self._why_reset = f"needs reset() after env {index} could not be rebuilt"
+        self._reset_needed = f"needs reset() after env {index} could not be rebuilt"
         raise VectorEnvError(
             f"env {index} could not be rebuilt in {self.max_rebuild_attempts} attempts; last error:\n{failed[index]}",
             index,
@@ -524,8 +521,7 @@ def stack(observations: Sequence[Any]) -> Any:
     try:
         batch = np.asarray(observations)  # one call: much faster than np.stack for small rows
     except ValueError as error:
-        shapes = ", ".join(sorted({_shape_text(observation) for observation in observations}))
-        raise SpaceError(f"stack(): observations of different shapes [{shapes}] cannot be stacked") from error
+        raise _shapes_differ(observations) from error
     if batch.dtype != object:
         return batch
     for row, observation in enumerate(observations):  # a dict, tuple or None beside plain values
@@ -534,8 +530,7 @@ def stack(observations: Sequence[Any]) -> Any:
     try:  # objects, or rows that are lists of different lengths: stack row by row
         return np.stack([np.asarray(observation) for observation in observations])
     except ValueError as error:
-        shapes = ", ".join(sorted({_shape_text(observation) for observation in observations}))
-        raise SpaceError(f"stack(): observations of different shapes [{shapes}] cannot be stacked") from error
+        raise _shapes_differ(observations) from error
 
 
 def _describe(value: Any) -> str:
@@ -544,6 +539,11 @@ def _describe(value: Any) -> str:
     if isinstance(value, tuple):
         return f"a tuple of {len(value)}"
     return f"a {type(value).__name__}"
+
+
+def _shapes_differ(observations: Sequence[Any]) -> SpaceError:
+    shapes = ", ".join(sorted({_shape_text(observation) for observation in observations}))
+    return SpaceError(f"stack(): observations of different shapes [{shapes}] cannot be stacked")
 
 
 def _shape_text(observation: Any) -> str:

@@ -27,6 +27,15 @@ MAX_PER_RULE = 10
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+def env_method_of(error: BaseException) -> str | None:
+    """The name of the first function outside the checker in ``error``'s traceback: the env's
+    method that the checker called (``reset``, ``step``, ...)."""
+    for frame in traceback.extract_tb(error.__traceback__):
+        if not os.path.abspath(frame.filename).startswith(_OWN_DIR):
+            return frame.name
+    return None
+
+
 def format_exception(error: BaseException) -> str:
     """The traceback of ``error`` without the checker's own frames."""
     summary = traceback.TracebackException.from_exception(error)

@@ -20,9 +20,7 @@ Every exception raised by the env becomes a finding with its traceback; nothing 
 from __future__ import annotations
 
 import logging
-import os
 import time
-import traceback
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -36,6 +34,7 @@ from marl_core.conformance.collect import (
     CheckInterrupted,
     Collector,
     describe,
+    env_method_of,
     is_hashable,
     shown,
 )
@@ -133,7 +132,7 @@ def check_env(
     except (KeyboardInterrupt, CheckInterrupted):
         raise
     except BaseException as error:  # not an Exception (trio's Cancelled, say): the run cannot go on
-        rule = "api.reset" if _env_method_of(error) == "reset" else "api.step"
+        rule = "api.reset" if env_method_of(error) == "reset" else "api.step"
         message = (f"the env raised {type(error).__name__}, which is not an Exception; the check stopped there "
                    f"(after {run.steps} steps)")
         if not run.collector.wants(rule):  # skipping the rule must not turn an unfinished check into a pass
@@ -151,16 +150,6 @@ def check_env(
         seconds=time.perf_counter() - started,
         skipped=skipped,
     )
-
-
-def _env_method_of(error: BaseException) -> str | None:
-    """The name of the first function outside the checker in ``error``'s traceback: the env's
-    method that the checker called (``reset``, ``step``, ...)."""
-    own = os.path.dirname(os.path.abspath(__file__))
-    for frame in traceback.extract_tb(error.__traceback__):
-        if not os.path.abspath(frame.filename).startswith(own):
-            return frame.name
-    return None
 
 
 class _Run:

@@ -59,11 +59,17 @@ def as_dtype(space: spaces.Space, batch: Any) -> Any:
     dtype = getattr(space, "dtype", None)
     if dtype is None or batch.dtype == dtype:
         return batch
-    cast = batch.astype(dtype)
-    # Into integers, a cast may change values (300.0 -> 44 in uint8, 0.7 -> 0): never silently.
-    if dtype.kind in "iub" and not np.array_equal(cast, batch):
+    cast = _cast(batch, dtype)
+    if cast is None:
         raise ValueError(f"observations of dtype {batch.dtype} do not fit {space}'s dtype {dtype}")
     return cast
+
+
+def _cast(array: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+    """``array`` as ``dtype``; None when a cast to integers changes a value (300.0 -> 44 in
+    uint8, 0.7 -> 0): never silently. Casts to floats keep what a model needs."""
+    cast = array.astype(dtype)
+    return None if dtype.kind in "iub" and not np.array_equal(cast, array) else cast
 
 
 def unfit(space: spaces.Space, value: Any) -> bool:
@@ -88,9 +94,7 @@ def unfit(space: spaces.Space, value: Any) -> bool:
         high = low + (space.n if isinstance(space, spaces.Discrete) else space.nvec)
         return bool((array != np.round(array)).any() or (array < low).any() or (array >= high).any())
     dtype = getattr(space, "dtype", None)
-    if dtype is not None and dtype.kind in "iub":
-        return not np.array_equal(array.astype(dtype), array)
-    return False
+    return dtype is not None and array.dtype != dtype and _cast(array, dtype) is None
 
 
 def is_image(space: spaces.Space) -> bool:

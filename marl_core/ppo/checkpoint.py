@@ -164,7 +164,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         config, problems = PPOConfig._restore(data, overrides, require_env=True)
     except MultiAgentEnvError:
         raise
-    except (AttributeError, TypeError, ValueError, KeyError) as error:  # an entry of the wrong shape
+    except _SHAPE_ERRORS as error:  # an entry of the wrong shape
         raise CheckpointError(f"{config_file} does not hold a trainer config (a damaged checkpoint?): "
                               f"{type(error).__name__}: {error}") from error
     if problems:
@@ -177,9 +177,8 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
     except ConfigError as error:  # a saved value changed by hand
         raise CheckpointError(f"{config_file} holds a setting this version refuses: {error}; pass the setting "
                               f"again (--set, or from_checkpoint(path, name=value)) to load it") from error
-    except (TypeError, ValueError, KeyError, AttributeError) as error:  # one of the wrong shape ("model": "x")
-        raise CheckpointError(f"the settings in {config_file} cannot build the trainer (a damaged checkpoint?): "
-                              f"{type(error).__name__}: {error}") from error
+    except _SHAPE_ERRORS as error:  # one of the wrong shape ("model": "x")
+        raise _cannot_build(config_file, error) from error
     try:
         state = torch.load(state_file, weights_only=True, map_location="cpu")
     except Exception as error:  # a damaged file: torch's unpickler raises KeyError, IndexError, ... on garbage
@@ -193,9 +192,8 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         raise CheckpointError(f"checkpoint format {state.get('format')!r}; this version reads {FORMAT_VERSION}")
     try:
         algo = cls(config, sampling_stream=int(state.get("sampling_stream", 0)) + 1, check=False)
-    except (TypeError, ValueError, KeyError, AttributeError) as error:  # settings edited by hand, say
-        raise CheckpointError(f"the settings in {config_file} cannot build the trainer (a damaged checkpoint?): "
-                              f"{type(error).__name__}: {error}") from error
+    except _SHAPE_ERRORS as error:  # settings edited by hand, say
+        raise _cannot_build(config_file, error) from error
     try:
         missing = sorted(set(state["policies"]) - set(algo.policies))
         if missing:
@@ -264,3 +262,12 @@ def _deque() -> Any:
     from collections import deque
 
     return deque(maxlen=100)
+
+
+# What settings of the wrong shape raise while a trainer is built from them.
+_SHAPE_ERRORS = (TypeError, ValueError, KeyError, AttributeError)
+
+
+def _cannot_build(config_file: Path, error: Exception) -> CheckpointError:
+    return CheckpointError(f"the settings in {config_file} cannot build the trainer (a damaged checkpoint?): "
+                           f"{type(error).__name__}: {error}")

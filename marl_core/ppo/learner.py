@@ -101,10 +101,11 @@ class Learner:
         """Raise :class:`TrainingError` (the algorithm puts back the states from before the update)."""
         self.optimizer.zero_grad()
         self.policy.module.eval()
+        largest = _largest(batch["returns"])
         raise TrainingError(
             f"PPO update of policy {self.name!r} stopped: {what}; every policy's weights and optimizer state are "
-            f"left as they were before this iteration's update. The batch's returns reach {_largest(batch['returns']):.3g} in size: scale the env's rewards "
-            "down, or lower training.lr or training.grad_clip")
+            f"left as they were before this iteration's update. The batch's returns reach {largest:.3g} in size: "
+            "scale the env's rewards down, or lower training.lr or training.grad_clip")
 
     def state_dict(self) -> dict[str, Any]:
         """Module and optimizer state."""

@@ -56,9 +56,6 @@ STREAM_SEED_STEP = 10_000_019
 
 PolicyID = str
 
-# Reward types that float() takes as they are (bools, which it would take too, are refused).
-_PLAIN_REWARDS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8})
-
 
 @dataclass(frozen=True)
 class LearnedSpec:
@@ -192,6 +189,7 @@ class Sampler:
         self._started = False
         self._fitting: set[tuple[AgentID, PolicyID]] = set()  # (agent, policy) pairs whose spaces fit
         self._fixed_spaces: dict[AgentID, Any] = {}  # action spaces of agents that fixed policies act for
+        self._env_names = [f"env {index} of runner {worker_index}" for index in range(num_envs)]  # for messages
 
     def set_policies(self, policies: Mapping[PolicyID, Any], mapping_fn: Callable[..., PolicyID],
                      to_train: set[PolicyID], shared: Mapping[PolicyID, Any] | None = None) -> None:
@@ -387,12 +385,8 @@ class Sampler:
                 continue
             try:
                 batch = as_dtype(policy.observation_space, policy_batch.obs)
-                row = _non_finite_row(batch)
-                if row is not None:
-                    index, agent_id = keys[row]
-                    raise EnvContractError(
-                        f"observation of agent {agent_id!r} in env {index} of runner {self.worker_index} holds NaN "
-                        f"or infinity: {_shown(obs_list[index][agent_id])}; a policy network cannot take it")
+                self._refuse_non_finite(batch, [(index, agent_id, obs_list[index][agent_id]) for index, agent_id in keys],
+                                        "observation", "a policy network cannot take it")
                 rows, logps, values = policy.act(batch, explore=True, rng=self.rng)
             except EnvContractError as error:
                 stuck = name_stuck_rows(error, keys, "(env index, agent)", policy_id)
@@ -432,23 +426,34 @@ class Sampler:
         except InvalidActionError as error:  # IllegalActionError too
             raise ConfigError(f"fixed policy {policy_id!r} chose for agent {agent_id!r}: {error}") from error
 
-    def _raise_for_observations(self, error: Exception) -> None:
-        """Raise an :class:`EnvContractError` naming the acting agents whose observations the
-        model cannot take (:func:`~marl_core.ppo.batching.unfit`), if any, as the cause of
-        ``error``; return otherwise (the error is not theirs)."""
+    def _raise_for_observations(self, error: Exception, rows: list[tuple[int, AgentID, Any]] | None = None,
+                                what: str = "observations") -> None:
+        """Raise an :class:`EnvContractError` naming the ``rows`` (env index, agent, observation;
+        default: every acting agent's) whose observations the model cannot take
+        (:func:`~marl_core.ppo.batching.unfit`), if any, as the cause of ``error``; return
+        otherwise (the error is not theirs)."""
+        if rows is None:
+            rows = [(index, agent_id, observation) for index, obs in enumerate(self.obs)
+                    for agent_id, observation in obs.items() if agent_id not in self.ending[index]]
         found = []
-        for index, obs in enumerate(self.obs):
-            for agent_id, observation in obs.items():
-                if agent_id in self.ending[index]:
-                    continue
-                space = self.vector.get_observation_space(agent_id)
-                if unfit(space, observation):
-                    why = why_not_contained(space, observation) or f"{observation!r} does not fit {space}"
-                    named = "" if str(space) in why else f" (space {space})"
-                    found.append(f"agent {agent_id!r} in env {index}: {why}{named}")
+        for index, agent_id, observation in rows:
+            space = self.vector.get_observation_space(agent_id)
+            if unfit(space, observation):
+                why = why_not_contained(space, observation) or f"{observation!r} does not fit {space}"
+                named = "" if str(space) in why else f" (space {space})"
+                found.append(f"agent {agent_id!r} in env {index}: {why}{named}")
         if found:
             shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
-            raise EnvContractError(f"runner {self.worker_index}: observations outside their spaces: {shown}") from error
+            raise EnvContractError(f"runner {self.worker_index}: {what} outside their spaces: {shown}") from error
+
+    def _refuse_non_finite(self, batch: Any, rows: list[tuple[int, AgentID, Any]], what: str, why: str) -> None:
+        """Raise naming the first of ``rows`` (env index, agent, observation) whose row of
+        ``batch`` holds NaN or infinity."""
+        row = _non_finite_row(batch)
+        if row is not None:
+            index, agent_id, observation = rows[row]
+            raise EnvContractError(f"{what} of agent {agent_id!r} in {self._env_names[index]} holds NaN or "
+                                   f"infinity: {_shown(observation)}; {why}")
 
     def _step(self, index: int, obs: dict[AgentID, Any], rewards: Mapping[AgentID, Any],
               terminateds: Mapping[AgentID, bool], truncateds: Mapping[AgentID, bool], out: dict, truncated: list,
@@ -457,16 +462,10 @@ class Sampler:
         episode, trajectories = self.episodes[index], self.trajectories[index]
         episode.env_steps += 1
         for agent_id, reward in rewards.items():
-            if type(reward) in _PLAIN_REWARDS:  # the common types first: scalar_reward costs more
-                try:
-                    value = float(reward)
-                except OverflowError:  # a Python int beyond floats: scalar_reward says so
-                    value = scalar_reward(agent_id, reward, f"env {index} of runner {self.worker_index}")
-            else:
-                value = scalar_reward(agent_id, reward, f"env {index} of runner {self.worker_index}")
+            value = scalar_reward(agent_id, reward, self._env_names[index])
             if not -math.inf < value < math.inf:  # NaN fails too: it would reach the weights
-                raise EnvContractError(f"env {index} of runner {self.worker_index} gave agent {agent_id!r} a reward "
-                                       f"of {value}; rewards must be finite numbers")
+                raise EnvContractError(f"{self._env_names[index]} gave agent {agent_id!r} a reward of {value}; "
+                                       "rewards must be finite numbers")
             episode.returns[agent_id] = episode.returns.get(agent_id, 0.0) + value
             trajectory = trajectories.get(agent_id)
             if trajectory is not None and trajectory.rewards:
@@ -523,19 +522,16 @@ class Sampler:
             by_policy.setdefault(policy_id, []).append((observation, trajectory, index, agent_id))
         for policy_id, items in by_policy.items():
             policy = self.policies[policy_id]
-            space = policy.observation_space
-            unfit_ones = [(index, agent_id) for observation, _, index, agent_id in items if unfit(space, observation)]
-            if unfit_ones:
-                raise EnvContractError(f"runner {self.worker_index}: the final observations of (env index, agent) "
-                                       f"{unfit_ones} do not fit their policy's space {space}")
-            batch = stack_obs(space, [o for o, _, _, _ in items])
-            row = _non_finite_row(batch)
-            if row is not None:
-                observation, _, index, agent_id = items[row]
-                raise EnvContractError(
-                    f"final observation of agent {agent_id!r} in env {index} of runner {self.worker_index} holds "
-                    f"NaN or infinity: {_shown(observation)}; its value bootstraps the agent's returns")
-            values = policy.value(batch)
+            rows = [(index, agent_id, observation) for observation, _, index, agent_id in items]
+            try:
+                batch = stack_obs(policy.observation_space, [observation for _, _, observation in rows])
+                self._refuse_non_finite(batch, rows, "final observation", "its value bootstraps the agent's returns")
+                values = policy.value(batch)
+            except EnvContractError:
+                raise
+            except Exception as error:  # a final observation outside its space: name it
+                self._raise_for_observations(error, rows, "final observations")
+                raise
             for value, (_, trajectory, _, _) in zip(values, items, strict=True):
                 self._ship(policy_id, trajectory, out, len(trajectory.rewards), float(value), terminated=False)
 

@@ -243,8 +243,8 @@ class _TruncatedWithFinal(TwoMoveGame):
     ("final", "match"),
     [(np.array([np.nan, 0.0], np.float32), r"final observation of agent 'first' in env 0 of runner 0 holds NaN or "
                                            r"infinity: .*its value bootstraps the agent's returns"),
-     (np.zeros(3, np.float32), r"the final observations of \(env index, agent\) \[\(0, 'first'\)(, \(1, 'first'\))?\] "
-                               r"do not fit their policy's space")],
+     (np.zeros(3, np.float32), r"runner 0: final observations outside their spaces: agent 'first' in env 0: at "
+                               r"\['observation'\]: shape \(3,\) but the space needs \(2,\)")],
 )
 def test_a_truncated_agents_final_observation_is_checked_before_its_value_is_taken(final, match):
     # NaN went into the bootstrap value, and the update then blamed "advantages ... too large".
