@@ -1,6 +1,6 @@
 """Per-step cost of the PettingZoo bridges against the raw envs and RLlib's wrappers.
 
-Run: ``python bench/bench_pettingzoo.py [--rounds 9] [--scale 1.0] [--only NAME ...] [--control] [--overhead]``
+Run: ``python bench/bench_pettingzoo.py [--rounds 9] [--scale 1.0] [--only NAME ...] [--control] [--floor] [--overhead]``
 
 For each env, three loops play the same cheap policy (legal actions drawn from a pre-generated
 pool, so the policy costs the same everywhere): PettingZoo's own loop on the raw env
@@ -17,7 +17,10 @@ collector, so a full collection of the interpreter's heap lands in no loop.
 The table shows, per loop, the median over rounds of its time per step divided by the raw loop's
 in the same round, with the smallest and largest of those per-round ratios; ``--control`` adds a
 second raw loop on the same env, whose ratio to the first shows how far two identical loops drift
-apart (the noise floor). ``--overhead`` adds a second table for the parallel envs: the time each
+apart (the noise floor). ``--floor`` adds, for the parallel envs, :class:`FloorParallelBridge`: the
+least a parallel bridge can do and still check every action before the env sees it and leave the
+env's dicts unchanged (what RLlib's wrapper skips), so its ratio is the lowest a bridge with those
+two duties can reach. ``--overhead`` adds a second table for the parallel envs: the time each
 bridge spends in its own ``step()`` outside the env's, timed directly at every step (see
 :func:`bridge_overhead`).
 Steps count agent actions.
@@ -37,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gymnasium
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -124,6 +128,46 @@ def multi_agent_loop(env: Any, steps: int, pick: Picker, seed: int) -> None:
             terminateds, truncateds = {}, {}
 
 
+class FloorParallelBridge:
+    """The least work a parallel bridge can do with two duties RLlib's wrapper skips.
+
+    It checks every action's type and bounds before the env sees it, and returns new
+    terminated/truncated dicts with ``"__all__"`` instead of writing into the env's. Nothing
+    else: no agents added or removed, no masks, no error messages. Timing only, not a bridge.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.checks = {agent_id: self._check_of(env.action_space(agent_id)) for agent_id in env.possible_agents}
+
+    @staticmethod
+    def _check_of(space: Any) -> Callable[[Any], bool]:
+        if isinstance(space, gymnasium.spaces.Discrete):
+            low, high = int(space.start), int(space.start + space.n)
+            ints = (int, np.int64, np.int32)
+            return lambda action: type(action) in ints and low <= action < high
+        shape, dtype, low, high = space.shape, space.dtype, space.low, space.high
+        return lambda action: (
+            type(action) is np.ndarray and action.shape == shape and action.dtype == dtype
+            and bool((action >= low).all() and (action <= high).all())
+        )
+
+    def reset(self, *, seed: int | None = None) -> Any:
+        return self.env.reset(seed=seed)
+
+    def step(self, action_dict: dict[str, Any]) -> Any:
+        checks = self.checks
+        for agent_id, action in action_dict.items():
+            if not checks[agent_id](action):
+                raise ValueError(f"{agent_id}: {action!r} is not in its action space")
+        obs, rewards, terms, truncs, infos = self.env.step(action_dict)
+        terminateds = dict(terms)
+        terminateds["__all__"] = all(terms.values())
+        truncateds = dict(truncs)
+        truncateds["__all__"] = all(truncs.values())
+        return obs, rewards, terminateds, truncateds, infos
+
+
 def build(module: str, kwargs: dict[str, Any], api: str) -> Any:
     return getattr(importlib.import_module(module), "env" if api == "aec" else "parallel_env")(**kwargs)
 
@@ -206,7 +250,8 @@ def bridge_overhead(module: str, kwargs: dict[str, Any], steps: int, rounds: int
 
 
 def bench_env(
-    name: str, module: str, kwargs: dict[str, Any], api: str, steps: int, rounds: int, control: bool
+    name: str, module: str, kwargs: dict[str, Any], api: str, steps: int, rounds: int, control: bool,
+    floor: bool = False,
 ) -> dict[str, Any]:
     from ray.rllib.env.wrappers import pettingzoo_env as rllib_pz
 
@@ -224,6 +269,8 @@ def bench_env(
         "ours": (multi_agent_loop, ours, Picker(ours.get_action_space)),
         "rllib": (multi_agent_loop, theirs, Picker(raw_env.action_space)),
     }
+    if floor and api == "parallel":
+        loops["floor"] = (multi_agent_loop, FloorParallelBridge(raw_env), Picker(raw_env.action_space))
     if control:
         loops["control"] = (raw_loop, raw_env, Picker(raw_env.action_space))
     for loop, env, pick in loops.values():  # warm up: caches, pygame surfaces, lazy imports
@@ -256,6 +303,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", nargs="*", default=None, help="env names (substrings) to run")
     parser.add_argument("--control", action="store_true", help="add a second raw loop: the noise floor")
     parser.add_argument(
+        "--floor", action="store_true", help="add the least bridge that checks actions and copies (parallel envs)"
+    )
+    parser.add_argument(
         "--overhead", action="store_true", help="also time each bridge's own work inside step() directly"
     )
     args = parser.parse_args(argv)
@@ -266,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.only and not any(part in f"{name} {api}" for part in args.only):
             continue
         rows.append(
-            bench_env(name, module, kwargs, api, max(int(steps * args.scale), 20), args.rounds, args.control)
+            bench_env(name, module, kwargs, api, max(int(steps * args.scale), 20), args.rounds, args.control, args.floor)
         )
         row = rows[-1]
         if args.overhead and api == "parallel":
@@ -279,8 +329,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     print("us/step: median CPU time per agent action; x: median of per-round ratios to raw [smallest, largest]")
     print("(best: ratio of the fastest round of each loop, the least disturbed by other processes)")
-    keys = ["ours", "rllib"] + (["control"] if args.control else [])
-    names = {"ours": "ours", "rllib": "RLlib", "control": "raw again"}
+    keys = ["ours", "rllib"] + (["floor"] if args.floor else []) + (["control"] if args.control else [])
+    names = {"ours": "ours", "rllib": "RLlib", "floor": "floor", "control": "raw again"}
     print(
         "| env | raw us/step | ours us/step | RLlib us/step | "
         + " | ".join(f"{names[k]} / raw" for k in keys)
@@ -291,8 +341,11 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---:|---:|---:|" + "---:|" * (2 * len(keys)))
     for row in rows:
         cells = [f"{row['raw_us']:.1f}", f"{row['ours_us']:.1f}", f"{row['rllib_us']:.1f}"]
-        cells += [f"{row[k + '_ratio']:.3f}x [{row[k + '_min']:.3f}, {row[k + '_max']:.3f}]" for k in keys]
-        cells += [f"{row[k + '_best']:.3f}x" for k in keys]
+        cells += [
+            f"{row[k + '_ratio']:.3f}x [{row[k + '_min']:.3f}, {row[k + '_max']:.3f}]" if k + "_ratio" in row else "-"
+            for k in keys
+        ]
+        cells += [f"{row[k + '_best']:.3f}x" if k + "_best" in row else "-" for k in keys]
         print(f"| {row['env']} | " + " | ".join(cells) + " |")
     if args.overhead:
         print()
