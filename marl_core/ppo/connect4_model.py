@@ -15,10 +15,25 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from marl_core.errors import ConfigError
+from marl_core.ppo.config import _MODEL_RULES, _check_fields, _positive_ints
 from marl_core.ppo.model import ActorCritic
 
 FEATURES = ("board", "tactical")
 """Values of ``model_config["features"]``: the three board planes, or those and :func:`tactical_planes`."""
+
+NETWORKS = ("mlp", "cnn")
+"""Values of ``model_config["network"]`` (:func:`connect4_module`)."""
+
+#: The keys :func:`connect4_module` reads -> (what each must be, the test of a value).
+_CONNECT4_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "network": (f"one of {list(NETWORKS)}", lambda v: v in NETWORKS),
+    "features": (f"one of {list(FEATURES)}", lambda v: v in FEATURES),
+    "mirror": _MODEL_RULES["vf_share_layers"],  # true or false
+    "conv_channels": ("a list of channel counts (integers of at least 1)", _positive_ints),
+    "hiddens": _MODEL_RULES["hiddens"],
+    "activation": _MODEL_RULES["activation"],
+}
 
 
 def canonical_board(board: torch.Tensor) -> torch.Tensor:
@@ -104,9 +119,13 @@ def connect4_module(observation_space: Any, action_space: Any, model_config: dic
 
     ``model_config["network"]``: ``"mlp"`` (the trainer's default actor-critic on the
     side-to-move board) or ``"cnn"`` (:class:`Connect4CNN`). Importable by name, so checkpoints
-    rebuild it.
+    rebuild it. A key it reads with a value it cannot take is a :class:`ConfigError` naming it.
     """
+    _check_fields(model_config, "connect4_module: model ", _CONNECT4_RULES)
     if model_config.get("network", "mlp") == "cnn":
+        if not model_config.get("hiddens"):
+            raise ConfigError("connect4_module: model hiddens must hold the size of the CNN's hidden layer "
+                              f"for network 'cnn', received {model_config.get('hiddens')!r}")
         return Connect4CNN(observation_space, action_space, model_config)
     return SideToMoveActorCritic(observation_space, action_space, model_config)
 
@@ -169,12 +188,7 @@ def tactical_planes(board: torch.Tensor) -> torch.Tensor:
 
 
 def _features(model_config: dict[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]:
-    features = model_config.get("features", "board")
-    if features not in FEATURES:
-        from marl_core.errors import ConfigError
-
-        raise ConfigError(f"model_config['features'] must be one of {FEATURES}, received {features!r}")
-    return tactical_planes if features == "tactical" else _identity
+    return tactical_planes if model_config.get("features", "board") == "tactical" else _identity
 
 
 def _identity(board: torch.Tensor) -> torch.Tensor:

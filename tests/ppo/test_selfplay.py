@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from marl_core.errors import ConfigError
 from marl_core.ppo import PPO
 from marl_core.ppo.evaluation import load_history
 from marl_core.ppo.rollout import Episode
@@ -274,3 +275,23 @@ def test_league_runs_on_ray_env_runners():
         algo.stop()
         if ray.is_initialized():
             ray.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("model", "named"),
+    [
+        ({"network": "rnn"}, r"model network must be one of \['mlp', 'cnn'\], received 'rnn'"),
+        ({"hiddens": ["x"]}, r"model hiddens must be a list of layer sizes .*received \['x'\]"),
+        ({"hiddens": 64}, r"model hiddens must be .*received 64"),
+        ({"activation": "foo"}, r"model activation must be one of .*received 'foo'"),
+        ({"network": "cnn", "hiddens": []}, r"model hiddens must hold the size of the CNN's hidden layer for network 'cnn', received \[\]"),
+        ({"network": "cnn", "conv_channels": [0]}, r"model conv_channels must be .*received \[0\]"),
+        ({"mirror": "no"}, r"model mirror must be true or false, received 'no'"),
+        ({"features": "pixels"}, r"model features must be one of \['board', 'tactical'\], received 'pixels'"),
+    ],
+)
+def test_connect4_model_settings_it_cannot_take_are_config_errors_naming_the_key(model, named):
+    config = connect4_config(num_envs=2).training(train_batch_size=20, minibatch_size=10)
+    config = config.training(model={**config.model, **model})
+    with pytest.raises(ConfigError, match=r"^connect4_module: " + named):
+        config.build()
