@@ -15,12 +15,15 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from marl_core.errors import ConfigError
+from marl_core.errors import ConfigError, SpaceError
 from marl_core.ppo.config import _MODEL_RULES, _check_fields, _positive_ints
 from marl_core.ppo.model import ActorCritic
 
 FEATURES = ("board", "tactical")
 """Values of ``model_config["features"]``: the three board planes, or those and :func:`tactical_planes`."""
+
+BOARD_SHAPE = (3, 6, 7)
+"""The observations the networks read: OpenSpiel's connect_four planes x, o, empty over 6 rows, 7 columns."""
 
 NETWORKS = ("mlp", "cnn")
 """Values of ``model_config["network"]`` (:func:`connect4_module`)."""
@@ -122,6 +125,9 @@ def connect4_module(observation_space: Any, action_space: Any, model_config: dic
     rebuild it. A key it reads with a value it cannot take is a :class:`ConfigError` naming it.
     """
     _check_fields(model_config, "connect4_module: model ", _CONNECT4_RULES)
+    if not (isinstance(observation_space, spaces.Box) and observation_space.shape == BOARD_SHAPE):
+        raise SpaceError(f"connect4_module reads Connect-4 boards (OpenSpiel's connect_four observations, a Box of "
+                         f"shape {BOARD_SHAPE}), received {observation_space}")
     if model_config.get("network", "mlp") == "cnn":
         if not model_config.get("hiddens"):
             raise ConfigError("connect4_module: model hiddens must hold the size of the CNN's hidden layer "

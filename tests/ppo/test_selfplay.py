@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from marl_core.errors import ConfigError
+from marl_core.errors import ConfigError, SpaceError
 from marl_core.ppo import PPO
 from marl_core.ppo.evaluation import load_history
 from marl_core.ppo.rollout import Episode
@@ -295,3 +295,10 @@ def test_connect4_model_settings_it_cannot_take_are_config_errors_naming_the_key
     config = config.training(model={**config.model, **model})
     with pytest.raises(ConfigError, match=r"^connect4_module: " + named):
         config.build()
+
+
+def test_connect4_networks_refuse_another_game_at_build():
+    config = connect4_config(num_envs=2).environment(make_env, env_config={"game": "tic_tac_toe"})
+    with pytest.raises(SpaceError, match=r"policy 'main': connect4_module reads Connect-4 boards .*shape \(3, 6, 7\)\), "
+                                         r"received Box\(-inf, inf, \(3, 3, 3\), float32\)"):
+        config.training(train_batch_size=20, minibatch_size=10).build()
