@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from marl_core.errors import ConfigError
-from marl_core.ppo.config import PPOConfig
+from marl_core.ppo.config import _MODEL_RULES, PPOConfig, _check_fields, _int_at_least
 
 if TYPE_CHECKING:
     from marl_core.ppo.algorithm import PPO
@@ -118,12 +118,25 @@ def rps() -> Preset:
 # Pistonball: parameter sharing over SuperSuit-preprocessed frames ----------------------------------
 
 
+#: The ``env_config`` keys :func:`pistonball_env` reads -> (what each must be, the test of a value).
+PISTONBALL_ENV_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "n_pistons": ("an integer of at least 2", _int_at_least(2)),
+    "continuous": _MODEL_RULES["vf_share_layers"],  # true or false
+    "max_cycles": ("an integer of at least 1", _int_at_least(1)),
+}
+
+
 def pistonball_env(config: dict[str, Any]) -> Any:
     """Pistonball (parallel API) with SuperSuit: grayscale, 84x84, 3 stacked frames (uint8 HWC).
 
     ``config`` keys (PettingZoo's defaults otherwise): ``n_pistons`` (20), ``continuous`` (True),
-    ``max_cycles`` (125).
+    ``max_cycles`` (125). Another key, or a value outside :data:`PISTONBALL_ENV_RULES`, is a
+    :class:`ConfigError` naming it.
     """
+    unknown = sorted(set(config) - set(PISTONBALL_ENV_RULES), key=str)
+    if unknown:
+        raise ConfigError(f"pistonball env_config has unknown keys {unknown}; it reads {list(PISTONBALL_ENV_RULES)}")
+    _check_fields(config, "pistonball env_config ", PISTONBALL_ENV_RULES)
     import supersuit as ss
     from pettingzoo.butterfly import pistonball_v6
 
@@ -133,7 +146,7 @@ def pistonball_env(config: dict[str, Any]) -> Any:
     # mode is set: with render_mode=None each piston would see the frame of the reset forever.
     env = pistonball_v6.parallel_env(
         n_pistons=int(config.get("n_pistons", 20)), continuous=bool(config.get("continuous", True)),
-        max_cycles=int(config.get("max_cycles", 125)), render_mode="rgb_array")
+        max_cycles=int(config.get("max_cycles", 125)), render_mode="rgb_array")  # numpy types to plain ones
     env = ss.color_reduction_v0(env, mode="B")
     env = ss.resize_v1(env, x_size=84, y_size=84)
     env = ss.frame_stack_v1(env, 3)

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from gymnasium import spaces
 
 from examples.pistonball_ppo import build_config, train
 from examples.rps_learned_vs_heuristic import train as train_rps
+from marl_core.errors import ConfigError
 from marl_core.ppo.presets import pistonball_env
 
 
@@ -47,6 +49,21 @@ def test_pistonball_continuous_flag_gives_pettingzoos_box_moves():
     env = pistonball_env({"n_pistons": 3, "max_cycles": 5, "continuous": True})
     env.reset(seed=1)
     assert env.get_action_space("piston_2") == spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+
+@pytest.mark.parametrize(
+    ("env_config", "named"),
+    [
+        ({"max_cycles": 0}, "max_cycles must be an integer of at least 1, received 0"),
+        ({"n_pistons": 1}, "n_pistons must be an integer of at least 2, received 1"),
+        ({"n_pistons": 2.7}, "n_pistons must be an integer of at least 2, received 2.7"),
+        ({"continuous": "no"}, "continuous must be true or false, received 'no'"),
+        ({"pistons": 4}, r"has unknown keys \['pistons'\]; it reads \['n_pistons', 'continuous', 'max_cycles'\]"),
+    ],
+)
+def test_pistonball_env_config_it_cannot_take_is_a_config_error_naming_the_key(env_config, named):
+    with pytest.raises(ConfigError, match=r"^pistonball env_config " + named + "$"):
+        pistonball_env(env_config)
 
 
 def test_pistonball_frames_follow_the_ball():
