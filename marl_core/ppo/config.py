@@ -176,8 +176,18 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "policies_to_train": ("None or a list of policy ids", _optional(lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v))),
     "model": ("a dict of model settings", lambda v: isinstance(v, Mapping)),
 }
-# The builder methods, whose names may prefix a field in set("training.lr", ...).
-_SECTIONS = frozenset({"environment", "multi_agent", "env_runners", "training", "resources", "debugging"})
+#: Each builder method -> the fields it sets; its name may prefix them in ``set("training.lr", ...)``.
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "environment": ("env", "env_config"),
+    "multi_agent": ("policies", "policy_mapping_fn", "policies_to_train"),
+    "env_runners": ("num_env_runners", "num_envs_per_env_runner", "rollout_fragment_length", "max_runner_restarts",
+                    "max_env_errors_in_a_row", "vector_mode", "vector_num_workers"),
+    "training": ("lr", "gamma", "lambda_", "clip_param", "vf_clip_param", "num_epochs", "minibatch_size",
+                 "train_batch_size", "entropy_coeff", "vf_coeff", "grad_clip", "normalize_advantages", "model"),
+    "resources": ("ray_address", "num_cpus", "device", "torch_threads", "sampling_torch_threads"),
+    "debugging": ("seed", "log_level"),
+}
+_SECTION_OF = {name: section for section, names in SECTIONS.items() for name in names}
 _INTEGER_FIELDS = frozenset(name for name, (what, _) in _FIELD_RULES.items() if "integer" in what)
 
 
@@ -357,10 +367,13 @@ class PPOConfig:
         return self._update("debugging", kwargs)
 
     def _update(self, section: str, kwargs: Mapping[str, Any]) -> PPOConfig:
-        names = {f.name for f in fields(self)}
+        """Set ``kwargs``: fields of ``section`` (of any section for ``"from_checkpoint"``)."""
+        names = SECTIONS.get(section) or [f.name for f in fields(self)]
         for key, value in kwargs.items():
             if key not in names:
+                elsewhere = _SECTION_OF.get(key)
                 raise ConfigError(
+                    f"{section}() does not set {key!r}, {elsewhere}() does" if elsewhere else
                     f"unknown {section}() option {key!r}; known options: {sorted(names)}"
                 )
             setattr(self, key, value)
@@ -379,11 +392,14 @@ class PPOConfig:
         if section == "model":
             raise ConfigError(f"{key!r}: model keys are set through the model field, as a JSON object: "
                               f"model='{{\"{name}\": ...}}'")
-        if section and section not in _SECTIONS:
+        if section and section not in SECTIONS:
             alone = f" (or the field alone, {name!r})" if name in known else ""
-            raise ConfigError(f"unknown config section {section!r} in {key!r}; sections: {sorted(_SECTIONS)}{alone}")
+            raise ConfigError(f"unknown config section {section!r} in {key!r}; sections: {sorted(SECTIONS)}{alone}")
         if name not in known:
             raise ConfigError(f"unknown config field {key!r}; known fields: {sorted(f.name for f in fields(self))}")
+        if section and name not in SECTIONS[section]:
+            raise ConfigError(f"{key!r}: {name} is in section {_SECTION_OF[name]}, not {section} "
+                              f"({_SECTION_OF[name]}.{name}, or {name} alone)")
         if isinstance(value, str):
             with contextlib.suppress(json.JSONDecodeError):
                 value = json.loads(value)

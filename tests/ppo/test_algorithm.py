@@ -298,6 +298,26 @@ def test_model_keys_through_set_are_pointed_to_the_model_field():
         PPOConfig().set("bogus.nope", "1")
 
 
+def test_each_field_belongs_to_one_builder_and_only_it_sets_the_field():
+    from dataclasses import fields
+
+    from marl_core.ppo.config import SECTIONS
+
+    listed = [name for names in SECTIONS.values() for name in names]
+    assert sorted(listed) == sorted(f.name for f in fields(PPOConfig))  # every field, once
+    config = PPOConfig()
+    with pytest.raises(ConfigError, match=r"^'training.num_env_runners': num_env_runners is in section env_runners, "
+                                          r"not training \(env_runners.num_env_runners, or num_env_runners alone\)$"):
+        config.set("training.num_env_runners", "2")
+    with pytest.raises(ConfigError, match=r"^training\(\) does not set 'seed', debugging\(\) does$"):
+        config.training(seed=3)
+    with pytest.raises(ConfigError, match=r"^resources\(\) does not set 'lr', training\(\) does$"):
+        config.resources(lr=0.1)
+    assert (config.num_env_runners, config.seed, config.lr) == (0, 0, 3e-4)
+    config.set("env_runners.num_env_runners", "2").set("seed", "3").debugging(log_level="INFO")
+    assert (config.num_env_runners, config.seed, config.log_level) == (2, 3, "INFO")
+
+
 def test_a_json_object_for_model_or_env_config_merges_into_what_is_there():
     # --set 'model={"hiddens": [64]}' replaced connect4's whole model dict: its tactical planes went.
     config = PPOConfig().training(model={"hiddens": [32], "activation": "relu"}).environment(env_config={"n": 2})
