@@ -111,6 +111,7 @@ def test_a_partial_run_replaces_its_rows_and_keeps_the_others(tmp_path: Path, mo
     monkeypatch.setattr(matrix, "load_cases", lambda: (cases, []))
     output = tmp_path / "matrix.md"
     assert main(["--jobs", "1", "--output", str(output)]) == 0
+    assert "Subset: `all`; 2 rows run in " in output.read_text(encoding="utf-8")
     first, _ = read_rows(output.read_text(encoding="utf-8"))
     marked = Row(**{**first.__dict__, "bridged_us": "12345.0"})  # tells the kept row from a rerun one
     output.write_text(output.read_text(encoding="utf-8").replace(first.markdown(), marked.markdown()), encoding="utf-8")
@@ -118,7 +119,7 @@ def test_a_partial_run_replaces_its_rows_and_keeps_the_others(tmp_path: Path, mo
     text = output.read_text(encoding="utf-8")
     rows = read_rows(text)
     assert [row.case for row in rows] == ["test/first", "test/second"] and rows[0] == marked
-    assert "1 rows rerun (all, --only second), the other 1 kept from the last run" in text
+    assert "Subset: `1 rows rerun (all, --only second), the other 1 kept from the last run`; 1 rows run in " in text
     before = output.read_text(encoding="utf-8")
     assert main(["--only", "no_such_case", "--output", str(output)]) == 2
     assert "no case id contains 'no_such_case'" in capsys.readouterr().err
