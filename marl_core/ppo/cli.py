@@ -262,6 +262,9 @@ def _resume(preset: str, config: Any, checkpoint: Path, changed: dict[str, Any])
         algo = PPO.from_checkpoint(checkpoint, **changed)
     except MultiAgentEnvError as error:  # a missing or damaged checkpoint, a bad override, ...
         print(f"marl-train: cannot resume from {checkpoint}: {error}", file=sys.stderr)
+        if "to from_checkpoint" in str(error):  # what from_checkpoint takes, --set passes
+            print("marl-train: --set FIELD=VALUE passes a field to from_checkpoint (a function as "
+                  "'module:name', e.g. --set policy_mapping_fn=my_module:my_mapping_fn)", file=sys.stderr)
         return None
     saved, wanted = reference_of(algo.config.env), reference_of(config.env)
     if saved is not None and wanted is not None and saved != wanted:
