@@ -48,8 +48,9 @@ def load_policy(
     """The greedy policy ``policy_id`` from a trainer checkpoint, and a function that releases it.
 
     Raises:
-        CheckpointError: the path is not a checkpoint of the trainer, or its policy observes
-            something else than the env of ``env_factory`` (a checkpoint of another game).
+        CheckpointError: the path is not a checkpoint of the trainer, or its policy (for a fixed
+            policy: the players it was trained with) observes something else than the env of
+            ``env_factory`` (a checkpoint of another game).
         ConfigError: the checkpoint has no policy ``policy_id``.
     """
     import torch
@@ -67,10 +68,12 @@ def load_policy(
         policy = algo.get_policy_callable(policy_id, explore=False)
         env = env_factory()
         expected = env.get_observation_space(env.possible_agents[0])
-        observes = getattr(algo.policies[policy_id], "observation_space", expected)
-        if observes != expected:
+        # A fixed policy has no space of its own: the players of the env it was trained with do.
+        trained = getattr(algo.policies[policy_id], "observation_space", None)
+        observed = [trained] if trained is not None else [obs for obs, _ in algo._spaces.values()]
+        if expected not in observed:
             raise CheckpointError(
-                f"policy {policy_id!r} of {checkpoint} observes {observes}, but this game's players observe "
+                f"policy {policy_id!r} of {checkpoint} observes {observed[0]}, but this game's players observe "
                 f"{expected}: a checkpoint of another game?"
             )
     except BaseException:

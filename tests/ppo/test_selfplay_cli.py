@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from marl_core.ppo.selfplay import connect4_config
+from marl_core.ppo.selfplay import connect4_config, random_legal_action
 from marl_core.ppo.selfplay_cli import eval_main, load_policy, play_main
 
 PLAY = "import sys; from marl_core.ppo.selfplay_cli import play_main; sys.exit(play_main())"
@@ -124,7 +124,8 @@ def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, 
     empty = shutil.copytree(checkpoint, tmp_path / "empty")
     (empty / "config.json").write_text("{}")
     with PPOConfig().environment("marl_core.ppo.selfplay:make_env", env_config={"game": "tic_tac_toe"}).env_runners(
-            num_env_runners=0).multi_agent(policies={"main": None}, policy_mapping_fn=_everyone_main).build() as algo:
+            num_env_runners=0).multi_agent(policies={"main": None, "fixed": random_legal_action},
+                                           policy_mapping_fn=_everyone_main).build() as algo:
         other_game = algo.save(tmp_path / "tic_tac_toe")
     foreign = shutil.copytree(other_game, tmp_path / "foreign")  # as an rps checkpoint read outside the repository
     data = json.loads((foreign / "config.json").read_text())
@@ -161,6 +162,13 @@ def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, 
         assert eval_main([str(path), "--games", "2"]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"marl-eval: cannot load {path}: ") and words in err
+    # A fixed policy of another game (it played Connect-4 and crashed there with a TypeError) ...
+    assert eval_main([str(other_game), "--games", "2", "--policy", "fixed"]) == 2
+    assert (f"policy 'fixed' of {other_game} observes Dict('action_mask': Box(0, 1, (9,), int8), "
+            "'observation': Box(") in capsys.readouterr().err
+    # ... and one of Connect-4, which plays.
+    assert eval_main([str(checkpoint), "--games", "2", "--policy", "random"]) == 0
+    assert "random" in capsys.readouterr().out
 
 
 def test_eval_plays_a_checkpoint_trained_on_a_gpu_on_the_cpu(checkpoint, tmp_path, capsys):
