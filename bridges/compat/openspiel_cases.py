@@ -1,7 +1,8 @@
 """Every game registered with pyspiel, as rows of the OpenSpiel case table.
 
 One row per name in ``pyspiel.registered_names()`` (open_spiel 2.0.2: 126 names, of which 114 load
-with default parameters). The rows drive ``tests/bridges/test_openspiel_games.py``: each game
+with default parameters; ten games that wrap or repeat another game have no defaults and load with
+the parameters their rows name, e.g. ``misere(game=tic_tac_toe())``). The rows drive ``tests/bridges/test_openspiel_games.py``: each game
 that runs is checked with ``check_env``, masks against ``legal_actions`` at every step of random
 legal play, reward sums against ``returns()``, and seed determinism, in a subprocess so that a
 crash inside pyspiel fails that game only. Rows with ``left_out`` say why a game is not run.
@@ -17,15 +18,20 @@ from bridges.compat import Case
 def _game(
     name: str,
     *,
+    params: str = "",
     max_steps: int | None = None,
     slow: bool = False,
     notes: str = "",
     left_out: str | None = None,
 ) -> Case:
+    """The row of game ``name``; ``params``: what it is loaded with (games without defaults)."""
+    target = f"{name}({params})" if params else name
+    if params:
+        notes = f"loaded as `{target}`: the game has no default for these" + (f"; {notes}" if notes else "")
     return Case(
         id=f"openspiel/{name}",
         source="openspiel",
-        target=name,
+        target=target,
         max_steps=max_steps,
         left_out=left_out,
         slow=slow,
@@ -38,14 +44,13 @@ _MEAN_FIELD = (
     "which a MultiAgentEnv cannot express; OpenSpielEnv refuses it"
 )
 _DOES_NOT_LOAD = "does not load with default parameters "
-_NEEDS = "does not load with default parameters: it needs parameter "
 _INFO_TENSOR = "information-state tensor (the game has no observation tensor)"
 _SIMULTANEOUS = "simultaneous moves"
 _SAMPLED = "chance sampled inside pyspiel: the game is reloaded with rng_seed at each seeded reset"
 
 CASES: list[Case] = [
     _game("2048", slow=True),
-    _game("add_noise", left_out=_NEEDS + "epsilon"),
+    _game("add_noise", params="game=oshi_zumo(),epsilon=1.0,seed=1", slow=True),
     _game("amazons", slow=True),
     _game("antichess", slow=True),
     _game("backgammon"),
@@ -61,7 +66,7 @@ CASES: list[Case] = [
         slow=True,
         notes="information-state tensor (the game has no observation tensor); chance sampled inside pyspiel: the game is reloaded with rng_seed at each seeded reset; slow scoring: double-dummy solver at the end of each deal",
     ),
-    _game("cached_tree", left_out=_NEEDS + "game"),
+    _game("cached_tree", params="game=tic_tac_toe()", slow=True),
     _game("capture_the_flag", max_steps=2000, slow=True, notes=_SIMULTANEOUS),
     _game("catch", slow=True),
     _game("checkers", slow=True),
@@ -127,14 +132,14 @@ CASES: list[Case] = [
     _game("mfg_crowd_modelling_2d", left_out=_MEAN_FIELD),
     _game("mfg_dynamic_routing", left_out=_MEAN_FIELD),
     _game("mfg_garnet", left_out=_MEAN_FIELD),
-    _game("misere", left_out=_NEEDS + "game"),
+    _game("misere", params="game=tic_tac_toe()", slow=True),
     _game("mnk", slow=True),
     _game("morpion_solitaire", slow=True, notes="observation string (the game has no tensors)"),
     _game("negotiation", slow=True, notes=_SAMPLED),
     _game("nfg_game", left_out=_DOES_NOT_LOAD + "(needs a normal-form game file)"),
     _game("nim", slow=True),
     _game("nine_mens_morris", slow=True),
-    _game("normal_form_extensive_game", left_out=_NEEDS + "game"),
+    _game("normal_form_extensive_game", params="game=matrix_pd()", slow=True, notes=_SIMULTANEOUS),
     _game("oh_hell", slow=True, notes=_INFO_TENSOR),
     _game("oshi_zumo", notes=_SIMULTANEOUS),
     _game("othello", slow=True),
@@ -147,10 +152,16 @@ CASES: list[Case] = [
     _game("pig", slow=True),
     _game("quoridor", slow=True),
     _game("rbc", slow=True),
-    _game("repeated_game", left_out=_NEEDS + "num_repetitions"),
+    _game("repeated_game", params="stage_game=matrix_rps(),num_repetitions=5", slow=True, notes=_SIMULTANEOUS),
     _game("repeated_leduc_poker", slow=True),
-    _game("repeated_poker", left_out=_NEEDS + "max_num_hands"),
-    _game("restricted_nash_response", left_out=_NEEDS + "game"),
+    _game(
+        "repeated_poker",
+        params="max_num_hands=3,reset_stacks=True,rotate_dealer=True,universal_poker_game_string=universal_poker("
+        "betting=nolimit,numPlayers=2,numRounds=2,blind=1 2,firstPlayer=1 1,numSuits=2,numRanks=3,numHoleCards=1,"
+        "numBoardCards=0 1,stack=20 20,bettingAbstraction=fcpa)",
+        slow=True,
+    ),
+    _game("restricted_nash_response", params="game=kuhn_poker()", slow=True),
     _game("sheriff", slow=True, notes=_INFO_TENSOR),
     _game("shogi", slow=True),
     _game("skat", slow=True),
@@ -158,7 +169,7 @@ CASES: list[Case] = [
     _game("social_deduction", slow=True, notes="observation string (the game has no tensors)"),
     _game("solitaire", slow=True),
     _game("spades", slow=True),
-    _game("start_at", left_out=_NEEDS + "game"),
+    _game("start_at", params="game=tic_tac_toe(),history=4;0", slow=True),
     _game("stones_and_gems", slow=True, notes=_SAMPLED),
     _game(
         "tarok",
@@ -170,12 +181,12 @@ CASES: list[Case] = [
     _game("tiny_bridge_4p", slow=True),
     _game("tiny_hanabi", slow=True),
     _game("trade_comm", slow=True),
-    _game("turn_based_simultaneous_game", left_out=_NEEDS + "game"),
+    _game("turn_based_simultaneous_game", params="game=goofspiel(num_cards=4)", slow=True),
     _game("twixt", slow=True),
     _game("ultimate_tic_tac_toe", slow=True),
     _game("universal_poker", slow=True),
     _game("xiangqi", slow=True),
     _game("y", slow=True),
     _game("yacht", slow=True),
-    _game("zerosum", left_out=_NEEDS + "game"),
+    _game("zerosum", params="game=oshi_zumo()", slow=True),
 ]

@@ -218,7 +218,7 @@ def test_table_has_a_row_for_every_registered_game() -> None:
     # In a fresh interpreter: games exported by to_openspiel in this one are registered too.
     code = "import pyspiel; print(' '.join(pyspiel.registered_names()))"
     names = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert sorted(case.target for case in CASES) == sorted(names)
+    assert sorted(case.target.partition("(")[0] for case in CASES) == sorted(names)  # games with their parameters
     assert len({case.id for case in CASES}) == len(CASES)
 
 
