@@ -2,8 +2,8 @@
 
 One row per name in ``pyspiel.registered_names()`` (open_spiel 2.0.2: 126 names, of which 114 load
 with default parameters; ten games that wrap or repeat another game have no defaults and load with
-the parameters their rows name, e.g. ``misere(game=tic_tac_toe())``). The rows drive ``tests/bridges/test_openspiel_games.py``: each game
-that runs is checked with ``check_env``, masks against ``legal_actions`` at every step of random
+the parameters their rows name, e.g. ``misere(game=tic_tac_toe())``). The rows drive
+``tests/bridges/test_openspiel_games.py``: each game that runs is checked with ``check_env``, masks against ``legal_actions`` at every step of random
 legal play, reward sums against ``returns()``, and seed determinism, in a subprocess so that a
 crash inside pyspiel fails that game only. Rows with ``left_out`` say why a game is not run.
 ``slow`` rows run in the slow tier; the others are the fast subset of the default tier.

@@ -131,14 +131,17 @@ def _conv_filters(value: Any) -> bool:
     )
 
 
+#: The rule of a setting that is a bool (numpy's too: values read back from arrays).
+TRUE_OR_FALSE: tuple[str, Callable[[Any], bool]] = ("true or false", lambda v: isinstance(v, (bool, np.bool_)))
+
 #: Model key -> (what it must be, the test of a value), for the default model (not a "module").
 _MODEL_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "hiddens": ("a list of layer sizes (integers of at least 1)", _positive_ints),
     "activation": (f"one of {list(ACTIVATIONS)}", lambda v: v in ACTIVATIONS),
     "conv_filters": ("a list of [channels, kernel, stride] triples of integers of at least 1", _conv_filters),
     "conv_hidden": ("an integer of at least 1", _int_at_least(1)),
-    "vf_share_layers": ("true or false", lambda v: isinstance(v, (bool, np.bool_))),
-    "free_log_std": ("true or false", lambda v: isinstance(v, (bool, np.bool_))),
+    "vf_share_layers": TRUE_OR_FALSE,
+    "free_log_std": TRUE_OR_FALSE,
 }
 
 #: field -> (what it must be, the test of a value). Checked by :meth:`PPOConfig.validate`.

@@ -16,7 +16,7 @@ from gymnasium import spaces
 from torch import nn
 
 from marl_core.errors import ConfigError, SpaceError
-from marl_core.ppo.config import _MODEL_RULES, _check_fields, _positive_ints
+from marl_core.ppo.config import _MODEL_RULES, TRUE_OR_FALSE, _check_fields, _positive_ints
 from marl_core.ppo.model import ActorCritic
 
 FEATURES = ("board", "tactical")
@@ -32,7 +32,7 @@ NETWORKS = ("mlp", "cnn")
 _CONNECT4_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "network": (f"one of {list(NETWORKS)}", lambda v: v in NETWORKS),
     "features": (f"one of {list(FEATURES)}", lambda v: v in FEATURES),
-    "mirror": _MODEL_RULES["vf_share_layers"],  # true or false
+    "mirror": TRUE_OR_FALSE,
     "conv_channels": ("a list of channel counts (integers of at least 1)", _positive_ints),
     "hiddens": _MODEL_RULES["hiddens"],
     "activation": _MODEL_RULES["activation"],

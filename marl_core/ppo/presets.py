@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from marl_core.errors import ConfigError
-from marl_core.ppo.config import _MODEL_RULES, PPOConfig, _check_fields, _int_at_least
+from marl_core.ppo.config import TRUE_OR_FALSE, PPOConfig, _check_fields, _int_at_least
 
 if TYPE_CHECKING:
     from marl_core.ppo.algorithm import PPO
@@ -121,7 +121,7 @@ def rps() -> Preset:
 #: The ``env_config`` keys :func:`pistonball_env` reads -> (what each must be, the test of a value).
 PISTONBALL_ENV_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "n_pistons": ("an integer of at least 2", _int_at_least(2)),
-    "continuous": _MODEL_RULES["vf_share_layers"],  # true or false
+    "continuous": TRUE_OR_FALSE,
     "max_cycles": ("an integer of at least 1", _int_at_least(1)),
 }
 
