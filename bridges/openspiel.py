@@ -461,6 +461,8 @@ class OpenSpielEnv(MultiAgentEnv):
             node = opening[0]
             if len(opening) == 3:  # a turn: copy out the memoized observation and mask
                 _, turn, observation = opening
+                if self._python_view is not None:  # its observer writes only what changes: it starts from here
+                    self._python_view[...] = observation
                 self.agents = list(self._ids)
                 self._now = turn
                 return {turn[1]: {OBS_KEY: observation.copy(), MASK_KEY: turn[3].copy()}}, {}

@@ -253,6 +253,98 @@ def test_a_new_episode_starts_from_a_clear_observation() -> None:
     assert all(np.array_equal(x, y) for x, y in zip(first, fresh, strict=True))
 
 
+class _DealThenGuessState(pyspiel.State):
+    """A card dealt by chance, then two guesses; the observer below writes one row per move."""
+
+    def __init__(self, game: pyspiel.Game) -> None:
+        super().__init__(game)
+        self.moves: list[int] = []
+
+    def current_player(self) -> int:
+        if not self.moves:
+            return pyspiel.PlayerId.CHANCE
+        return pyspiel.PlayerId.TERMINAL if len(self.moves) >= 3 else 0
+
+    def _legal_actions(self, player: int) -> list[int]:
+        return [0, 1, 2]
+
+    def chance_outcomes(self) -> list[tuple[int, float]]:
+        return [(0, 1 / 3), (1, 1 / 3), (2, 1 / 3)]
+
+    def _apply_action(self, action: int) -> None:
+        self.moves.append(action)
+
+    def _action_to_string(self, player: int, action: int) -> str:
+        return str(action)
+
+    def is_terminal(self) -> bool:
+        return len(self.moves) >= 3
+
+    def returns(self) -> list[float]:
+        return [float(self.is_terminal() and self.moves[1] == self.moves[0])]
+
+    def __str__(self) -> str:
+        return str(self.moves)
+
+
+class _RowPerMoveObserver:
+    """Writes only the row of the latest move (the deal first), as python_dynamic_routing's does."""
+
+    def __init__(self) -> None:
+        self.tensor = np.zeros(9, np.float32)
+        self.dict = {"observation": self.tensor.reshape(3, 3)}
+
+    def set_from(self, state: _DealThenGuessState, player: int) -> None:
+        if state.moves:
+            self.dict["observation"][len(state.moves) - 1, state.moves[-1]] = 1
+
+    def string_from(self, state: _DealThenGuessState, player: int) -> str:
+        return str(state.moves)
+
+
+def _deal_then_guess() -> pyspiel.Game:
+    name = "test_deal_then_guess"
+    if name not in pyspiel.registered_names():
+        game_type = pyspiel.GameType(
+            short_name=name, long_name=name, dynamics=pyspiel.GameType.Dynamics.SEQUENTIAL,
+            chance_mode=pyspiel.GameType.ChanceMode.EXPLICIT_STOCHASTIC,
+            information=pyspiel.GameType.Information.IMPERFECT_INFORMATION,
+            utility=pyspiel.GameType.Utility.GENERAL_SUM, reward_model=pyspiel.GameType.RewardModel.TERMINAL,
+            max_num_players=1, min_num_players=1, provides_information_state_string=False,
+            provides_information_state_tensor=False, provides_observation_string=True,
+            provides_observation_tensor=True, parameter_specification={})
+        info = pyspiel.GameInfo(num_distinct_actions=3, max_chance_outcomes=3, num_players=1, min_utility=0.0,
+                                max_utility=1.0, utility_sum=None, max_game_length=2)
+
+        class DealThenGuess(pyspiel.Game):
+            def __init__(self, params: dict | None = None) -> None:
+                super().__init__(game_type, info, params or {})
+
+            def new_initial_state(self) -> _DealThenGuessState:
+                return _DealThenGuessState(self)
+
+            def make_py_observer(self, iig_obs_type: object = None, params: object = None) -> _RowPerMoveObserver:
+                return _RowPerMoveObserver()
+
+        pyspiel.register_game(game_type, DealThenGuess)
+    return pyspiel.load_game(name)
+
+
+def test_an_observer_that_writes_only_what_changes_sees_the_deal_in_every_replay() -> None:
+    # reset() memoizes openings: a replayed deal came from the memo, the observer never saw it,
+    # and the deal's row was missing from every later observation of the episode.
+    env = OpenSpielEnv(_deal_then_guess())
+    seen = []
+    for _ in range(3):
+        first, _ = env.reset(seed=0)
+        second, *_ = env.step({"player_0": 1})
+        seen.append((first["player_0"]["observation"], second["player_0"]["observation"]))
+    deal = env.state.history()[0]
+    assert seen[0][0][0].tolist() == [float(card == deal) for card in range(3)]
+    assert seen[0][1][:2].tolist() == [seen[0][0][0].tolist(), [0.0, 1.0, 0.0]]
+    assert all(np.array_equal(a, b) for replay in seen[1:] for a, b in zip(seen[0], replay, strict=True))
+
+
 def test_a_game_pyspiel_cannot_copy_is_named() -> None:
     env = OpenSpielEnv("misere(game=negotiation())")
     env.reset(seed=0)
