@@ -49,7 +49,9 @@ from marl_core.errors import (
 )
 from marl_core.spaces import (
     MASK_KEY,
+    _check_masks,
     action_mask_of,
+    action_masks_of,
     check_acting,
     is_sequence_of,
     tuple_slots,
@@ -73,8 +75,9 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         act_space: likewise for actions.
 
     Raises:
-        GroupingError: an empty group, a member listed twice or in two groups, a member the env
-            does not know, or a group id that is not a string or is already an agent id.
+        GroupingError: an empty group, members given as one string, a member listed twice or in
+            two groups, a member the env does not know, or a group id that is not a string or is
+            already an agent id.
         SpaceError: a given space that is not a Tuple with one entry per member, or a member
             whose observation space has no placeholder value (see Observations below).
 
@@ -90,8 +93,9 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
           "zero" of its space (zeros clipped into Box bounds, the first value of a Discrete).
         - **Actions:** a group's action is a tuple with one slot per member (a list, or a numpy
           array with one row per member, as gymnasium's ``Tuple`` takes). The slots of the
-          members asked to act are checked against their spaces before the env steps
-          (:class:`~marl_core.errors.InvalidActionError` naming the group and the slot) and sent
+          members asked to act are checked against their spaces and their slots' action masks
+          before the env steps (:class:`~marl_core.errors.InvalidActionError` or
+          :class:`~marl_core.errors.IllegalActionError` naming the group and the slot) and sent
           to the env; the others (members not asked, ended ones) are ignored.
         - **Rewards:** a group's reward in a step is the sum of its members' rewards in that
           step (a member without a reward counts 0), present whenever any member got one.
@@ -127,6 +131,10 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         self.groups: dict[str, list[AgentID]] = {group: list(members) for group, members in groups.items()}
         self._group_of: dict[AgentID, str] = {}
         known = set(inner_agents)
+        for group, members in groups.items():
+            if isinstance(members, str):  # a string is a sequence of ids too: "ab" would group "a" and "b"
+                raise GroupingError(f"the members of group {group!r} must be a list of agent ids, received the "
+                                    f"string {members!r}; write [{members!r}] for a group of one")
         for group, members in self.groups.items():
             if not isinstance(group, str):
                 raise GroupingError(
@@ -146,7 +154,13 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                     raise GroupingError(f"agent {member!r} is listed {where} group {group!r}; groups may not overlap")
                 self._group_of[member] = group
         self._slot_of = {m: i for members in self.groups.values() for i, m in enumerate(members)}
-        self._blanks = {m: _blank(env.get_observation_space(m)) for m in self._group_of}
+        self._blanks = {}
+        for member, group in self._group_of.items():
+            space = env.get_observation_space(member)
+            try:
+                self._blanks[member] = _blank(space)
+            except SpaceError as error:
+                raise SpaceError(f"cannot group agent {member!r} into group {group!r}: {error}") from None
         self._observation_group_spaces = self._tuple_spaces(obs_space, "observation", env.get_observation_space)
         self._action_group_spaces = self._tuple_spaces(act_space, "action", env.get_action_space)
         possible = list(dict.fromkeys(self._group_of.get(agent_id, agent_id) for agent_id in inner_agents))
@@ -272,6 +286,9 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                         raise InvalidActionError(
                             agent_id, f"an action in {space}", action, f"member {member!r}, {reason}"
                         )
+                    mask = action_masks_of(self._slots[agent_id][slot])
+                    if mask is not None:  # legal as the group's observation showed it, named as the group
+                        _check_masks(agent_id, space.spaces[slot], member_action, mask, action, f"[{slot}]")
                     inner[member] = member_action
         return inner
 
@@ -386,8 +403,8 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
             if group not in out_obs and not over:
                 continue
             cut_short = any(m in self._truncated for m in members)
-            if episode_over and not ended_all:
-                cut_short = not all_terminated
+            if episode_over and not ended_all:  # "__all__" ends the members still alive
+                cut_short = cut_short or not all_terminated
             out_terminateds[group] = over and not cut_short
             out_truncateds[group] = over and cut_short
             if over:
@@ -428,8 +445,8 @@ def _no_legal_action(observation: Any) -> Any:
 def _blank(space: spaces.Space) -> Any:
     """A fixed observation inside ``space`` for a member not seen yet."""
     raise SpaceError(
-        f"cannot group an agent whose observation space is {space}: a member not seen yet needs a placeholder "
-        "observation, which exists only for Box, Discrete, MultiDiscrete, MultiBinary, Tuple and Dict spaces"
+        f"its observation space {space} has no placeholder observation, which a member not seen yet needs "
+        "(Box, Discrete, MultiDiscrete, MultiBinary, Text, Tuple and Dict spaces have one)"
     )
 
 
@@ -456,6 +473,11 @@ def _(space: spaces.MultiBinary) -> Any:
 @_blank.register
 def _(space: spaces.Tuple) -> Any:
     return tuple(_blank(sub) for sub in space.spaces)
+
+
+@_blank.register
+def _(space: spaces.Text) -> Any:
+    return min(space.character_list) * space.min_length  # min: the charset's order varies with the hash seed
 
 
 @_blank.register

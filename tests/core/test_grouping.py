@@ -72,6 +72,8 @@ def test_spaces_from_overrides_only() -> None:
         ({"a": ["player1", "player1"]}, "agent 'player1' is listed twice in group 'a'"),
         ({"a": ["player1", "player9"]}, "unknown member 'player9' of group 'a'; the env's agents are ['player1', 'player2']"),
         ({"a": []}, "group 'a' has no members"),
+        ({"a": "player1"}, "the members of group 'a' must be a list of agent ids, received the string 'player1'; "
+                           "write ['player1'] for a group of one"),
         ({"player2": ["player1"]}, "group id 'player2' is already an agent id"),
         ({"__all__": ["player1"]}, "group id '__all__' is already an agent id"),
     ],
@@ -103,6 +105,9 @@ def test_given_spaces_are_validated_and_used() -> None:
         (spaces.Discrete(3, start=5), np.int64(5)),
         (spaces.MultiDiscrete([2, 3], start=[1, -1]), np.array([1, -1])),
         (spaces.MultiBinary(3), np.zeros(3, np.int8)),
+        (spaces.Text(5), "0"),
+        (spaces.Text(5, min_length=0), ""),
+        (spaces.Text(5, min_length=2, charset="xyz"), "xx"),
         (spaces.Dict({"o": spaces.Discrete(2), "t": spaces.Tuple([spaces.Discrete(4, start=1)])}), {"o": np.int64(0), "t": (np.int64(1),)}),
     ],
 )
@@ -116,8 +121,10 @@ def test_placeholder_observations_of_members_not_seen_yet_are_in_their_space(spa
 
 
 def test_members_without_a_placeholder_observation_are_refused_at_construction() -> None:
-    with pytest.raises(SpaceError, match="cannot group an agent whose observation space is Text"):
-        _OneSpaceEnv(spaces.Text(5)).with_agent_groups({"team": ["late", "early"]})
+    graph = spaces.Graph(node_space=spaces.Discrete(2), edge_space=None)
+    with pytest.raises(SpaceError, match=r"^cannot group agent 'late' into group 'team': its observation space "
+                                         r"Graph\(.*\) has no placeholder observation, which a member not seen yet needs"):
+        _OneSpaceEnv(graph).with_agent_groups({"team": ["late", "early"]})
 
 
 class _OneSpaceEnv(MultiAgentEnv):
@@ -653,6 +660,55 @@ def test_vector_refuses_a_masked_member_action_before_any_env_steps() -> None:
         assert [inner.t for inner in venv.call("env")] == [0, 0]  # nothing stepped, in either env
         venv.step(actions)
         assert [inner.t for inner in venv.call("env")] == [1, 1]
+
+
+def test_a_masked_member_action_is_refused_naming_the_group_before_the_env_steps() -> None:
+    # It reached the env, which named the member (unknown to the caller) or, checking nothing, took it.
+    grouped = GroupAgentsWrapper(HeterogeneousSpacesEnv(), {"team": ["masked", "discrete"]})
+    obs, _ = grouped.reset(seed=0)
+    mask = obs["team"][0]["action_mask"]
+    actions = {a: grouped.get_action_space(a).sample() for a in obs if a != "team"}
+    illegal, legal = int(np.flatnonzero(mask == 0)[0]), int(np.flatnonzero(mask)[0])
+    with pytest.raises(IllegalActionError, match=rf"agent 'team': received {illegal}, .*in slot \[0\] of \({illegal}, 0\)"):
+        grouped.step({**actions, "team": (illegal, 0)})
+    assert grouped.env.t == 0
+    grouped.step({**actions, "team": (legal, 0)})
+    assert grouped.env.t == 1
+
+
+class _MemberCutShortThenAllEnds(MultiAgentEnv):
+    """``b`` is truncated at step 1, ``a`` plays on; step 2 ends the episode, with or without ``a``'s own flag."""
+
+    def __init__(self, repeat_flags: bool) -> None:
+        super().__init__()
+        self.repeat_flags = repeat_flags
+        self.possible_agents = ["a", "b"]
+        self.observation_spaces = {x: spaces.Box(0, 10, (1,), np.float32) for x in self.possible_agents}
+        self.action_spaces = {x: spaces.Discrete(2) for x in self.possible_agents}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a", "b"]
+        return {x: np.zeros(1, np.float32) for x in self.agents}, {}
+
+    def step(self, action_dict: dict) -> tuple:
+        self.t += 1
+        obs = {x: np.full(1, self.t, np.float32) for x in self.agents}
+        if self.t == 1:
+            self.agents = ["a"]
+            return obs, {"a": 0.0, "b": 0.0}, {ALL: False}, {"b": True, ALL: False}, {}
+        self.agents = []
+        return obs, {"a": 1.0}, {"a": True, ALL: True} if self.repeat_flags else {ALL: True}, {ALL: False}, {}
+
+
+@pytest.mark.parametrize("repeat_flags", [True, False])
+def test_a_group_with_a_truncated_member_ends_truncated_however_the_end_is_flagged(repeat_flags: bool) -> None:
+    # "__all__" alone ended the group terminated, the same episode with a's flag repeated truncated.
+    env = _MemberCutShortThenAllEnds(repeat_flags).with_agent_groups({"g": ["a", "b"]})
+    env.reset(seed=0)
+    env.step({"g": (0, 0)})
+    _, _, terminateds, truncateds, _ = env.step({"g": (0, 0)})
+    assert (terminateds["g"], truncateds["g"], terminateds[ALL]) == (False, True, True)
 
 
 @pytest.mark.parametrize("api", ["aec", "parallel"])
