@@ -40,7 +40,7 @@ import pyspiel
 from gymnasium import spaces
 
 from marl_core.env import ALL, AgentID, MultiAgentEnv
-from marl_core.errors import EnvContractError, UnsupportedEnvError
+from marl_core.errors import EnvContractError, IllegalActionError, MultiAgentEnvError, UnsupportedEnvError
 from marl_core.spaces import OBS_KEY, action_mask_of, is_masked
 
 logger = logging.getLogger(__name__)
@@ -509,7 +509,11 @@ class _Position:
     def apply(self, action: int) -> None:
         """A chance outcome (the seed) or the one acting player's action."""
         if self.env is None:
-            self._start(self.spec.seeds[action])
+            seeds = self.spec.seeds
+            if not 0 <= action < len(seeds):  # a negative index would pick a seed from the end
+                raise IllegalActionError("chance", action, range(len(seeds)),
+                                         hint=f"a chance outcome is the index of one of the game's {len(seeds)} seeds")
+            self._start(seeds[action])
         else:
             player = self.acting[0]
             self._step({self.spec.agents[player]: self.spec.starts[player] + int(action)}, {player: int(action)})
@@ -517,6 +521,11 @@ class _Position:
 
     def apply_joint(self, actions: Sequence[int]) -> None:
         """A joint action at a simultaneous node (entries of players not acting are ignored)."""
+        if len(actions) != len(self.spec.agents):
+            raise MultiAgentEnvError(
+                f"a joint action has one entry per player ({len(self.spec.agents)}: {list(self.spec.agents)}), received "
+                f"{len(actions)}: {list(actions)}"
+            )
         did = {player: int(actions[player]) for player in self.acting}
         self._step({self.spec.agents[p]: self.spec.starts[p] + action for p, action in did.items()}, did)
         self.replay.append([int(a) for a in actions])

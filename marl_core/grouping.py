@@ -90,7 +90,8 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         - **Observations:** slot ``i`` holds member ``i``'s latest observation. A member that has
           ended keeps its final observation (while the group acts on, with its action mask,
           if it has one, all zeros: it takes no action); a member not seen yet holds the
-          "zero" of its space (zeros clipped into Box bounds, the first value of a Discrete).
+          "zero" of its space (zeros clipped into Box bounds, the first value of a Discrete, the
+          shortest string of a Text space's smallest character).
         - **Actions:** a group's action is a tuple with one slot per member (a list, or a numpy
           array with one row per member, as gymnasium's ``Tuple`` takes). The slots of the
           members asked to act are checked against their spaces and their slots' action masks

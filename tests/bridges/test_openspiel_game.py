@@ -22,7 +22,7 @@ from examples.rock_paper_scissors import RockPaperScissors
 from examples.tic_tac_toe import TicTacToe
 from marl_core.conformance import check_env
 from marl_core.env import MultiAgentEnv
-from marl_core.errors import EnvContractError, IllegalActionError, UnsupportedEnvError
+from marl_core.errors import EnvContractError, IllegalActionError, MultiAgentEnvError, UnsupportedEnvError
 from marl_core.rollout import play
 from tests.fixtures.envs import HeterogeneousSpacesEnv, IrregularOrderEnv, JoinLeaveEnv
 
@@ -198,6 +198,28 @@ def test_an_illegal_action_leaves_the_exported_state_and_its_clones_unchanged(
     for target in (state, clone):  # both play on, and clone again, after the refusal
         target.apply_actions(legal) if isinstance(illegal, list) else target.apply_action(legal[1])
         assert target.clone().history() == target.history()
+
+
+def test_a_chance_outcome_or_joint_action_of_the_wrong_size_is_refused_and_changes_nothing() -> None:
+    # A seed index out of range was an IndexError (-2 silently the second to last); a joint action of
+    # the wrong length an IndexError, or, with an entry too many, taken and recorded in history().
+    game = to_openspiel(TicTacToe, name="test_bad_chance_tic_tac_toe", seeds=(0, 1, 2))
+    state = game.new_initial_state()
+    for outcome in (3, -2):
+        with pytest.raises(IllegalActionError, match=rf"agent 'chance': received {outcome}, legal actions now: "
+                                                     r"\[0, 1, 2\] \(a chance outcome is the index of one of the game's 3 seeds\)"):
+            state.apply_action(outcome)
+    assert state.is_chance_node() and state.history() == []
+    state.apply_action(2)
+    goofspiel = to_openspiel(lambda: OpenSpielEnv("goofspiel(num_cards=4)"), name="test_bad_joint_goofspiel")
+    state = goofspiel.new_initial_state()
+    for joint in ([1], [1, 0, 1]):
+        with pytest.raises(MultiAgentEnvError, match=rf"a joint action has one entry per player \(2: \['player_0', "
+                                                    rf"'player_1'\]\), received {len(joint)}: "):
+            state.apply_actions(joint)
+    assert state.history() == [] and state.is_simultaneous_node()
+    state.apply_actions([1, 0])
+    assert state.history() == [1, 0]
 
 
 def test_rewards_and_returns_in_both_reward_models() -> None:
