@@ -282,10 +282,15 @@ def why_action_not_contained(space: spaces.Space, action: Any, path: str = "") -
 def _check_masks(
     agent_id: AgentID, space: spaces.Space, action: Any, mask: np.ndarray | SlotMasks, whole: Any, path: str
 ) -> None:
-    """Raise unless ``action`` (at ``path`` in the agent's action ``whole``) is legal under ``mask``."""
+    """Raise unless ``action`` (at ``path`` in the agent's action ``whole``) is legal under ``mask``.
+
+    A mask whose size does not fit the space is not applied (the conformance checker's
+    ``masks.valid`` names it): it says nothing certain about which action is which.
+    """
     if type(mask) is not tuple:
         where = f"in slot {path} of {_short(whole)}, masked out by that slot's action_mask"
-        if isinstance(space, spaces.Discrete) and not mask[int(action) - int(space.start)]:
+        if (isinstance(space, spaces.Discrete) and np.size(mask) == space.n
+                and not mask[int(action) - int(space.start)]):
             legal = [int(i) + int(space.start) for i in np.flatnonzero(mask)]
             raise IllegalActionError(agent_id, action, legal, hint=where if path else "masked out by its action_mask")
         if isinstance(space, spaces.MultiDiscrete) and np.size(mask) == int(space.nvec.sum()):

@@ -183,6 +183,14 @@ def test_masked_action_is_illegal_and_lists_legal_ones() -> None:
         check_action("p", spaces.Discrete(3), 1, mask=np.array([1, 0, 1], np.int8))
 
 
+def test_a_mask_that_does_not_fit_the_space_is_not_applied() -> None:
+    # Which action a wrong-sized mask allows is anyone's guess (the checker's masks.valid names the
+    # mask): a short one raised IndexError, a long one refused actions by a misread entry.
+    for mask in (np.array([1, 1], np.int8), np.array([1, 1, 0, 1], np.int8)):
+        check_action("p", spaces.Discrete(3), 2, mask=mask)
+        check_action("team", spaces.Tuple([spaces.Discrete(3)]), (2,), mask=(mask,))
+
+
 def test_action_dict_checks_name_the_agents() -> None:
     env = RockPaperScissors()
     with pytest.raises(UnexpectedActionError, match=r"agent 'player_9' which is not expected to act \(acting now: \['player1'\]\)"):
