@@ -138,7 +138,17 @@ _SHM_THRESHOLD = 64 * 1024  # replies with more array bytes than this move to sh
 
 
 def _send(conn: Any, obj: Any, shm: shared_memory.SharedMemory | None = None) -> None:
-    """Send ``obj``; its array buffers go into ``shm`` when given and large enough."""
+    """Send ``obj``; its array buffers go into ``shm`` when given and large enough. Nothing is
+    sent when ``obj`` cannot be pickled."""
+    _transmit(conn, _encode(obj, shm))
+
+
+_Encoded = tuple[bytes, list[memoryview]]
+
+
+def _encode(obj: Any, shm: shared_memory.SharedMemory | None = None) -> _Encoded:
+    """``obj`` as one message (its large array buffers copied into ``shm`` when they fit) and
+    the buffers that go through the pipe after it."""
     raws: list[memoryview] = []
 
     def out_of_band(buffer: pickle.PickleBuffer) -> bool:
@@ -161,22 +171,40 @@ def _send(conn: Any, obj: Any, shm: shared_memory.SharedMemory | None = None) ->
                 shm.buf[offset : offset + raw.nbytes] = raw
         else:
             offsets = None
-    conn.send_bytes(pickle.dumps((payload, sizes, offsets), protocol=5))
-    if offsets is None:
-        for raw in raws:
-            conn.send_bytes(raw)
+    return pickle.dumps((payload, sizes, offsets), protocol=5), raws if offsets is None else []
+
+
+def _transmit(conn: Any, encoded: _Encoded) -> None:
+    header, raws = encoded
+    conn.send_bytes(header)
+    for raw in raws:
+        conn.send_bytes(raw)
+
+
+class Undecodable(Exception):
+    """A whole message arrived, but its contents do not unpickle here (the pipe stays in step)."""
 
 
 def _recv(conn: Any, shm: shared_memory.SharedMemory | None = None) -> tuple[Any, int]:
-    """Receive one message; also return how many array bytes came through the pipe."""
+    """Receive one message; also return how many array bytes came through the pipe.
+
+    Raises:
+        Undecodable: from the error unpickling the message's contents (a class its sender could
+            import and this process cannot, say), once all of it is read.
+    """
     payload, sizes, offsets = pickle.loads(conn.recv_bytes())
     if offsets is not None and shm is not None:
         buffers = [bytearray(shm.buf[o : o + n]) for o, n in zip(offsets, sizes, strict=True)]
-        return pickle.loads(payload, buffers=buffers), 0
-    buffers = [bytearray(size) for size in sizes]
-    for buffer in buffers:
-        conn.recv_bytes_into(buffer)
-    return pickle.loads(payload, buffers=buffers), sum(sizes)
+        piped = 0
+    else:
+        buffers = [bytearray(size) for size in sizes]
+        for buffer in buffers:
+            conn.recv_bytes_into(buffer)
+        piped = sum(sizes)
+    try:
+        return pickle.loads(payload, buffers=buffers), piped
+    except Exception as error:
+        raise Undecodable() from error
 
 
 def _attach(name: str) -> shared_memory.SharedMemory:
@@ -211,7 +239,9 @@ def _worker(first: int, conn: Any, env_fns: list[bytes]) -> None:
         while True:
             try:
                 _send(conn, reply, shm)
-            except (pickle.PicklingError, TypeError, AttributeError):
+            except (OSError, EOFError):
+                raise  # the parent is gone
+            except Exception:  # a result that cannot be pickled (nothing was sent): say which
                 _send(conn, [_picklable(item) for item in reply], shm)
             try:
                 (commands, shm_name), _ = _recv(conn)
@@ -262,6 +292,10 @@ def remote_error(what: str, index: int, failure: tuple, suffix: str = "") -> Vec
     type_name, message, remote_traceback, _ = failure
     text = f"{what} {type_name}: {message}{suffix}\n\nTraceback in its worker process:\n{remote_traceback}"
     return VectorEnvError(text, index, remote_traceback)
+
+
+class UnsendableError(VectorEnvError):
+    """A command whose payload cannot be pickled for its worker; nothing was sent to any worker."""
 
 
 def failure_of(error: BaseException) -> tuple[str, str, str, BaseException | None]:
@@ -336,6 +370,9 @@ class Workers:
                     "`if __name__ == \"__main__\":` (the worker's own error, if it printed one, is above)"
                 )
                 raise VectorEnvError(f"{reply} while starting{hint}", self.envs_of[worker].start)
+            if status == "undecodable":  # the factory's error, of a class this process cannot import
+                raise remote_error(f"env {self.envs_of[worker].start}: its worker failed to start:",
+                                   self.envs_of[worker].start, reply)
             index, failure = reply
             raise remote_error(f"env {index}: its factory raised", index, failure) from failure[3]
 
@@ -349,12 +386,13 @@ class Workers:
         for index, (command, payload) in commands.items():
             worker = self.worker_of[index]
             batches.setdefault(worker, []).append((index - self.envs_of[worker].start, command, payload))
+        encoded = {worker: self._encode_batch(worker, batch) for worker, batch in batches.items()}
         try:
             replies: dict[int, tuple[str, Any]] = {}
             sent = []
             for worker, batch in batches.items():
                 try:
-                    _send(self.conns[worker], (batch, self._new_shm[worker]))
+                    _transmit(self.conns[worker], encoded[worker])
                     self._new_shm[worker] = None
                     sent.append(worker)
                 except (OSError, EOFError):
@@ -363,6 +401,9 @@ class Workers:
                 status, reply = self._receive(worker)
                 if status == "dead":
                     replies.update(self._all_dead(worker, batches[worker], reply))
+                elif status == "undecodable":
+                    start = self.envs_of[worker].start
+                    replies.update({start + local: ("error", reply) for local, _, _ in batches[worker]})
                 else:
                     for (local, _, _), item in zip(batches[worker], reply, strict=True):
                         replies[self.envs_of[worker].start + local] = item
@@ -371,6 +412,24 @@ class Workers:
             self.stopped_because = (f"a call was interrupted by {type(error).__name__}, so its worker processes "
                                      "were stopped")
             self.shutdown()
+            raise
+
+    def _encode_batch(self, worker: int, batch: list[tuple[int, str, Any]]) -> _Encoded:
+        """The message of ``batch`` for ``worker``; an :class:`UnsendableError` naming the env
+        whose payload cannot be pickled (before anything is sent to any worker)."""
+        try:
+            return _encode((batch, self._new_shm[worker]))
+        except Exception:
+            for local, command, payload in batch:
+                try:
+                    pickle.dumps(payload, protocol=5)
+                except Exception as error:
+                    index = self.envs_of[worker].start + local
+                    what = "action dict" if command.startswith("step") else f"{command} arguments"
+                    raise UnsendableError(
+                        f"env {index}: its {what} cannot be sent to its worker process ({type(error).__name__}: "
+                        f"{error}); nothing was sent to any env", index
+                    ) from error
             raise
 
     def _all_dead(self, worker: int, batch: list, message: str | None = None) -> dict[int, tuple[str, Any]]:
@@ -382,6 +441,11 @@ class Workers:
             reply, piped = _recv(self.conns[worker], self.shms[worker])
         except (OSError, EOFError):
             return ("dead", self._dead(worker))
+        except Undecodable as undecodable:
+            error = undecodable.__cause__
+            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            return ("undecodable", (type(error).__name__, f"its results cannot be unpickled in this process: {error}",
+                                    text, None))
         if piped > _SHM_THRESHOLD and not self._no_shm:
             self._grow(worker, 2 * piped)
         if isinstance(reply, list):

@@ -34,8 +34,8 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from marl_core._vector_workers import ResetFailure, Workers, execute, rebuild, remote_error
-from marl_core.env import ALL, AgentID, MultiAgentEnv
+from marl_core._vector_workers import ResetFailure, UnsendableError, Workers, execute, rebuild, remote_error
+from marl_core.env import ALL, AgentID, MultiAgentEnv, seed_value
 from marl_core.errors import (
     MultiAgentEnvError,
     ResetNeededError,
@@ -172,11 +172,17 @@ class VectorMultiAgentEnv:
         if mode == "sync":
             for index, env_fn in enumerate(env_fns):
                 try:
-                    self._envs.append(env_fn())
+                    env = env_fn()
                 except Exception as error:
                     self._close_envs()  # those built already, as a worker does with its own
                     message = f"env {index}: its factory raised {type(error).__name__}: {error}"
                     raise VectorEnvError(message, index) from error
+                twin = next((i for i, built in enumerate(self._envs) if built is env), None)
+                if twin is not None:  # it would be stepped twice per call (a worker has its own copy)
+                    self._close_envs()
+                    raise VectorEnvError(f"env {index}: its factory returned the very env object of env {twin}; "
+                                         "each env needs its own instance (a factory that builds a new one)", index)
+                self._envs.append(env)
         else:
             workers = self.num_envs if num_workers is None else num_workers
             if not 1 <= workers <= self.num_envs:
@@ -213,6 +219,7 @@ class VectorMultiAgentEnv:
     ) -> tuple[list[dict[AgentID, Any]], list[dict[AgentID, Any]]]:
         """Reset every env, env ``i`` with ``seed + i``; return ``(obs_list, infos_list)``."""
         self._check_usable()
+        seed = seed_value(seed)  # numpy integers as Python ints; a SeedError before anything resets
         if seed is not None:
             self._rebuild_rngs = [np.random.default_rng([(seed + i) % 2**63, 0x5EED]) for i in range(self.num_envs)]
         commands = [("reset", (None if seed is None else seed + i, options)) for i in range(self.num_envs)]
@@ -359,16 +366,23 @@ class VectorMultiAgentEnv:
 
     def _run_all(self, commands: list[tuple[str, Any]]) -> list[Any]:
         self.last_failures = []
-        if self.on_error == "rebuild":
-            return self._run_all_isolated(commands)
         try:
+            if self.on_error == "rebuild":
+                return self._run_all_isolated(commands)
             if self._workers is None:
                 return [self._sync_execute(i, command, payload) for i, (command, payload) in enumerate(commands)]
             replies = self._collect(self._workers.request(dict(enumerate(commands))))
             return [replies[index] for index in range(self.num_envs)]
+        except UnsendableError:
+            raise  # nothing reached any env
         except VectorEnvError as error:
+            if self.on_error != "rebuild":  # a rebuild that failed has said why already
+                self._needs_reset = [True] * self.num_envs
+                self._reset_needed = f"needs reset() after the error of its last call ({str(error).splitlines()[0]})"
+            raise
+        except BaseException as error:  # Ctrl-C: some envs may have moved on, the others not
             self._needs_reset = [True] * self.num_envs
-            self._reset_needed = f"needs reset() after the error of its last call ({str(error).splitlines()[0]})"
+            self._reset_needed = f"needs reset() after its last call was interrupted by {type(error).__name__}"
             raise
 
     def _sync_execute(self, index: int, command: str, payload: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import re
@@ -1037,3 +1038,118 @@ def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path) -> Non
     assert done.returncode != 0
     assert "while starting; a likely cause: with the 'forkserver' start method every worker imports the main module" in done.stderr
     assert 'must guard its entry point with `if __name__ == "__main__":`' in done.stderr
+
+
+class PointerInInfo(RockPaperScissors):
+    """Rock-paper-scissors whose step infos hold a ctypes pointer (pickling it raises ValueError)."""
+
+    def step(self, action_dict: Mapping[str, Any]) -> tuple:
+        import ctypes
+
+        obs, rewards, terminateds, truncateds, _ = super().step(action_dict)
+        return obs, rewards, terminateds, truncateds, {"player1": {"handle": ctypes.pointer(ctypes.c_int(3))}}
+
+
+def test_a_result_whose_pickling_raises_anything_is_that_envs_error_and_the_worker_lives() -> None:
+    # Only PicklingError, TypeError and AttributeError were caught: a ValueError killed the worker.
+    both = {"player1": 0, "player2": 1}
+    with VectorMultiAgentEnv([RockPaperScissors, PointerInInfo], "async") as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised ValueError: ctypes objects containing pointers "
+                                                 r"cannot be pickled") as info:
+            venv.step([both, both])
+        assert info.value.index == 1
+        with pytest.raises(ResetNeededError):
+            venv.step([both, both])
+        venv.reset(seed=0)
+        assert venv.call("num_moves") == [0, 0]
+
+
+def _env_of_a_module_only_its_worker_imports(folder: str) -> MultiAgentEnv:
+    sys.path.insert(0, folder)
+    import elsewhere_infos  # type: ignore[import-not-found]
+
+    return elsewhere_infos.Env()
+
+
+def test_results_this_process_cannot_unpickle_are_that_envs_error(tmp_path: Path) -> None:
+    # The parent got a bare ModuleNotFoundError and every worker was stopped.
+    (tmp_path / "elsewhere_infos.py").write_text(
+        "from examples.rock_paper_scissors import RockPaperScissors\n"
+        "class Thing:\n    pass\n"
+        "class Env(RockPaperScissors):\n"
+        "    def step(self, action_dict):\n"
+        "        obs, rewards, terminateds, truncateds, _ = super().step(action_dict)\n"
+        "        return obs, rewards, terminateds, truncateds, {'player1': {'thing': Thing()}}\n"
+    )
+    factory = functools.partial(_env_of_a_module_only_its_worker_imports, str(tmp_path))
+    both = {"player1": 0, "player2": 1}
+    with VectorMultiAgentEnv([RockPaperScissors, factory], "async") as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised ModuleNotFoundError: its results cannot be unpickled "
+                                                 r"in this process: No module named 'elsewhere_infos'"):
+            venv.step([both, both])
+        venv.reset(seed=0)
+        assert venv.call("num_moves") == [0, 0]
+
+
+def test_an_action_that_cannot_be_sent_to_its_worker_is_named_and_nothing_steps() -> None:
+    # A bare PicklingError, after which the vector was unusable; in sync mode the env's own error.
+    with VectorMultiAgentEnv([RockPaperScissors] * 3, "async", num_workers=2, check_actions=False) as venv:
+        venv.reset(seed=0)
+        good = {"player1": 0, "player2": 1}
+        with pytest.raises(VectorEnvError, match=r"^env 2: its action dict cannot be sent to its worker process "
+                                                 r"\((AttributeError|PicklingError): .*\); nothing was sent to any env$") as info:
+            venv.step([good, good, {"player1": lambda: 0, "player2": 0}])
+        assert info.value.index == 2
+        assert venv.call("num_moves") == [0, 0, 0]
+        venv.step([good, good, good])  # no reset needed: nothing moved
+        assert venv.call("num_moves") == [1, 1, 1]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_reset_takes_numpy_integer_seeds_and_refuses_others_before_anything_resets(mode: str) -> None:
+    # np.int64 seeds raised OverflowError; with on_error="rebuild" a negative seed was taken.
+    from marl_core.errors import SeedError
+
+    for on_error in ("raise", "rebuild"):
+        with VectorMultiAgentEnv([RockPaperScissors] * 2, mode, on_error=on_error) as venv:
+            assert_same(venv.reset(seed=np.int64(3)), venv.reset(seed=3))
+            for bad in (-1, 1.0, "3"):
+                with pytest.raises(SeedError):
+                    venv.reset(seed=bad)
+            assert venv.last_failures == []
+
+
+class InterruptedAtStep(RockPaperScissors):
+    """Rock-paper-scissors that raises KeyboardInterrupt (as Ctrl-C would) in its third step."""
+
+    def step(self, action_dict: Mapping[str, Any]) -> tuple:
+        if self.num_moves == 2:
+            raise KeyboardInterrupt
+        return super().step(action_dict)
+
+
+def test_a_sync_call_interrupted_halfway_needs_a_reset() -> None:
+    # Env 0 had stepped, env 1 not, and the next step() was taken as if nothing had happened.
+    both = {"player1": 0, "player2": 1}
+    with VectorMultiAgentEnv([RockPaperScissors, InterruptedAtStep]) as venv:
+        venv.reset(seed=0)
+        venv.step([both, both])
+        venv.step([both, both])
+        with pytest.raises(KeyboardInterrupt):
+            venv.step([both, both])
+        assert venv.call("num_moves") == [3, 2]
+        with pytest.raises(ResetNeededError, match="needs reset\\(\\) after its last call was interrupted by "
+                                                   "KeyboardInterrupt"):
+            venv.step([both, both])
+        venv.reset(seed=0)
+        assert venv.call("num_moves") == [0, 0]
+
+
+def test_factories_returning_one_and_the_same_env_are_refused() -> None:
+    # In sync mode that one env was stepped once per slot, in async each worker had its own copy.
+    shared = RockPaperScissors()
+    with pytest.raises(VectorEnvError, match=r"^env 1: its factory returned the very env object of env 0; each env "
+                                             r"needs its own instance"):
+        VectorMultiAgentEnv([lambda: shared] * 2)
