@@ -259,7 +259,7 @@ def surely_valid_action(space: spaces.Space, action: Any, mask: np.ndarray | Slo
         if type(action) not in _INTEGERS or type(mask) is tuple or space.dtype != np.int64:
             return False
         offset = int(action) - int(space.start)
-        return 0 <= offset < space.n and (mask is None or bool(mask[offset]))
+        return 0 <= offset < space.n and (mask is None or (np.size(mask) == space.n and bool(mask[offset])))
     if type(space) is spaces.Box:
         return (
             type(action) is np.ndarray

@@ -194,6 +194,7 @@ def tactical_planes(board: torch.Tensor) -> torch.Tensor:
 
 
 def _features(model_config: dict[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]:
+    _check_fields({"features": model_config.get("features", "board")}, "model ", _CONNECT4_RULES)
     return tactical_planes if model_config.get("features", "board") == "tactical" else _identity
 
 

@@ -24,6 +24,7 @@ from marl_core.spaces import (
     mask_from_legal,
     masked_space,
     sample_action,
+    surely_valid_action,
     tuple_slots,
     why_not_contained,
 )
@@ -189,6 +190,7 @@ def test_a_mask_that_does_not_fit_the_space_is_not_applied() -> None:
     for mask in (np.array([1, 1], np.int8), np.array([1, 1, 0, 1], np.int8)):
         check_action("p", spaces.Discrete(3), 2, mask=mask)
         check_action("team", spaces.Tuple([spaces.Discrete(3)]), (2,), mask=(mask,))
+        assert not surely_valid_action(spaces.Discrete(3), 2, mask)  # the fast path leaves it to check_action
 
 
 def test_action_dict_checks_name_the_agents() -> None:
