@@ -29,6 +29,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -252,6 +253,10 @@ def _final(algo: Any, preset: Any, out: Path) -> int:
     return 0
 
 
+# Fields that --set turns from "module:name" text into the object it names.
+_IMPORT_PATH_FIELDS = ("env", "policy_mapping_fn")
+
+
 def _resume(preset: str, config: Any, checkpoint: Path, changed: dict[str, Any]) -> Any:
     """The algorithm saved at ``checkpoint`` with the ``changed`` fields; None (after saying why)
     when it cannot be loaded or trains another env than the preset."""
@@ -262,9 +267,14 @@ def _resume(preset: str, config: Any, checkpoint: Path, changed: dict[str, Any])
         algo = PPO.from_checkpoint(checkpoint, **changed)
     except MultiAgentEnvError as error:  # a missing or damaged checkpoint, a bad override, ...
         print(f"marl-train: cannot resume from {checkpoint}: {error}", file=sys.stderr)
-        if "to from_checkpoint" in str(error):  # what from_checkpoint takes, --set passes
-            print("marl-train: --set FIELD=VALUE passes a field to from_checkpoint (a function as "
-                  "'module:name', e.g. --set policy_mapping_fn=my_module:my_mapping_fn)", file=sys.stderr)
+        asked = sorted(set(re.findall(r"pass (\w+)=", str(error)))) if "to from_checkpoint" in str(error) else []
+        by_name = [name for name in asked if name in _IMPORT_PATH_FIELDS]
+        if by_name:  # what from_checkpoint takes by name, --set passes
+            print(f"marl-train: --set passes {' and '.join(by_name)} to from_checkpoint as an import path, e.g. "
+                  f"--set {by_name[0]}=my_module:my_function", file=sys.stderr)
+        if len(by_name) < len(asked):
+            print(f"marl-train: {' and '.join(n for n in asked if n not in by_name)} cannot come from the command "
+                  "line: load the checkpoint in Python, PPO.from_checkpoint(path, ...)", file=sys.stderr)
         return None
     saved, wanted = reference_of(algo.config.env), reference_of(config.env)
     if saved is not None and wanted is not None and saved != wanted:

@@ -138,12 +138,21 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, capsys):
     assert main(["rps", "--resume", str(final), "--out", str(tmp_path / "renamed")]) == 2
     err = capsys.readouterr().err
     assert "'marl_core.ppo.presets:renamed_mapping_fn' (policy_mapping_fn), which does not import now" in err
-    assert "--set FIELD=VALUE passes a field to from_checkpoint (a function as 'module:name'" in err
+    assert ("marl-train: --set passes policy_mapping_fn to from_checkpoint as an import path, e.g. "
+            "--set policy_mapping_fn=my_module:my_function") in err
     # ... which the command line then passes:
     assert main(["rps", "--resume", str(final), "--out", str(tmp_path / "renamed"), "--iterations", "1",
                  "--no-progress", "--set", "policy_mapping_fn=marl_core.ppo.presets:rps_policy_mapping_fn"]) == 0
     with PPO.from_checkpoint(tmp_path / "renamed" / "final") as resumed:
         assert resumed.iteration == 2
+    # A fixed policy's function the command line cannot pass: said so, not "use --set".
+    config["policy_mapping_fn"] = "marl_core.ppo.presets:rps_policy_mapping_fn"
+    config["policies"]["beat_last"]["ref"] = "marl_core.ppo.presets:renamed_heuristic"
+    (final / "config.json").write_text(json.dumps(config))
+    assert main(["rps", "--resume", str(final), "--out", str(tmp_path / "renamed_policy")]) == 2
+    err = capsys.readouterr().err
+    assert "policies cannot come from the command line: load the checkpoint in Python" in err
+    assert "--set passes" not in err
 
 
 def test_a_new_run_whose_out_dir_cannot_be_made_fails_before_starting(tmp_path, capsys):
