@@ -34,6 +34,21 @@ class ResetFailure:
         self.text = text
 
 
+class SharedEnvError(ValueError):
+    """A factory returned an env that another env of the same vector already is."""
+
+
+def build_env(factory: Callable[[], MultiAgentEnv], envs: list[MultiAgentEnv], local: int, first: int = 0) -> MultiAgentEnv:
+    """A new env from ``factory`` for slot ``local`` of ``envs`` (env ``first + local``); a
+    :class:`SharedEnvError` if it is the very object of another slot, which would be stepped twice."""
+    env = factory()
+    twin = next((first + i for i, other in enumerate(envs) if other is env and i != local), None)
+    if twin is not None:
+        raise SharedEnvError(f"returned the very env object of env {twin}; each env needs its own instance "
+                             "(a factory that builds a new one)")
+    return env
+
+
 def rebuild(envs: list[MultiAgentEnv], local: int, factory: Callable[[], MultiAgentEnv],
             seed_and_options: tuple[int | None, dict[str, Any] | None]) -> Any:
     """Close ``envs[local]`` (best effort), replace it by a new env from ``factory`` and reset it
@@ -43,7 +58,7 @@ def rebuild(envs: list[MultiAgentEnv], local: int, factory: Callable[[], MultiAg
         envs[local].close()
     except Exception:
         logger.debug("closing a failed env raised", exc_info=True)
-    envs[local] = factory()
+    envs[local] = build_env(factory, envs, local)
     return checked_reset(envs[local], envs[local].reset(seed=seed, options=options))
 
 
@@ -137,18 +152,34 @@ _IN_BAND = 16 * 1024  # arrays smaller than this are copied into the pickle itse
 _SHM_THRESHOLD = 64 * 1024  # replies with more array bytes than this move to shared memory
 
 
-def _send(conn: Any, obj: Any, shm: shared_memory.SharedMemory | None = None) -> None:
-    """Send ``obj``; its array buffers go into ``shm`` when given and large enough. Nothing is
-    sent when ``obj`` cannot be pickled."""
-    _transmit(conn, _encode(obj, shm))
-
-
+# A message is a small head (what it is) and a list of items, pickled as one. When the receiver
+# cannot unpickle them (a class only the sender can import), it asks for them again one by one
+# ("resend"), so such an item costs its own env alone; one that cannot be pickled is sent apart
+# at once. One pickle per message keeps the common case as fast as it can be.
 _Encoded = tuple[bytes, list[memoryview]]
+Failure = tuple[str, str, str, "bytes | None"]  # type name, message, traceback text, the pickled exception
+RESEND = ("resend",)  # the head of a request to send the last message again, item by item
 
 
-def _encode(obj: Any, shm: shared_memory.SharedMemory | None = None) -> _Encoded:
-    """``obj`` as one message (its large array buffers copied into ``shm`` when they fit) and
-    the buffers that go through the pipe after it."""
+def _send(conn: Any, head: tuple, items: Sequence[Any] = (), shm: shared_memory.SharedMemory | None = None) -> None:
+    """Send one message (see :func:`_encode`); nothing is sent when an item cannot be pickled."""
+    _transmit(conn, _encode(head, items, shm))
+
+
+def _encode(
+    head: tuple,
+    items: Sequence[Any],
+    shm: shared_memory.SharedMemory | None = None,
+    replace: Callable[[int, Any, Exception], Any] | None = None,
+    one_by_one: bool = False,
+) -> _Encoded:
+    """``head`` and ``items`` as one message frame, and the array buffers that go through the
+    pipe after it: large buffers go into ``shm`` when they fit.
+
+    The items are pickled together, or ``one_by_one`` (so the receiver can unpickle each apart),
+    as they also are when one of them cannot be pickled: ``replace(position, item, error)`` then
+    gives what to send in its place (by default the error propagates, and nothing is sent).
+    """
     raws: list[memoryview] = []
 
     def out_of_band(buffer: pickle.PickleBuffer) -> bool:
@@ -158,7 +189,26 @@ def _encode(obj: Any, shm: shared_memory.SharedMemory | None = None) -> _Encoded
         raws.append(raw)
         return False
 
-    payload = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+    payloads: list[bytes] = []
+    counts: list[int] | None = None
+    if not one_by_one:
+        try:
+            payloads.append(pickle.dumps(list(items), protocol=5, buffer_callback=out_of_band))
+        except Exception:
+            raws.clear()
+            one_by_one = True
+    if one_by_one:
+        counts = []
+        for position, item in enumerate(items):
+            before = len(raws)
+            try:
+                payloads.append(pickle.dumps(item, protocol=5, buffer_callback=out_of_band))
+            except Exception as error:
+                del raws[before:]
+                if replace is None:
+                    raise
+                payloads.append(pickle.dumps(replace(position, item, error), protocol=5))
+            counts.append(len(raws) - before)
     sizes = [raw.nbytes for raw in raws]
     offsets: list[int] | None = None
     if shm is not None and raws:
@@ -171,28 +221,40 @@ def _encode(obj: Any, shm: shared_memory.SharedMemory | None = None) -> _Encoded
                 shm.buf[offset : offset + raw.nbytes] = raw
         else:
             offsets = None
-    return pickle.dumps((payload, sizes, offsets), protocol=5), raws if offsets is None else []
+    frame = pickle.dumps((head, payloads, counts, sizes, offsets), protocol=5)
+    return frame, raws if offsets is None else []
 
 
 def _transmit(conn: Any, encoded: _Encoded) -> None:
-    header, raws = encoded
-    conn.send_bytes(header)
+    frame, raws = encoded
+    conn.send_bytes(frame)
     for raw in raws:
         conn.send_bytes(raw)
 
 
-class Undecodable(Exception):
-    """A whole message arrived, but its contents do not unpickle here (the pipe stays in step)."""
+class Undecodable:
+    """An item of a message that does not unpickle in this process; the others do."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def failure(self, what: str, where: str) -> Failure:
+        """The failure of the env the item was for: ``what`` (its results, its action dict)
+        ``where`` (in this process) cannot be unpickled."""
+        error = self.error
+        return (type(error).__name__, f"{what} cannot be unpickled {where}: {error}", _traceback_text(error), None)
 
 
-def _recv(conn: Any, shm: shared_memory.SharedMemory | None = None) -> tuple[Any, int]:
-    """Receive one message; also return how many array bytes came through the pipe.
+def _recv(conn: Any, shm: shared_memory.SharedMemory | None = None) -> tuple[tuple, Any, int]:
+    """Receive one message: its head, its items and how many array bytes came through the pipe.
 
-    Raises:
-        Undecodable: from the error unpickling the message's contents (a class its sender could
-            import and this process cannot, say), once all of it is read.
+    The items are a list; items sent together that do not unpickle here are one
+    :class:`Undecodable` (ask for them one by one: :data:`RESEND`), and an item sent alone that
+    does not is an :class:`Undecodable` in its place.
     """
-    payload, sizes, offsets = pickle.loads(conn.recv_bytes())
+    head, payloads, counts, sizes, offsets = pickle.loads(conn.recv_bytes())
     if offsets is not None and shm is not None:
         buffers = [bytearray(shm.buf[o : o + n]) for o, n in zip(offsets, sizes, strict=True)]
         piped = 0
@@ -201,10 +263,20 @@ def _recv(conn: Any, shm: shared_memory.SharedMemory | None = None) -> tuple[Any
         for buffer in buffers:
             conn.recv_bytes_into(buffer)
         piped = sum(sizes)
-    try:
-        return pickle.loads(payload, buffers=buffers), piped
-    except Exception as error:
-        raise Undecodable() from error
+    if counts is None:
+        try:
+            return head, pickle.loads(payloads[0], buffers=buffers), piped
+        except Exception as error:
+            return head, Undecodable(error), piped
+    items: list[Any] = []
+    start = 0
+    for payload, count in zip(payloads, counts, strict=True):
+        try:
+            items.append(pickle.loads(payload, buffers=buffers[start : start + count]))
+        except Exception as error:
+            items.append(Undecodable(error))
+        start += count
+    return head, items, piped
 
 
 def _attach(name: str) -> shared_memory.SharedMemory:
@@ -231,31 +303,39 @@ def _worker(first: int, conn: Any, env_fns: list[bytes]) -> None:
         try:
             for env_fn in env_fns:
                 factories.append(cloudpickle.loads(env_fn))
-                envs.append(factories[-1]())
+                envs.append(build_env(factories[-1], envs, len(envs), first))
         except Exception as error:  # a factory raised
-            _send(conn, ("error", (first + len(envs), failure_of(error))))
+            _send(conn, ("error", first + len(envs)), [failure_of(error)])
             return
-        reply: list[tuple[str, Any]] | tuple[str, None] = ("ok", None)
+        head: tuple = ("ok",)
+        reply: list[tuple[str, Any]] = []
+        one_by_one = False
         while True:
+            # A result that cannot be pickled is that env's error; the others' results go as they are.
+            _transmit(conn, _encode(head, reply, shm, replace=_unpicklable, one_by_one=one_by_one))
             try:
-                _send(conn, reply, shm)
-            except (OSError, EOFError):
-                raise  # the parent is gone
-            except Exception:  # a result that cannot be pickled (nothing was sent): say which
-                _send(conn, [_picklable(item) for item in reply], shm)
-            try:
-                (commands, shm_name), _ = _recv(conn)
+                message, payloads, _ = _recv(conn)
             except (EOFError, OSError):
                 parent_gone = True
                 return
+            one_by_one = message == RESEND  # the parent could not unpickle the reply: again, item by item
+            if one_by_one:
+                continue
+            if message[0] == "stop":
+                return
+            _, shm_name, commands = message
             if shm_name is not None:
                 if shm is not None:
                     shm.close()
                 shm = _attach(shm_name)
-            if commands is None:
-                return
-            reply = []
-            for local, command, payload in commands:
+            if isinstance(payloads, Undecodable):  # ask for the commands one by one
+                head, reply = RESEND, []
+                continue
+            head, reply = ("reply",), []
+            for (local, command), payload in zip(commands, payloads, strict=True):
+                if isinstance(payload, Undecodable):
+                    reply.append(("error", payload.failure(f"its {_payload_name(command)}", "in its worker process")))
+                    continue
                 try:
                     if command == "rebuild":
                         reply.append(("ok", rebuild(envs, local, factories[local], payload)))
@@ -279,13 +359,13 @@ def _worker(first: int, conn: Any, env_fns: list[bytes]) -> None:
         conn.close()
 
 
-def _picklable(item: tuple[str, Any]) -> tuple[str, Any]:
-    """``item`` itself, or an error reply saying why it cannot be pickled."""
-    try:
-        pickle.dumps(item, protocol=5)
-        return item
-    except Exception as error:
-        return ("error", failure_of(error))
+def _unpicklable(position: int, item: Any, error: Exception) -> tuple[str, Failure]:
+    """The error reply that replaces a reply ``item`` that cannot be pickled."""
+    return ("error", failure_of(error))
+
+
+def _payload_name(command: str) -> str:
+    return "action dict" if command.startswith("step") else f"{command} arguments"
 
 
 def remote_error(what: str, index: int, failure: tuple, suffix: str = "") -> VectorEnvError:
@@ -298,14 +378,30 @@ class UnsendableError(VectorEnvError):
     """A command whose payload cannot be pickled for its worker; nothing was sent to any worker."""
 
 
-def failure_of(error: BaseException) -> tuple[str, str, str, BaseException | None]:
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+def failure_of(error: BaseException) -> Failure:
+    """What the parent learns of an ``error`` in a worker: its type name, message and traceback as
+    text, and the exception pickled apart (None if it cannot be), so a class the parent cannot
+    import loses only the exception object."""
     try:
-        pickle.loads(pickle.dumps(error))
-        exception: BaseException | None = error
+        blob: bytes | None = pickle.dumps(error)
+        pickle.loads(blob)
     except Exception:
-        exception = None
-    return type(error).__name__, str(error), text, exception
+        blob = None
+    return type(error).__name__, str(error), _traceback_text(error), blob
+
+
+def exception_of(failure: Failure) -> BaseException | None:
+    """The exception of a :func:`failure_of`, when it unpickles here (else None)."""
+    if failure[3] is None:
+        return None
+    try:
+        return pickle.loads(failure[3])
+    except Exception:
+        return None
+
+
+def _traceback_text(error: BaseException) -> str:
+    return "".join(traceback.format_exception(type(error), error, error.__traceback__))
 
 
 class Workers:
@@ -370,11 +466,8 @@ class Workers:
                     "`if __name__ == \"__main__\":` (the worker's own error, if it printed one, is above)"
                 )
                 raise VectorEnvError(f"{reply} while starting{hint}", self.envs_of[worker].start)
-            if status == "undecodable":  # the factory's error, of a class this process cannot import
-                raise remote_error(f"env {self.envs_of[worker].start}: its worker failed to start:",
-                                   self.envs_of[worker].start, reply)
             index, failure = reply
-            raise remote_error(f"env {index}: its factory raised", index, failure) from failure[3]
+            raise remote_error(f"env {index}: its factory raised", index, failure) from exception_of(failure)
 
     @property
     def pids(self) -> list[int]:
@@ -399,11 +492,14 @@ class Workers:
                     replies.update(self._all_dead(worker, batch))
             for worker in sent:
                 status, reply = self._receive(worker)
+                if status == "resend":  # the worker could not unpickle the commands together
+                    _transmit(self.conns[worker], self._encode_batch(worker, batches[worker], one_by_one=True))
+                    status, reply = self._receive(worker)
+                if status == "undecodable":  # nor this process the reply: again, item by item
+                    _send(self.conns[worker], RESEND)
+                    status, reply = self._receive(worker)
                 if status == "dead":
                     replies.update(self._all_dead(worker, batches[worker], reply))
-                elif status == "undecodable":
-                    start = self.envs_of[worker].start
-                    replies.update({start + local: ("error", reply) for local, _, _ in batches[worker]})
                 else:
                     for (local, _, _), item in zip(batches[worker], reply, strict=True):
                         replies[self.envs_of[worker].start + local] = item
@@ -414,43 +510,45 @@ class Workers:
             self.shutdown()
             raise
 
-    def _encode_batch(self, worker: int, batch: list[tuple[int, str, Any]]) -> _Encoded:
+    def _encode_batch(self, worker: int, batch: list[tuple[int, str, Any]], one_by_one: bool = False) -> _Encoded:
         """The message of ``batch`` for ``worker``; an :class:`UnsendableError` naming the env
         whose payload cannot be pickled (before anything is sent to any worker)."""
-        try:
-            return _encode((batch, self._new_shm[worker]))
-        except Exception:
-            for local, command, payload in batch:
-                try:
-                    pickle.dumps(payload, protocol=5)
-                except Exception as error:
-                    index = self.envs_of[worker].start + local
-                    what = "action dict" if command.startswith("step") else f"{command} arguments"
-                    raise UnsendableError(
-                        f"env {index}: its {what} cannot be sent to its worker process ({type(error).__name__}: "
-                        f"{error}); nothing was sent to any env", index
-                    ) from error
-            raise
+        start = self.envs_of[worker].start
+
+        def unsendable(position: int, payload: Any, error: Exception) -> Any:
+            local, command, _ = batch[position]
+            raise UnsendableError(
+                f"env {start + local}: its {_payload_name(command)} cannot be sent to its worker process "
+                f"({type(error).__name__}: {error}); nothing was sent to any env", start + local
+            ) from error
+
+        head = ("commands", self._new_shm[worker], [(local, command) for local, command, _ in batch])
+        return _encode(head, [payload for _, _, payload in batch], replace=unsendable, one_by_one=one_by_one)
 
     def _all_dead(self, worker: int, batch: list, message: str | None = None) -> dict[int, tuple[str, Any]]:
         message = message or self._dead(worker)
         return {self.envs_of[worker].start + local: ("dead", message) for local, _, _ in batch}
 
     def _receive(self, worker: int) -> tuple[str, Any]:
+        """One message of ``worker``: ``("reply", items)`` (per env ``(status, result)``; an item
+        that does not unpickle here is that env's error), ``("undecodable", None)`` when the items
+        sent together do not unpickle (:data:`RESEND` asks for them one by one), ``("resend",
+        None)`` when the worker asks for the commands one by one, ``("ok", None)`` or
+        ``("error", (index, failure))`` when it has started or failed to, or ``("dead", why)``."""
         try:
-            reply, piped = _recv(self.conns[worker], self.shms[worker])
+            head, items, piped = _recv(self.conns[worker], self.shms[worker])
         except (OSError, EOFError):
             return ("dead", self._dead(worker))
-        except Undecodable as undecodable:
-            error = undecodable.__cause__
-            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-            return ("undecodable", (type(error).__name__, f"its results cannot be unpickled in this process: {error}",
-                                    text, None))
         if piped > _SHM_THRESHOLD and not self._no_shm:
             self._grow(worker, 2 * piped)
-        if isinstance(reply, list):
-            return ("ok", reply)
-        return reply
+        if head[0] in ("ok", "resend"):
+            return (head[0], None)
+        if head[0] == "error":
+            return ("error", (head[1], items[0]))
+        if isinstance(items, Undecodable):
+            return ("undecodable", None)
+        return ("reply", [("error", item.failure("its results", "in this process")) if isinstance(item, Undecodable)
+                          else item for item in items])
 
     def _grow(self, worker: int, size: int) -> None:
         old = self.shms[worker]
@@ -481,7 +579,7 @@ class Workers:
         self._stopped = True
         for conn in self.conns:
             with contextlib.suppress(OSError, EOFError, ValueError):
-                _send(conn, (None, None))
+                _send(conn, ("stop",))
         deadline = time.monotonic() + 2.0
         for process in self.processes:
             process.join(timeout=max(0.0, deadline - time.monotonic()))

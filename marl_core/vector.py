@@ -34,7 +34,16 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from marl_core._vector_workers import ResetFailure, UnsendableError, Workers, execute, rebuild, remote_error
+from marl_core._vector_workers import (
+    ResetFailure,
+    UnsendableError,
+    Workers,
+    build_env,
+    exception_of,
+    execute,
+    rebuild,
+    remote_error,
+)
 from marl_core.env import ALL, AgentID, MultiAgentEnv, seed_value
 from marl_core.errors import (
     MultiAgentEnvError,
@@ -172,17 +181,11 @@ class VectorMultiAgentEnv:
         if mode == "sync":
             for index, env_fn in enumerate(env_fns):
                 try:
-                    env = env_fn()
+                    self._envs.append(build_env(env_fn, self._envs, index))
                 except Exception as error:
                     self._close_envs()  # those built already, as a worker does with its own
                     message = f"env {index}: its factory raised {type(error).__name__}: {error}"
                     raise VectorEnvError(message, index) from error
-                twin = next((i for i, built in enumerate(self._envs) if built is env), None)
-                if twin is not None:  # it would be stepped twice per call (a worker has its own copy)
-                    self._close_envs()
-                    raise VectorEnvError(f"env {index}: its factory returned the very env object of env {twin}; "
-                                         "each env needs its own instance (a factory that builds a new one)", index)
-                self._envs.append(env)
         else:
             workers = self.num_envs if num_workers is None else num_workers
             if not 1 <= workers <= self.num_envs:
@@ -406,7 +409,7 @@ class VectorMultiAgentEnv:
             raise VectorEnvError(failure + others, index)
         if dead:
             others += f"; {self._broken}"
-        raise remote_error(f"env {index} raised", index, failure, others) from failure[3]
+        raise remote_error(f"env {index} raised", index, failure, others) from exception_of(failure)
 
     def _replace_failed_resets(self, commands: list[tuple[str, Any]], results: list[Any]) -> None:
         """Same-step autoresets that raised (``on_error="rebuild"`` only): the step's results

@@ -1072,8 +1072,10 @@ def _env_of_a_module_only_its_worker_imports(folder: str) -> MultiAgentEnv:
     return elsewhere_infos.Env()
 
 
-def test_results_this_process_cannot_unpickle_are_that_envs_error(tmp_path: Path) -> None:
-    # The parent got a bare ModuleNotFoundError and every worker was stopped.
+@pytest.mark.parametrize("num_workers", [None, 1])
+def test_results_this_process_cannot_unpickle_are_that_envs_error(tmp_path: Path, num_workers: int | None) -> None:
+    # The parent got a bare ModuleNotFoundError and every worker was stopped; then, with both envs
+    # in one worker, env 0 was blamed too (and rebuilt, with on_error="rebuild").
     (tmp_path / "elsewhere_infos.py").write_text(
         "from examples.rock_paper_scissors import RockPaperScissors\n"
         "class Thing:\n    pass\n"
@@ -1084,13 +1086,65 @@ def test_results_this_process_cannot_unpickle_are_that_envs_error(tmp_path: Path
     )
     factory = functools.partial(_env_of_a_module_only_its_worker_imports, str(tmp_path))
     both = {"player1": 0, "player2": 1}
-    with VectorMultiAgentEnv([RockPaperScissors, factory], "async") as venv:
+    with VectorMultiAgentEnv([RockPaperScissors, factory], "async", num_workers=num_workers) as venv:
         venv.reset(seed=0)
         with pytest.raises(VectorEnvError, match=r"^env 1 raised ModuleNotFoundError: its results cannot be unpickled "
-                                                 r"in this process: No module named 'elsewhere_infos'"):
+                                                 r"in this process: No module named 'elsewhere_infos'\n") as info:
             venv.step([both, both])
+        assert info.value.index == 1
         venv.reset(seed=0)
         assert venv.call("num_moves") == [0, 0]
+    with VectorMultiAgentEnv([RockPaperScissors, factory], "async", num_workers=num_workers,
+                             on_error="rebuild") as venv:
+        venv.reset(seed=0)
+        venv.step([both, both])
+        assert [index for index, _ in venv.last_failures] == [1]
+
+
+def _raises_an_error_of_a_module_only_its_worker_imports(folder: str) -> MultiAgentEnv:
+    sys.path.insert(0, folder)
+    import elsewhere_errors  # type: ignore[import-not-found]
+
+    return elsewhere_errors.Env()
+
+
+def test_an_env_error_of_a_class_this_process_cannot_import_keeps_its_name_and_message(tmp_path: Path) -> None:
+    # The exception travelled in one pickle with its type name and message: all of them were lost.
+    (tmp_path / "elsewhere_errors.py").write_text(
+        "from examples.rock_paper_scissors import RockPaperScissors\n"
+        "class CustomError(Exception):\n    pass\n"
+        "class Env(RockPaperScissors):\n"
+        "    def step(self, action_dict):\n"
+        "        raise CustomError('the real reason')\n"
+    )
+    factory = functools.partial(_raises_an_error_of_a_module_only_its_worker_imports, str(tmp_path))
+    both = {"player1": 0, "player2": 1}
+    with VectorMultiAgentEnv([RockPaperScissors, factory], "async", num_workers=1) as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised CustomError: the real reason\n") as info:
+            venv.step([both, both])
+        assert info.value.index == 1 and "elsewhere_errors.py" in info.value.remote_traceback
+        assert info.value.__cause__ is None  # the exception itself cannot come back here
+
+
+def test_an_action_its_worker_cannot_unpickle_is_that_envs_error_and_the_worker_lives(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    # The worker died on it ("exited unexpectedly with code 1") and the vector was unusable.
+    (tmp_path / "parent_only_actions.py").write_text("class Act(int):\n    pass\n")
+    both = {"player1": 0, "player2": 1}
+    with VectorMultiAgentEnv([RockPaperScissors] * 2, "async", check_actions=False) as venv:
+        venv.reset(seed=0)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        import parent_only_actions  # type: ignore[import-not-found]
+
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised ModuleNotFoundError: its action dict cannot be "
+                                                 r"unpickled in its worker process: No module named "
+                                                 r"'parent_only_actions'") as info:
+            venv.step([both, {"player1": parent_only_actions.Act(0), "player2": 1}])
+        assert info.value.index == 1
+        venv.reset(seed=0)
+        venv.step([both, both])
+        assert venv.call("num_moves") == [1, 1]
 
 
 def test_an_action_that_cannot_be_sent_to_its_worker_is_named_and_nothing_steps() -> None:
@@ -1147,9 +1201,18 @@ def test_a_sync_call_interrupted_halfway_needs_a_reset() -> None:
         assert venv.call("num_moves") == [0, 0]
 
 
-def test_factories_returning_one_and_the_same_env_are_refused() -> None:
-    # In sync mode that one env was stepped once per slot, in async each worker had its own copy.
-    shared = RockPaperScissors()
-    with pytest.raises(VectorEnvError, match=r"^env 1: its factory returned the very env object of env 0; each env "
-                                             r"needs its own instance"):
-        VectorMultiAgentEnv([lambda: shared] * 2)
+_SHARED: list[MultiAgentEnv] = []
+
+
+def _one_shared_env() -> MultiAgentEnv:
+    if not _SHARED:
+        _SHARED.append(RockPaperScissors())
+    return _SHARED[0]
+
+
+@pytest.mark.parametrize(("mode", "num_workers"), [("sync", None), ("async", 1)])
+def test_factories_returning_one_and_the_same_env_are_refused(mode: str, num_workers: int | None) -> None:
+    # That one env was stepped once per slot (in async mode, where a worker holds both).
+    with pytest.raises(VectorEnvError, match=r"env 1: its factory raised SharedEnvError: returned the very env object "
+                                             r"of env 0; each env needs its own instance"):
+        VectorMultiAgentEnv([_one_shared_env] * 2, mode, num_workers=num_workers)
