@@ -50,15 +50,15 @@ def build_env(factory: Callable[[], MultiAgentEnv], envs: list[MultiAgentEnv], l
 
 
 def rebuild(envs: list[MultiAgentEnv], local: int, factory: Callable[[], MultiAgentEnv],
-            seed_and_options: tuple[int | None, dict[str, Any] | None]) -> Any:
+            seed_and_options: tuple[int | None, dict[str, Any] | None], first: int = 0) -> Any:
     """Close ``envs[local]`` (best effort), replace it by a new env from ``factory`` and reset it
-    with ``(seed, options)``; return the reset's ``(obs, infos)``."""
+    with ``(seed, options)``; return the reset's ``(obs, infos)``. ``envs[0]`` is env ``first``."""
     seed, options = seed_and_options
     try:
         envs[local].close()
     except Exception:
         logger.debug("closing a failed env raised", exc_info=True)
-    envs[local] = build_env(factory, envs, local)
+    envs[local] = build_env(factory, envs, local, first)
     return checked_reset(envs[local], envs[local].reset(seed=seed, options=options))
 
 
@@ -338,7 +338,7 @@ def _worker(first: int, conn: Any, env_fns: list[bytes]) -> None:
                     continue
                 try:
                     if command == "rebuild":
-                        reply.append(("ok", rebuild(envs, local, factories[local], payload)))
+                        reply.append(("ok", rebuild(envs, local, factories[local], payload, first)))
                     else:
                         reply.append(("ok", execute(envs[local], command, payload)))
                 except Exception as error:

@@ -1216,3 +1216,37 @@ def test_factories_returning_one_and_the_same_env_are_refused(mode: str, num_wor
     with pytest.raises(VectorEnvError, match=r"env 1: its factory raised SharedEnvError: returned the very env object "
                                              r"of env 0; each env needs its own instance"):
         VectorMultiAgentEnv([_one_shared_env] * 2, mode, num_workers=num_workers)
+
+
+class _FailsOnce(RockPaperScissors):
+    def step(self, action_dict: Mapping[str, Any]) -> tuple:
+        raise RuntimeError("first step fails")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_rebuild_whose_factory_returns_another_slots_env_is_refused(mode: str) -> None:
+    _SHARED[:] = []
+    first = [True]
+
+    def flaky_then_shared() -> MultiAgentEnv:  # a failing env first; its rebuild returns env 0's object
+        if first[0]:
+            first[0] = False
+            return _FailsOnce()
+        return _one_shared_env()
+
+    factories = [_one_shared_env, flaky_then_shared] if mode == "sync" else [_one_shared_env, _flaky_then_shared_of_worker]
+    both = {"player1": 0, "player2": 1}
+    kwargs = {"num_workers": 1} if mode == "async" else {}
+    with VectorMultiAgentEnv(factories, mode, on_error="rebuild", max_rebuild_attempts=1, **kwargs) as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match=r"(?s)env 1 could not be rebuilt in 1 attempts; .*SharedEnvError: returned "
+                                                 r"the very env object of env 0"):
+            venv.step([both, both])
+
+
+_BUILT: list[int] = []
+
+
+def _flaky_then_shared_of_worker() -> MultiAgentEnv:
+    _BUILT.append(1)
+    return _FailsOnce() if len(_BUILT) == 1 else _one_shared_env()

@@ -302,3 +302,14 @@ def test_connect4_networks_refuse_another_game_at_build():
     with pytest.raises(SpaceError, match=r"policy 'main': connect4_module reads Connect-4 boards .*shape \(3, 6, 7\)\), "
                                          r"received Box\(-inf, inf, \(3, 3, 3\), float32\)"):
         config.training(train_batch_size=20, minibatch_size=10).build()
+
+
+def test_connect4_networks_built_directly_refuse_an_unknown_features_value():
+    from gymnasium import spaces as gym_spaces
+
+    from marl_core.ppo.connect4_model import Connect4CNN, SideToMoveActorCritic
+
+    board, moves = gym_spaces.Box(-np.inf, np.inf, (3, 6, 7), np.float32), gym_spaces.Discrete(7)
+    for network in (SideToMoveActorCritic, Connect4CNN):
+        with pytest.raises(ConfigError, match=r"^model features must be one of \['board', 'tactical'\], received 'pixels'$"):
+            network(board, moves, {"hiddens": [8], "activation": "relu", "features": "pixels"})
