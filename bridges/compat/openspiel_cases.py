@@ -50,7 +50,7 @@ _SAMPLED = "chance sampled inside pyspiel: the game is reloaded with rng_seed at
 
 CASES: list[Case] = [
     _game("2048", slow=True),
-    _game("add_noise", params="game=oshi_zumo(),epsilon=1.0,seed=1", slow=True),
+    _game("add_noise", params="game=oshi_zumo(),epsilon=1.0,seed=1", slow=True, notes=_SIMULTANEOUS),
     _game("amazons", slow=True),
     _game("antichess", slow=True),
     _game("backgammon"),
@@ -139,7 +139,7 @@ CASES: list[Case] = [
     _game("nfg_game", left_out=_DOES_NOT_LOAD + "(needs a normal-form game file)"),
     _game("nim", slow=True),
     _game("nine_mens_morris", slow=True),
-    _game("normal_form_extensive_game", params="game=matrix_pd()", slow=True, notes=_SIMULTANEOUS),
+    _game("normal_form_extensive_game", params="game=matrix_pd()", slow=True, notes=f"{_INFO_TENSOR}; {_SIMULTANEOUS}"),
     _game("oh_hell", slow=True, notes=_INFO_TENSOR),
     _game("oshi_zumo", notes=_SIMULTANEOUS),
     _game("othello", slow=True),
@@ -160,6 +160,7 @@ CASES: list[Case] = [
         "betting=nolimit,numPlayers=2,numRounds=2,blind=1 2,firstPlayer=1 1,numSuits=2,numRanks=3,numHoleCards=1,"
         "numBoardCards=0 1,stack=20 20,bettingAbstraction=fcpa)",
         slow=True,
+        notes="observation string (the game has no tensors)",
     ),
     _game("restricted_nash_response", params="game=kuhn_poker()", slow=True),
     _game("sheriff", slow=True, notes=_INFO_TENSOR),
@@ -188,5 +189,5 @@ CASES: list[Case] = [
     _game("xiangqi", slow=True),
     _game("y", slow=True),
     _game("yacht", slow=True),
-    _game("zerosum", params="game=oshi_zumo()", slow=True),
+    _game("zerosum", params="game=oshi_zumo()", slow=True, notes=_SIMULTANEOUS),
 ]
