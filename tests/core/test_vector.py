@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import importlib
 import logging
 import os
 import re
@@ -1065,26 +1066,30 @@ def test_a_result_whose_pickling_raises_anything_is_that_envs_error_and_the_work
         assert venv.call("num_moves") == [0, 0]
 
 
-def _env_of_a_module_only_its_worker_imports(folder: str) -> MultiAgentEnv:
+def _env_of_a_module_only_its_worker_imports(folder: str, module: str) -> MultiAgentEnv:
     sys.path.insert(0, folder)
-    import elsewhere_infos  # type: ignore[import-not-found]
+    return importlib.import_module(module).Env()
 
-    return elsewhere_infos.Env()
+
+def _worker_only_env_factory(folder: Path, module: str, classes: str, step_body: str) -> Any:
+    """A factory of rock-paper-scissors with ``step_body``, from a module that only the worker
+    process imports (it puts ``folder`` on its path), beside ``classes`` defined there."""
+    (folder / f"{module}.py").write_text(
+        f"from examples.rock_paper_scissors import RockPaperScissors\n{classes}"
+        f"class Env(RockPaperScissors):\n    def step(self, action_dict):\n{step_body}"
+    )
+    return functools.partial(_env_of_a_module_only_its_worker_imports, str(folder), module)
 
 
 @pytest.mark.parametrize("num_workers", [None, 1])
 def test_results_this_process_cannot_unpickle_are_that_envs_error(tmp_path: Path, num_workers: int | None) -> None:
     # The parent got a bare ModuleNotFoundError and every worker was stopped; then, with both envs
     # in one worker, env 0 was blamed too (and rebuilt, with on_error="rebuild").
-    (tmp_path / "elsewhere_infos.py").write_text(
-        "from examples.rock_paper_scissors import RockPaperScissors\n"
-        "class Thing:\n    pass\n"
-        "class Env(RockPaperScissors):\n"
-        "    def step(self, action_dict):\n"
+    factory = _worker_only_env_factory(
+        tmp_path, "elsewhere_infos", "class Thing:\n    pass\n",
         "        obs, rewards, terminateds, truncateds, _ = super().step(action_dict)\n"
-        "        return obs, rewards, terminateds, truncateds, {'player1': {'thing': Thing()}}\n"
+        "        return obs, rewards, terminateds, truncateds, {'player1': {'thing': Thing()}}\n",
     )
-    factory = functools.partial(_env_of_a_module_only_its_worker_imports, str(tmp_path))
     both = {"player1": 0, "player2": 1}
     with VectorMultiAgentEnv([RockPaperScissors, factory], "async", num_workers=num_workers) as venv:
         venv.reset(seed=0)
@@ -1101,23 +1106,10 @@ def test_results_this_process_cannot_unpickle_are_that_envs_error(tmp_path: Path
         assert [index for index, _ in venv.last_failures] == [1]
 
 
-def _raises_an_error_of_a_module_only_its_worker_imports(folder: str) -> MultiAgentEnv:
-    sys.path.insert(0, folder)
-    import elsewhere_errors  # type: ignore[import-not-found]
-
-    return elsewhere_errors.Env()
-
-
 def test_an_env_error_of_a_class_this_process_cannot_import_keeps_its_name_and_message(tmp_path: Path) -> None:
     # The exception travelled in one pickle with its type name and message: all of them were lost.
-    (tmp_path / "elsewhere_errors.py").write_text(
-        "from examples.rock_paper_scissors import RockPaperScissors\n"
-        "class CustomError(Exception):\n    pass\n"
-        "class Env(RockPaperScissors):\n"
-        "    def step(self, action_dict):\n"
-        "        raise CustomError('the real reason')\n"
-    )
-    factory = functools.partial(_raises_an_error_of_a_module_only_its_worker_imports, str(tmp_path))
+    factory = _worker_only_env_factory(tmp_path, "elsewhere_errors", "class CustomError(Exception):\n    pass\n",
+                                       "        raise CustomError('the real reason')\n")
     both = {"player1": 0, "player2": 1}
     with VectorMultiAgentEnv([RockPaperScissors, factory], "async", num_workers=1) as venv:
         venv.reset(seed=0)
