@@ -493,11 +493,9 @@ class Workers:
             for worker in sent:
                 status, reply = self._receive(worker)
                 if status == "resend":  # the worker could not unpickle the commands together
-                    _transmit(self.conns[worker], self._encode_batch(worker, batches[worker], one_by_one=True))
-                    status, reply = self._receive(worker)
+                    status, reply = self._ask_again(worker, self._encode_batch(worker, batches[worker], one_by_one=True))
                 if status == "undecodable":  # nor this process the reply: again, item by item
-                    _send(self.conns[worker], RESEND)
-                    status, reply = self._receive(worker)
+                    status, reply = self._ask_again(worker, _encode(RESEND, ()))
                 if status == "dead":
                     replies.update(self._all_dead(worker, batches[worker], reply))
                 else:
@@ -509,6 +507,14 @@ class Workers:
                                      "were stopped")
             self.shutdown()
             raise
+
+    def _ask_again(self, worker: int, message: _Encoded) -> tuple[str, Any]:
+        """Send ``message`` to ``worker`` and receive its answer (``("dead", why)`` if it is gone)."""
+        try:
+            _transmit(self.conns[worker], message)
+        except (OSError, EOFError):
+            return ("dead", self._dead(worker))
+        return self._receive(worker)
 
     def _encode_batch(self, worker: int, batch: list[tuple[int, str, Any]], one_by_one: bool = False) -> _Encoded:
         """The message of ``batch`` for ``worker``; an :class:`UnsendableError` naming the env

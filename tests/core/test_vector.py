@@ -1242,3 +1242,30 @@ _BUILT: list[int] = []
 def _flaky_then_shared_of_worker() -> MultiAgentEnv:
     _BUILT.append(1)
     return _FailsOnce() if len(_BUILT) == 1 else _one_shared_env()
+
+
+class KillsItsSenderWhenUnpickled:
+    """Built in a worker; unpickled in the parent, it kills that worker (and waits for it to go)."""
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"kill -9 {os.getpid()}; sleep 0.3",))
+
+
+def test_a_worker_that_dies_while_its_reply_is_asked_again_is_a_dead_worker(tmp_path: Path) -> None:
+    # Asking again (RESEND) wrote to the dead worker's pipe: a bare BrokenPipeError, no env index.
+    factory = _worker_only_env_factory(
+        tmp_path, "elsewhere_killer", "from tests.core.test_vector import KillsItsSenderWhenUnpickled\n"
+        "class Thing:\n    pass\n",
+        "        obs, rewards, terminateds, truncateds, _ = super().step(action_dict)\n"
+        "        return obs, rewards, terminateds, truncateds,"
+        " {'player1': {'x': [KillsItsSenderWhenUnpickled(), Thing()]}}\n",
+    )
+    both = {"player1": 0, "player2": 1}
+    with VectorMultiAgentEnv([RockPaperScissors, factory], "async") as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match=r"^the worker process of env 1 \(pid \d+\) exited unexpectedly with "
+                                                 r"code -9") as info:
+            venv.step([both, both])
+        assert info.value.index == 1
+        with pytest.raises(VectorEnvError, match="unusable"):
+            venv.step([both, both])
