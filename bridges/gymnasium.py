@@ -44,7 +44,13 @@ from marl_core.env import (
     scalar_reward,
     seed_value,
 )
-from marl_core.errors import EnvContractError, ResetNeededError, SpaceError
+from marl_core.errors import (
+    EnvContractError,
+    InvalidActionError,
+    ResetNeededError,
+    SpaceError,
+    UnsupportedEnvError,
+)
 from marl_core.spaces import MASK_KEY, OBS_KEY, check_action, check_action_dict, masked_space
 
 logger = logging.getLogger(__name__)
@@ -91,6 +97,11 @@ class GymnasiumEnv(MultiAgentEnv):
             raise SpaceError(
                 f"from_gymnasium needs a gymnasium.Env, received {type(env).__module__}.{type(env).__qualname__}"
             )
+        _refuse_multi_agent(env)
+        for kind in ("observation_space", "action_space"):
+            if not isinstance(getattr(env, kind, None), gym.spaces.Space):
+                raise SpaceError(f"from_gymnasium needs the {kind} (a gymnasium Space) of {env}, received "
+                                 f"{getattr(env, kind, None)!r}")
         if not isinstance(agent_id, str) or agent_id in (ALL, COMMON):
             raise SpaceError(f"agent_id must be a string other than '__all__' and '__common__', received {agent_id!r}")
         self.env = env
@@ -130,7 +141,11 @@ class GymnasiumEnv(MultiAgentEnv):
     ) -> tuple[ObsDict, MultiAgentDict]:
         super().reset(seed=seed)
         self.agents = []  # until the env's reset has gone through
-        observation, info = self.env.reset(seed=seed_value(seed), options=options)  # no numpy ints
+        result = self.env.reset(seed=seed_value(seed), options=options)  # no numpy ints
+        if not (type(result) is tuple and len(result) == 2 and isinstance(result[1], Mapping)):
+            raise EnvContractError(f"{self.env}.reset() returned {_shape_of(result)}; expected (observation, info) "
+                                   "with info a dict, as Gymnasium's API has it since 0.26")
+        observation, info = result
         observation = self._observation(observation, info)
         self.agents = [self.agent_id]
         return {self.agent_id: observation}, {self.agent_id: dict(info)}
@@ -145,7 +160,11 @@ class GymnasiumEnv(MultiAgentEnv):
             check_action(self.agent_id, self.env.action_space, action_dict[self.agent_id], self._mask)
         agent_id = self.agent_id
         self.agents = []  # until the step has gone through: a failed one needs a reset
-        observation, reward, terminated, truncated, info = self.env.step(action_dict[agent_id])
+        result = self.env.step(action_dict[agent_id])
+        if not (type(result) is tuple and len(result) == 5 and isinstance(result[4], Mapping)):
+            raise EnvContractError(f"{self.env}.step() returned {_shape_of(result)}; expected (observation, reward, "
+                                   "terminated, truncated, info) with info a dict, as Gymnasium's API has it since 0.26")
+        observation, reward, terminated, truncated, info = result
         reward = scalar_reward(agent_id, reward, self.env)
         observation = self._observation(observation, info)
         terminated, truncated = bool(terminated), bool(truncated)
@@ -169,6 +188,34 @@ class GymnasiumEnv(MultiAgentEnv):
         return f"<{type(self).__name__}{self.env}>"
 
 
+def _shape_of(result: Any) -> str:
+    """What a reset or step returned, in a few words (a tuple's length and last item's type)."""
+    if isinstance(result, tuple):
+        return f"a tuple of {len(result)}" + (f" ending in {_a(type(result[-1]).__name__)}" if result else "")
+    return _a(type(result).__name__)
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+def _refuse_multi_agent(env: gym.Env) -> None:
+    """Raise :class:`UnsupportedEnvError` when ``env`` (or what its gymnasium wrappers wrap) is a
+    multi-agent env: ours, or RLlib's (a ``gymnasium.Env`` too, which ``gym.make`` may wrap)."""
+    from bridges.wrapping import bridge_name
+
+    inner = getattr(env, "unwrapped", env)
+    kind = bridge_name(inner)
+    if kind in ("marl_core", "rllib"):
+        name = f"{type(inner).__module__}.{type(inner).__qualname__}"
+        where = f"{env} wraps {name}," if inner is not env else f"{name} is"
+        use = "use it as it is" if kind == "marl_core" else "bridge it with from_rllib"
+        raise UnsupportedEnvError(
+            f"from_gymnasium takes a single-agent env, but {where} a multi-agent env ({kind}): {use}"
+            + (" on env.unwrapped (gymnasium wrappers do not apply to multi-agent envs)" if inner is not env else "")
+        )
+
+
 class SingleAgentEnv(gym.Env):
     """A MultiAgentEnv with exactly one possible agent as a ``gymnasium.Env``.
 
@@ -190,7 +237,8 @@ class SingleAgentEnv(gym.Env):
         - **Masks:** a masked observation stays a ``Dict`` with ``"observation"`` and
           ``"action_mask"``; ``"__common__"`` infos appear under ``info["__common__"]``.
         - **Errors:** an action outside the action space raises
-          :class:`~marl_core.errors.InvalidActionError` before the env is stepped.
+          :class:`~marl_core.errors.InvalidActionError` before the env is stepped; one the env
+          refuses itself (a masked action) leaves the episode going, as the env left it.
     """
 
     def __init__(self, env: MultiAgentEnv) -> None:
@@ -242,7 +290,11 @@ class SingleAgentEnv(gym.Env):
             )
         check_action(self.agent_id, self.action_space, action)
         self._running = False  # until the step has gone through: a failed one needs a reset
-        obs, rewards, terminateds, truncateds, infos = self.env.step({self.agent_id: action})
+        try:
+            obs, rewards, terminateds, truncateds, infos = self.env.step({self.agent_id: action})
+        except InvalidActionError:  # refused before it stepped (a masked action): the episode goes on
+            self._running = True
+            raise
         self._unexpected(obs, "observations")
         self._unexpected(rewards, "rewards")
         self._unexpected(infos, "infos", also=(COMMON,))
@@ -282,6 +334,11 @@ def from_gymnasium(
     A :class:`SingleAgentEnv` (made by :func:`to_gymnasium`) is unwrapped instead, so the two
     functions undo each other, unless ``agent_id`` names another agent than its own or a mask
     is asked for.
+
+    Raises:
+        SpaceError: ``env`` is not a ``gymnasium.Env``, or has no gymnasium spaces.
+        UnsupportedEnvError: ``env`` is a multi-agent env (ours, or RLlib's, inside gymnasium
+            wrappers or not); the message names its bridge.
     """
     if isinstance(env, SingleAgentEnv) and mask_info_key is None and agent_id in (None, env.agent_id):
         return env.env

@@ -41,6 +41,7 @@ from marl_core.env import (
     ObsDict,
     StepResult,
     scalar_reward,
+    seed_value,
 )
 from marl_core.errors import (
     DependencyNotInstalled,
@@ -170,20 +171,29 @@ class RLlibEnv(MultiAgentEnv):
         self.possible_agents.append(ours)
         return ours
 
-    def _convert(self, mapping: Mapping[Hashable, Any], what: str) -> dict[AgentID, Any]:
+    def _convert(self, mapping: Mapping[Hashable, Any], what: str, special: str | None = None) -> dict[AgentID, Any]:
+        """``mapping`` keyed by our ids; ``special`` is the one reserved key it may hold
+        (``"__all__"`` in flags, ``"__common__"`` in infos)."""
         if not isinstance(mapping, Mapping):
             raise EnvContractError(
                 f"{type(self.env).__name__} returned {type(mapping).__name__} for {what}; expected a dict keyed by agent id"
             )
-        return {key if key in _SPECIAL else self._ours(key): value for key, value in mapping.items()}
+        misplaced = [key for key in mapping if key in _SPECIAL and key != special]
+        if misplaced:
+            raise EnvContractError(
+                f"{type(self.env).__name__} returned the reserved key {misplaced[0]!r} in its {what}"
+                + (f"; only {special!r} belongs there" if special else "; it belongs in no such dict")
+            )
+        return {key if key == special else self._ours(key): value for key, value in mapping.items()}
 
     # Spaces -------------------------------------------------------------------------------------
 
     def _source_space(self, agent_id: AgentID, kind: str) -> gym.Space:
-        space = _declared_space(self.env, kind, self._to_source.get(agent_id, agent_id))
+        # An id the env has not named (its old API stack may answer any id with one shared space).
+        if agent_id not in self._to_source:
+            raise UnknownAgentError(agent_id, self.possible_agents, what=f"agent id (no {kind} space)")
+        space = _declared_space(self.env, kind, self._to_source[agent_id])
         if space is None:
-            if agent_id not in self._to_source:
-                raise UnknownAgentError(agent_id, self.possible_agents, what=f"agent id (no {kind} space)")
             raise SpaceError(f"{type(self.env).__name__} has no {kind} space for agent {agent_id!r}")
         return space
 
@@ -203,13 +213,14 @@ class RLlibEnv(MultiAgentEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
         super().reset(seed=seed)
-        result = self.env.reset(seed=seed, options=options)
+        self.agents, self._acting, self._running = [], [], False  # until the reset has gone through
+        result = self.env.reset(seed=seed_value(seed), options=options)  # no numpy ints: gymnasium refuses them
         if not (isinstance(result, tuple) and len(result) == 2):
             raise EnvContractError(
                 f"{type(self.env).__name__}.reset() returned {type(result).__name__}; expected (obs, infos), two dicts"
             )
         obs = self._convert(result[0], "reset observations")
-        infos = self._convert(result[1], "reset infos")
+        infos = self._convert(result[1], "reset infos", COMMON)
         source_alive = list(getattr(self.env, "agents", None) or [])
         self.agents = [self._ours(a) for a in source_alive] or list(obs)
         self.agents += [a for a in obs if a not in self.agents]
@@ -225,6 +236,9 @@ class RLlibEnv(MultiAgentEnv):
             )
         check_action_dict(self, action_dict, self._acting)
         source_actions = {self._to_source.get(agent_id, agent_id): action for agent_id, action in action_dict.items()}
+        agents = self.agents
+        # Until the step has gone through: after an env error or a broken result, reset() is needed.
+        self.agents, self._acting, self._running = [], [], False
         result = self.env.step(source_actions)
         if not (isinstance(result, tuple) and len(result) == 5):
             raise EnvContractError(
@@ -232,15 +246,10 @@ class RLlibEnv(MultiAgentEnv):
                 f"(obs, rewards, terminateds, truncateds, infos)"
             )
         obs = self._convert(result[0], "observations")
-        try:
-            rewards = {a: scalar_reward(a, r, type(self.env).__name__)
-                       for a, r in self._convert(result[1], "rewards").items()}
-        except EnvContractError:  # the env has stepped past a reward we cannot pass on
-            self.agents, self._acting, self._running = [], [], False
-            raise
-        terminateds = self._convert(result[2], "terminateds")
-        truncateds = self._convert(result[3], "truncateds")
-        infos = self._convert(result[4], "infos")
+        rewards = {a: scalar_reward(a, r, type(self.env).__name__) for a, r in self._convert(result[1], "rewards").items()}
+        terminateds = self._convert(result[2], "terminateds", ALL)
+        truncateds = self._convert(result[3], "truncateds", ALL)
+        infos = self._convert(result[4], "infos", COMMON)
         if ALL not in terminateds:
             raise EnvContractError(
                 f"{type(self.env).__name__}.step() returned terminateds without '__all__' "
@@ -248,13 +257,10 @@ class RLlibEnv(MultiAgentEnv):
             )
         truncateds.setdefault(ALL, False)
         ended = {a for a in (*terminateds, *truncateds) if a not in _SPECIAL and (terminateds.get(a) or truncateds.get(a))}
-        if terminateds[ALL] or truncateds[ALL]:
-            self.agents, self._acting, self._running = [], [], False
-        else:
-            self.agents = [a for a in self.agents if a not in ended] + [
-                a for a in obs if a not in ended and a not in self.agents
-            ]
+        if not (terminateds[ALL] or truncateds[ALL]):
+            self.agents = [a for a in agents if a not in ended] + [a for a in obs if a not in ended and a not in agents]
             self._acting = [a for a in obs if a not in ended]
+            self._running = True
         return obs, rewards, terminateds, truncateds, infos
 
     def render(self) -> Any:
@@ -278,6 +284,8 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
           always carry ``"__all__"``.
         - Spaces: ``observation_spaces`` / ``action_spaces`` list every possible agent, which
           RLlib's env runners read; masked observations stay ``Dict`` spaces.
+        - ``agents`` after a step also lists the agents that end in it (until the next step), as
+          RLlib reads every id in a step's dicts as one of ``agents``.
         - Seeding: ``reset(seed=s)`` seeds the wrapped env.
         - Dicts are copied both ways, so neither side can write into the other's.
     """
@@ -306,7 +314,14 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
                 f"(keys: {sorted(map(str, terminateds))}); the contract requires it"
             )
         truncateds.setdefault(ALL, False)  # missing means False (DESIGN.md); RLlib needs the key
-        self.agents = list(self.env.agents)
+        # RLlib reads every id in a step's dicts as one of env.agents (its env check refuses others):
+        # agents that end in this step stay listed until the next step.
+        agents = list(self.env.agents)
+        for mapping in (obs, rewards, terminateds, truncateds, infos):
+            for agent_id in mapping:
+                if agent_id not in _SPECIAL and agent_id not in agents:
+                    agents.append(agent_id)
+        self.agents = agents
         return dict(obs), dict(rewards), terminateds, truncateds, dict(infos)
 
     def render(self) -> Any:

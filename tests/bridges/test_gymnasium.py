@@ -156,6 +156,78 @@ def test_from_gymnasium_rejects_what_is_not_a_gymnasium_env() -> None:
         from_gymnasium(gym.make("CartPole-v1"), agent_id="__all__")
 
 
+class _NoSpaces(gym.Env):
+    """A gymnasium.Env that never set its spaces."""
+
+
+def test_from_gymnasium_refuses_multi_agent_envs_and_envs_without_spaces() -> None:
+    # A multi-agent env inside gym.make's wrappers (how RLlib builds registered envs) became a
+    # one-agent env with spaces of None, failing at every step; ours raised a bare AttributeError.
+    from bridges import wrap
+    from examples.rock_paper_scissors import RockPaperScissors
+    from marl_core.errors import UnsupportedEnvError
+
+    gym.register("test-multi-agent-rps-v0", entry_point=lambda **kwargs: RockPaperScissors(), disable_env_checker=True)
+    try:
+        wrapped = gym.make("test-multi-agent-rps-v0")
+        for convert in (wrap, from_gymnasium):
+            with pytest.raises(UnsupportedEnvError, match=r"from_gymnasium takes a single-agent env, but .* wraps "
+                                                          r"examples\.rock_paper_scissors\.RockPaperScissors, a "
+                                                          r"multi-agent env \(marl_core\): use it as it is on env\.unwrapped"):
+                convert(wrapped)
+    finally:
+        gym.registry.pop("test-multi-agent-rps-v0")
+    with pytest.raises(UnsupportedEnvError, match=r"RockPaperScissors is a multi-agent env \(marl_core\): use it as it is$"):
+        from_gymnasium(RockPaperScissors())
+    from ray.rllib.examples.envs.classes.multi_agent.rock_paper_scissors import RockPaperScissors as RLlibRPS
+
+    with pytest.raises(UnsupportedEnvError, match=r"a multi-agent env \(rllib\): bridge it with from_rllib$"):
+        from_gymnasium(RLlibRPS({}))
+    with pytest.raises(SpaceError, match=r"needs the observation_space \(a gymnasium Space\) of .*, received None"):
+        from_gymnasium(_NoSpaces())
+
+
+class _OldApi(gym.Env):
+    """Gymnasium's pre-0.26 API: reset gives the observation alone, step four values."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, info: Any = None) -> None:
+        self.info = info
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        return (0, self.info) if self.info is not None else 0
+
+    def step(self, action: Any) -> tuple:
+        return 1, 1.0, False, {}
+
+
+def test_results_of_gymnasiums_old_api_are_named() -> None:
+    # They were unpacking errors: "not enough values to unpack", "'int' object is not iterable".
+    with pytest.raises(EnvContractError, match=r"reset\(\) returned an int; expected \(observation, info\) with info a dict"):
+        from_gymnasium(_OldApi()).reset(seed=0)
+    with pytest.raises(EnvContractError, match=r"reset\(\) returned a tuple of 2 ending in a list; expected"):
+        from_gymnasium(_OldApi(info=[])).reset(seed=0)
+    env = from_gymnasium(_OldApi(info={}))
+    env.reset(seed=0)
+    with pytest.raises(EnvContractError, match=r"step\(\) returned a tuple of 4 ending in a dict; expected \(observation, "
+                                               r"reward, terminated, truncated, info\)"):
+        env.step({"agent_0": 0})
+    with pytest.raises(ResetNeededError):
+        env.step({"agent_0": 0})
+
+
+def test_to_gymnasium_goes_on_after_a_masked_action_its_env_refused() -> None:
+    # The refused action cost the episode: the next, legal step raised ResetNeededError.
+    single = to_gymnasium(from_gymnasium(gym.make("Taxi-v3"), mask_info_key="action_mask"))
+    observation, _ = single.reset(seed=0)
+    mask = observation["action_mask"]
+    with pytest.raises(IllegalActionError):
+        single.step(int(np.flatnonzero(mask == 0)[0]))
+    single.step(int(np.flatnonzero(mask)[0]))
+
+
 def _check_env_warnings(env: gym.Env) -> set[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -16,6 +16,7 @@ from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 from bridges.compat.rllib_cases import CASES
 from bridges.rllib import RLlibEnv, RLlibMultiAgentEnvAdapter, from_rllib, string_id, to_rllib
 from marl_core import ALL, rollout
+from marl_core import make_multi_agent as marl_make_multi_agent
 from marl_core.errors import (
     EnvContractError,
     InvalidActionError,
@@ -284,3 +285,109 @@ def test_the_two_directions_undo_each_other() -> None:
     assert to_rllib(from_rllib(raw)) is raw
     with pytest.raises(UnsupportedEnvError, match=r"it already is an RLlib MultiAgentEnv: use it as it is"):
         to_rllib(RLlibRPS({}))
+
+
+class _OneStepGame(gym.Env):
+    """A single-agent game that ends at its first step, as a Blackjack stick or a poker fold does."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        return 0, {}
+
+    def step(self, action: Any) -> tuple:
+        return 1, 1.0, True, False, {}
+
+
+def test_to_rllib_passes_rllibs_checker_when_agents_end_in_the_first_step() -> None:
+    # RLlib reads every id of a step's dicts as one of env.agents, which was empty after the end.
+    from bridges.gymnasium import from_gymnasium
+
+    rllib_env = to_rllib(from_gymnasium(_OneStepGame()))
+    check_multiagent_environments(rllib_env)
+    two = to_rllib(marl_make_multi_agent(lambda config: _OneStepGame())({"num_agents": 2}))
+    check_multiagent_environments(two)
+    two.reset(seed=0)
+    _, _, terminateds, _, _ = two.step({"agent_0": 0, "agent_1": 1})
+    assert terminateds[ALL] and two.agents == ["agent_0", "agent_1"]  # until the next reset
+
+
+class _FailsInItsSecondStep(RLlibRPS):
+    def step(self, action_dict):
+        if self.num_moves == 1:
+            raise RuntimeError("the env broke")
+        return super().step(action_dict)
+
+
+class _BreaksItsResult(RLlibRPS):
+    def step(self, action_dict):
+        obs, rewards, _, truncateds, infos = super().step(action_dict)
+        return obs, rewards, {"player1": False}, truncateds, infos  # no "__all__"
+
+
+@pytest.mark.parametrize("source", [_FailsInItsSecondStep, _BreaksItsResult])
+def test_after_a_failed_step_or_reset_the_rllib_env_is_not_stepped_again(source: Any) -> None:
+    # The bridge kept the old acting agents and stepped the source env past its failure.
+    env = from_rllib(source({}))
+    env.reset(seed=0)
+    both = {"player1": 0, "player2": 1}
+    if source is _FailsInItsSecondStep:
+        env.step(both)
+    with pytest.raises((RuntimeError, EnvContractError)):
+        env.step(both)
+    moves = env.env.num_moves
+    with pytest.raises(ResetNeededError):
+        env.step(both)
+    assert env.env.num_moves == moves and env.agents == []
+    env.reset(seed=0)
+    assert env.agents == ["player1", "player2"]
+    working_reset = env.env.reset
+    env.env.reset = lambda **kwargs: (_ for _ in ()).throw(RuntimeError("reset broke"))
+    with pytest.raises(RuntimeError, match="reset broke"):
+        env.reset(seed=1)
+    with pytest.raises(ResetNeededError):  # not a step of the episode before the failed reset
+        env.step(both)
+    env.env.reset = working_reset
+
+
+def test_numpy_integer_seeds_reach_the_rllib_env_as_python_ints() -> None:
+    # gymnasium.error.Error: Seed must be a python integer.
+    env = from_rllib(rllib_make_multi_agent("CartPole-v1")({"num_agents": 2}))
+    obs_np, _ = env.reset(seed=np.int64(3))
+    obs, _ = env.reset(seed=3)
+    assert all(np.array_equal(obs_np[a], obs[a]) for a in obs)
+
+
+def test_an_old_api_env_with_one_shared_space_knows_only_its_agents() -> None:
+    from ray.rllib.examples.envs.classes.multi_agent.two_step_game import TwoStepGame
+
+    env = from_rllib(TwoStepGame({}))
+    assert env.get_observation_space(env.possible_agents[0]) == gym.spaces.Discrete(6)
+    for unknown in ("nobody", "__all__"):
+        with pytest.raises(UnknownAgentError, match=rf"unknown agent id \(no action space\) '{unknown}'"):
+            env.get_action_space(unknown)
+
+
+class _CommonObservation(RLlibRPS):
+    def reset(self, *, seed=None, options=None):
+        obs, infos = super().reset(seed=seed, options=options)
+        return {**obs, "__common__": 0}, infos
+
+
+class _AllInInfos(RLlibRPS):
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        return obs, rewards, terminateds, truncateds, {**infos, "__all__": {}}
+
+
+def test_reserved_ids_outside_their_dicts_are_contract_breaks() -> None:
+    # '__common__' in observations became an agent in env.agents.
+    with pytest.raises(EnvContractError, match=r"_CommonObservation returned the reserved key '__common__' in its "
+                                               r"reset observations; it belongs in no such dict"):
+        from_rllib(_CommonObservation({})).reset(seed=0)
+    env = from_rllib(_AllInInfos({}))
+    env.reset(seed=0)
+    with pytest.raises(EnvContractError, match=r"reserved key '__all__' in its infos; only '__common__' belongs there"):
+        env.step({"player1": 0, "player2": 1})
