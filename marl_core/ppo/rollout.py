@@ -197,7 +197,9 @@ class Sampler:
 
         Learned policies that keep their id keep their module; ``shared`` gives modules to use as
         they are (the driver's own, when sampling in the driver). Ongoing episodes whose agents map
-        to a removed policy are remapped and their trajectories dropped.
+        to a removed policy are remapped and their trajectories dropped; the open trajectories of
+        agents whose policy no longer trains are dropped too (their next action, not recorded,
+        would otherwise leave the last recorded one collecting its rewards).
         """
         current = {}
         shared = shared or {}
@@ -227,6 +229,8 @@ class Sampler:
                     del episode.agent_to_policy[agent_id]
                     self.trajectories[index].pop(agent_id, None)
                     self.ended[index].pop(agent_id, None)
+                elif policy_id not in self.to_train:
+                    self.trajectories[index].pop(agent_id, None)
 
     def set_weights(self, weights: Mapping[PolicyID, Mapping[str, Any]]) -> None:
         """Load learned weights (policy id -> state dict)."""
@@ -312,7 +316,10 @@ class Sampler:
 
         Env steps count the envs that stepped. An env whose episode ends is reset by the vector
         within the same vector step (``autoreset_mode="same_step"``); an env that failed and was
-        rebuilt takes no env step in that vector step.
+        rebuilt takes no env step in that vector step. The last action of each ongoing trajectory
+        waits for the next call (its rewards may still come); it keeps the log-probability and value
+        of the weights that chose it, so the learner's ratio for it is taken against the policy that
+        acted, as RLlib's PPO takes it against its env runners' (not 1 on the first epoch).
         """
         start = time.perf_counter()
         if not self._started:

@@ -409,3 +409,42 @@ def test_a_failing_env_leaves_the_other_envs_episodes_alone():
     assert len({e["episode_id"] for e in out["episodes"]}) == 3 and len(out["episodes"]) == 6
     assert {e["length"] for e in out["episodes"]} == {10}
     sampler.close()
+
+
+class _TakeTurns(MultiAgentEnv):
+    """``a`` acts at even steps, ``b`` at odd ones; at step t both get 10 * t; six steps in all."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        self.observation_spaces = {x: gym.spaces.Box(0, 10, (1,), np.float32) for x in self.possible_agents}
+        self.action_spaces = {x: gym.spaces.Discrete(2) for x in self.possible_agents}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a", "b"]
+        return {"a": np.zeros(1, np.float32)}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        rewards = {"a": 10.0 * self.t, "b": 10.0 * self.t}
+        if self.t == 6:
+            return {}, rewards, {ALL: True}, {ALL: False}, {}
+        return {"ab"[self.t % 2]: np.full(1, self.t, np.float32)}, rewards, {ALL: False}, {ALL: False}, {}
+
+
+def test_an_action_is_not_credited_with_rewards_after_its_policy_stopped_training():
+    # a's move at t0 stayed open while a was not trained (its move at t2 went unrecorded) and
+    # collected the rewards of t1-t4: 100, instead of its own 10 + 20.
+    probe = _TakeTurns()
+    spec = LearnedSpec(probe.observation_spaces["a"], probe.action_spaces["a"], dict(DEFAULT_MODEL), 1.0, 1.0)
+    sampler = Sampler(_TakeTurns, {}, 1, seed=0)
+    mapping = lambda agent_id, episode: agent_id  # noqa: E731
+    install_policies(sampler, {"a": spec, "b": spec}, mapping, {"a", "b"})
+    sampler.sample(1)  # a acts at t0
+    sampler.set_policies({"a": spec, "b": spec}, mapping, {"b"})
+    sampler.sample(2)  # b at t1, a at t2 (not recorded)
+    sampler.set_policies({"a": spec, "b": spec}, mapping, {"a", "b"})
+    batches = [sampler.sample(1)["batches"] for _ in range(3)]  # b at t3, a at t4, b at t5: the end
+    a_rewards = [reward for batch in batches if "a" in batch for reward in batch["a"]["rewards"].tolist()]
+    assert a_rewards == [50.0 + 60.0]  # a's move at t4 only
