@@ -142,7 +142,7 @@ class GymnasiumEnv(MultiAgentEnv):
         super().reset(seed=seed)
         self.agents = []  # until the env's reset has gone through
         result = self.env.reset(seed=seed_value(seed), options=options)  # no numpy ints
-        if not (type(result) is tuple and len(result) == 2 and isinstance(result[1], Mapping)):
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping)):
             raise EnvContractError(f"{self.env}.reset() returned {_shape_of(result)}; expected (observation, info) "
                                    "with info a dict, as Gymnasium's API has it since 0.26")
         observation, info = result
@@ -161,7 +161,7 @@ class GymnasiumEnv(MultiAgentEnv):
         agent_id = self.agent_id
         self.agents = []  # until the step has gone through: a failed one needs a reset
         result = self.env.step(action_dict[agent_id])
-        if not (type(result) is tuple and len(result) == 5 and isinstance(result[4], Mapping)):
+        if not (isinstance(result, tuple) and len(result) == 5 and isinstance(result[4], Mapping)):
             raise EnvContractError(f"{self.env}.step() returned {_shape_of(result)}; expected (observation, reward, "
                                    "terminated, truncated, info) with info a dict, as Gymnasium's API has it since 0.26")
         observation, reward, terminated, truncated, info = result
@@ -206,7 +206,11 @@ def _refuse_multi_agent(env: gym.Env) -> None:
 
     inner = getattr(env, "unwrapped", env)
     kind = bridge_name(inner)
-    if kind in ("marl_core", "rllib"):
+    # A wrapper that gives itself one agent's spaces (one side against a fixed opponent, say) is a
+    # single-agent env; one that passes the multi-agent env's own through (gym.make's) is not.
+    passes_through = inner is env or all(
+        getattr(env, name, None) is getattr(inner, name, None) for name in ("observation_space", "action_space"))
+    if kind in ("marl_core", "rllib") and passes_through:
         name = f"{type(inner).__module__}.{type(inner).__qualname__}"
         where = f"{env} wraps {name}," if inner is not env else f"{name} is"
         use = "use it as it is" if kind == "marl_core" else "bridge it with from_rllib"

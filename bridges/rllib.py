@@ -231,8 +231,8 @@ class RLlibEnv(MultiAgentEnv):
     def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
         if not self._running:
             raise ResetNeededError(
-                f"step() on {type(self.env).__name__} called before reset() or after the episode ended "
-                f"('__all__' was set)"
+                f"step() on {type(self.env).__name__} called before reset(), after the episode ended "
+                f"('__all__' was set) or after a step or reset that failed"
             )
         check_action_dict(self, action_dict, self._acting)
         source_actions = {self._to_source.get(agent_id, agent_id): action for agent_id, action in action_dict.items()}

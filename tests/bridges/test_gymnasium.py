@@ -218,6 +218,43 @@ def test_results_of_gymnasiums_old_api_are_named() -> None:
         env.step({"agent_0": 0})
 
 
+def test_a_single_agent_view_of_a_multi_agent_env_is_taken() -> None:
+    # A gymnasium wrapper that plays one side (with that side's spaces) is a single-agent env.
+    from examples.rock_paper_scissors import RockPaperScissors
+
+    class AgainstRock(gym.Wrapper):
+        def __init__(self, env: Any) -> None:
+            super().__init__(env)
+            self.observation_space = env.get_observation_space("player1")
+            self.action_space = env.get_action_space("player1")
+
+        def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+            obs, infos = self.env.reset(seed=seed, options=options)
+            return obs["player1"], infos.get("player1", {})
+
+        def step(self, action: Any) -> tuple:
+            obs, rewards, terminateds, truncateds, _ = self.env.step({"player1": action, "player2": 0})
+            return obs["player1"], rewards["player1"], terminateds[ALL], truncateds.get(ALL, False), {}
+
+    env = from_gymnasium(AgainstRock(RockPaperScissors()))
+    env.reset(seed=0)
+    _, rewards, _, _, _ = env.step({"agent_0": 1})  # paper beats rock
+    assert rewards == {"agent_0": 1.0}
+
+
+def test_results_in_a_tuple_subclass_are_taken() -> None:
+    from collections import namedtuple
+
+    reset_result = namedtuple("Reset", "observation info")
+
+    class NamedResults(_OldApi):
+        def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+            return reset_result(0, {})
+
+    env = from_gymnasium(NamedResults())
+    assert env.reset(seed=0) == ({"agent_0": 0}, {"agent_0": {}})
+
+
 def test_to_gymnasium_goes_on_after_a_masked_action_its_env_refused() -> None:
     # The refused action cost the episode: the next, legal step raised ResetNeededError.
     single = to_gymnasium(from_gymnasium(gym.make("Taxi-v3"), mask_info_key="action_mask"))

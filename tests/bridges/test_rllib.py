@@ -338,7 +338,7 @@ def test_after_a_failed_step_or_reset_the_rllib_env_is_not_stepped_again(source:
     with pytest.raises((RuntimeError, EnvContractError)):
         env.step(both)
     moves = env.env.num_moves
-    with pytest.raises(ResetNeededError):
+    with pytest.raises(ResetNeededError, match="or after a step or reset that failed"):
         env.step(both)
     assert env.env.num_moves == moves and env.agents == []
     env.reset(seed=0)
