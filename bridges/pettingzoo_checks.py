@@ -151,8 +151,9 @@ class ActionChecker:
         if bounds is not None:
             if type(action) in bounds.ints:
                 value = _index(action)  # numpy integers compare faster as Python ints
-                if bounds.low <= value < bounds.high and (
-                    mask is None or not self.check_legal or mask[value - bounds.low]
+                if bounds.low <= value < bounds.high and (  # a mask of another size: check_action's to judge
+                    mask is None or not self.check_legal or (len(mask) == bounds.high - bounds.low
+                                                             and mask[value - bounds.low])
                 ):
                     return
         else:

@@ -254,3 +254,40 @@ def test_a_duck_typed_aec_env_needs_no_last_method() -> None:
     env = PettingZooEnv(Proxy())
     obs, _ = env.reset(seed=0)
     assert list(obs) == ["player_0"] and env.step({"player_0": 3})[0].keys() == {"player_1"}
+
+
+class _ShortMask(ParallelEnv):
+    """Discrete(3) actions under a mask of two entries (a bug the checker's masks.valid names)."""
+
+    metadata = {"name": "short_mask"}
+    possible_agents = ["a"]
+    render_mode = None
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return spaces.Dict({"observation": spaces.Box(0, 1, (1,), np.float32),
+                            "action_mask": spaces.Box(0, 1, (2,), np.int8)})
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(3)
+
+    def _obs(self) -> dict:
+        return {"a": {"observation": np.zeros(1, np.float32), "action_mask": np.ones(2, np.int8)}}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple:
+        self.agents = ["a"]
+        return self._obs(), {"a": {}}
+
+    def step(self, actions: dict) -> tuple:
+        self.agents = []
+        return self._obs(), {"a": 1.0}, {"a": True}, {"a": False}, {"a": {}}
+
+
+@pytest.mark.parametrize("api", ["parallel", "aec"])
+def test_a_mask_of_the_wrong_size_is_left_to_the_full_check(api: str) -> None:
+    # The fast check indexed it: a bare IndexError for action 2 (check_action does not apply such a mask).
+    from pettingzoo.utils.conversions import parallel_to_aec
+
+    env = ParallelPettingZooEnv(_ShortMask()) if api == "parallel" else PettingZooEnv(parallel_to_aec(_ShortMask()))
+    env.reset(seed=0)
+    _, rewards, terminateds, _, _ = env.step({"a": 2})
+    assert rewards == {"a": 1.0} and terminateds["__all__"]
