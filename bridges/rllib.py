@@ -114,7 +114,8 @@ class RLlibEnv(MultiAgentEnv):
         - **Dead agents / "__all__":** flags pass through; a missing ``truncateds["__all__"]``
           means False (RLlib's own reading) and is added; a missing ``terminateds["__all__"]``
           breaks RLlib's contract and raises :class:`~marl_core.errors.EnvContractError`.
-          ``agents`` drops an agent once it is flagged done; after ``"__all__"``, ``step()`` raises
+          ``agents`` drops an agent once it is flagged done; after ``"__all__"``, and after a step
+          or reset that raised or returned something broken, ``step()`` raises
           :class:`~marl_core.errors.ResetNeededError` without touching the env. Final observations
           are the env's: the bridge invents none.
         - **Chance / simultaneous moves:** whoever is in the observation dict acts, as in RLlib;
@@ -125,7 +126,9 @@ class RLlibEnv(MultiAgentEnv):
           global RNGs instead (the RLlib docs' TicTacToe) stays unseeded, and the conformance
           checker reports it.
         - **Masks:** observations pass unchanged, so a canonical ``"action_mask"`` stays canonical.
-        - **Dicts:** every returned dict is a new one; the env's dicts are never mutated.
+        - **Dicts:** every returned dict is a new one; the env's dicts are never mutated. A reserved
+          key outside its dict (``"__all__"`` beyond the flags, ``"__common__"`` beyond the infos)
+          is an :class:`~marl_core.errors.EnvContractError`.
     """
 
     def __init__(self, env: Any) -> None:
