@@ -123,7 +123,7 @@ class Verdict:
     acting: list[Any]
     masks: dict[Any, np.ndarray | SlotMasks]
     done: bool
-    stalled: bool = False
+    stalled: bool = False  # play cannot go on: nobody acts without "__all__", or an acting agent has no legal action
 
 
 class CallChecker:
@@ -249,8 +249,15 @@ class CallChecker:
                 key="reset" if frame.step == 0 else "step",
             )
             return Verdict([], {}, False, stalled=True)
-        masks = {a: m for a in acting if (m := self._mask(a, frame.obs[a], frame.step, at)) is not None}
-        return Verdict(acting, masks, done)
+        masks: dict[Any, np.ndarray | SlotMasks] = {}
+        stuck = False  # an acting agent without a legal action: random play cannot go on legally
+        for agent_id in acting:
+            mask = self._mask(agent_id, frame.obs[agent_id], frame.step, at)
+            if mask is _NO_LEGAL_ACTION:
+                stuck = True
+            elif mask is not None:
+                masks[agent_id] = mask
+        return Verdict(acting, masks, done, stalled=stuck)
 
     def _known(self, frame: Frame, at: str) -> None:
         tables = [("obs", frame.obs, ()), ("infos", frame.infos, (COMMON,))]
@@ -430,8 +437,9 @@ class CallChecker:
                     key="acting not alive",
                 )
 
-    def _mask(self, agent_id: Any, observation: Any, step: int, at: str) -> np.ndarray | SlotMasks | None:
-        """The agent's mask (its members' masks, for a group) if it is sound; else a finding."""
+    def _mask(self, agent_id: Any, observation: Any, step: int, at: str) -> Any:
+        """The agent's mask (its members' masks, for a group) if it is sound; else a finding, and
+        None, or :data:`_NO_LEGAL_ACTION` when the mask allows no action at all."""
         space = self.act_spaces.get(agent_id)
         try:
             form = None
@@ -462,7 +470,7 @@ class CallChecker:
                 )
             return mask
         self.collector.add("masks.valid", f"agent {shown(agent_id)} must act {at} and has {problem}", agent=agent_id, step=step, key=problem[:30])
-        return None
+        return _NO_LEGAL_ACTION if problem.startswith(_ALLOWS_NOTHING) else None
 
 
 _VALUES = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?|'[^']*'|\"[^\"]*\"")
@@ -485,6 +493,10 @@ def _shape_of(result: Any) -> str:
     return f"a {type(result).__name__}"
 
 
+_ALLOWS_NOTHING = "an action_mask that allows no"
+_NO_LEGAL_ACTION = object()  # what CallChecker._mask gives for an acting agent whose mask allows nothing
+
+
 def _mask_problem(mask: np.ndarray, space: Any, may_be_empty: bool) -> str | None:
     """What is wrong with ``mask`` for ``space`` (None: nothing). A group's member that does not
     act now shows a mask that allows nothing, so a slot's mask ``may_be_empty``."""
@@ -498,12 +510,12 @@ def _mask_problem(mask: np.ndarray, space: Any, may_be_empty: bool) -> str | Non
     if may_be_empty and not mask.any():
         return None
     if isinstance(space, spaces.Discrete) and not mask.any():
-        return "an action_mask that allows no action"
+        return f"{_ALLOWS_NOTHING} action"
     if isinstance(space, spaces.MultiDiscrete):
         bounds = np.cumsum([0, *space.nvec.flat])
         empty = [i for i in range(len(bounds) - 1) if not mask[bounds[i] : bounds[i + 1]].any()]
         if empty:
-            return f"an action_mask that allows no value in action dimension(s) {empty}"
+            return f"{_ALLOWS_NOTHING} value in action dimension(s) {empty}"
     return None
 
 
