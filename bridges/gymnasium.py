@@ -50,6 +50,7 @@ from marl_core.errors import (
     ResetNeededError,
     SpaceError,
     UnsupportedEnvError,
+    shape_of,
 )
 from marl_core.spaces import MASK_KEY, OBS_KEY, check_action, check_action_dict, masked_space
 
@@ -143,7 +144,7 @@ class GymnasiumEnv(MultiAgentEnv):
         self.agents = []  # until the env's reset has gone through
         result = self.env.reset(seed=seed_value(seed), options=options)  # no numpy ints
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping)):
-            raise EnvContractError(f"{self.env}.reset() returned {_shape_of(result)}; expected (observation, info) "
+            raise EnvContractError(f"{self.env}.reset() returned {shape_of(result)}; expected (observation, info) "
                                    "with info a dict, as Gymnasium's API has it since 0.26")
         observation, info = result
         observation = self._observation(observation, info)
@@ -162,7 +163,7 @@ class GymnasiumEnv(MultiAgentEnv):
         self.agents = []  # until the step has gone through: a failed one needs a reset
         result = self.env.step(action_dict[agent_id])
         if not (isinstance(result, tuple) and len(result) == 5 and isinstance(result[4], Mapping)):
-            raise EnvContractError(f"{self.env}.step() returned {_shape_of(result)}; expected (observation, reward, "
+            raise EnvContractError(f"{self.env}.step() returned {shape_of(result)}; expected (observation, reward, "
                                    "terminated, truncated, info) with info a dict, as Gymnasium's API has it since 0.26")
         observation, reward, terminated, truncated, info = result
         reward = scalar_reward(agent_id, reward, self.env)
@@ -186,17 +187,6 @@ class GymnasiumEnv(MultiAgentEnv):
 
     def __str__(self) -> str:
         return f"<{type(self).__name__}{self.env}>"
-
-
-def _shape_of(result: Any) -> str:
-    """What a reset or step returned, in a few words (a tuple's length and last item's type)."""
-    if isinstance(result, tuple):
-        return f"a tuple of {len(result)}" + (f" ending in {_a(type(result[-1]).__name__)}" if result else "")
-    return _a(type(result).__name__)
-
-
-def _a(noun: str) -> str:
-    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
 
 def _refuse_multi_agent(env: gym.Env) -> None:

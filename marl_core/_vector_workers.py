@@ -21,7 +21,7 @@ from typing import Any
 import cloudpickle
 
 from marl_core.env import ALL, MultiAgentEnv
-from marl_core.errors import EnvContractError, VectorEnvError
+from marl_core.errors import EnvContractError, VectorEnvError, shape_of
 
 logger = logging.getLogger(__name__)
 
@@ -72,16 +72,10 @@ def _all_plain_dicts(result: tuple) -> bool:
             and type(truncateds) is dict and type(infos) is dict)
 
 
-def _shape(result: Any) -> str:
-    if isinstance(result, (tuple, list)):
-        return f"a {type(result).__name__} of {len(result)} ({', '.join(type(part).__name__ for part in result)})"
-    return f"a {type(result).__name__}"
-
-
 def checked_reset(env: MultiAgentEnv, result: Any) -> Any:
     """``result`` of ``env.reset()`` if it is ``(obs, infos)`` with someone to act; else raise."""
     if not (isinstance(result, (tuple, list)) and len(result) == 2 and _is_dict(result[0]) and _is_dict(result[1])):
-        raise EnvContractError(f"{type(env).__name__}.reset() returned {_shape(result)}; expected (obs, infos), "
+        raise EnvContractError(f"{type(env).__name__}.reset() returned {shape_of(result)}; expected (obs, infos), "
                                "two dicts keyed by agent id")
     if not result[0]:
         raise EnvContractError(f"{type(env).__name__}.reset() asked no agent to act (empty obs dict)")
@@ -94,7 +88,7 @@ def checked_step(env: MultiAgentEnv, result: Any) -> Any:
     stepped with empty action dicts forever)."""
     if not (isinstance(result, (tuple, list)) and len(result) == 5 and (  # named tuples and lists work too
             _all_plain_dicts(result) or all(map(_is_dict, result)))):
-        raise EnvContractError(f"{type(env).__name__}.step() returned {_shape(result)}; expected (obs, rewards, "
+        raise EnvContractError(f"{type(env).__name__}.step() returned {shape_of(result)}; expected (obs, rewards, "
                                "terminateds, truncateds, infos), five dicts keyed by agent id")
     obs, _, terminateds, truncateds, _ = result
     if ALL not in terminateds:

@@ -34,6 +34,15 @@ class _Picklable:
         return _rebuild, (type(self), self.args, dict(vars(self)))  # type: ignore[attr-defined]
 
 
+def shape_of(result: Any) -> str:
+    """What a call returned, in a few words, for messages: a tuple's or list's length and item
+    types (``"a tuple of 4 (dict, dict, dict, dict)"``), else its type (``"an int"``)."""
+    if isinstance(result, (tuple, list)):
+        return f"a {type(result).__name__} of {len(result)} ({', '.join(type(part).__name__ for part in result)})"
+    noun = type(result).__name__
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
 def _names(agent_ids: Iterable[Any]) -> str:
     """Render agent ids as a short, stable list for error messages."""
     ids = list(agent_ids)

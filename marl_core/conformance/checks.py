@@ -18,6 +18,7 @@ from gymnasium import spaces
 
 from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable, shown
 from marl_core.env import ALL, COMMON
+from marl_core.errors import shape_of
 from marl_core.spaces import (
     MASK_KEY,
     OBS_KEY,
@@ -161,7 +162,7 @@ class CallChecker:
         if not isinstance(result, (tuple, list)) or len(result) != 2:
             self.collector.add(
                 "api.reset",
-                f"reset() returned {_shape_of(result)} in {self.label}; expected a tuple (obs, infos) of two dicts",
+                f"reset() returned {shape_of(result)} in {self.label}; expected a tuple (obs, infos) of two dicts",
                 step=0,
                 key="shape",
             )
@@ -184,7 +185,7 @@ class CallChecker:
         if not isinstance(result, (tuple, list)) or len(result) != 5:
             self.collector.add(
                 "api.step",
-                f"step() returned {_shape_of(result)} at step {step} of {self.label}; expected a tuple "
+                f"step() returned {shape_of(result)} at step {step} of {self.label}; expected a tuple "
                 f"(obs, rewards, terminateds, truncateds, infos) of five dicts",
                 step=step,
                 key="shape",
@@ -485,12 +486,6 @@ def _kind_of(reason: str) -> str:
     it, so that one bug seen with many values is one finding, and two bugs at one path are two."""
     path, sep, words = reason.partition(": ") if reason.startswith("at ") else ("", "", reason)
     return path + sep + _VALUES.sub("#", words)
-
-
-def _shape_of(result: Any) -> str:
-    if isinstance(result, (tuple, list)):
-        return f"a {type(result).__name__} of {len(result)} ({', '.join(type(p).__name__ for p in result)})"
-    return f"a {type(result).__name__}"
 
 
 _ALLOWS_NOTHING = "an action_mask that allows no"
