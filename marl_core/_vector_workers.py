@@ -187,7 +187,8 @@ def _encode(
     counts: list[int] | None = None
     if not one_by_one:
         try:
-            payloads.append(pickle.dumps(list(items), protocol=5, buffer_callback=out_of_band))
+            together = items if type(items) is list else list(items)  # the receiver reads a list
+            payloads.append(pickle.dumps(together, protocol=5, buffer_callback=out_of_band))
         except Exception:
             raws.clear()
             one_by_one = True
