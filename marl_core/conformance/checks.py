@@ -274,7 +274,7 @@ class CallChecker:
                     allowed = f" or {names(extra)}" if extra else ""
                     self.collector.add(
                         "ids.known",
-                        f"{name} {at} has key {shown(key)}, which is not in possible_agents {names(self.possible_list)}{allowed}",
+                        f"{name} {at} has key {shown(key)}, which is not in possible_agents {names(self.possible_list)} (as read before the first reset){allowed}",
                         agent=key,
                         step=frame.step,
                         key=f"{name}",
@@ -412,7 +412,7 @@ class CallChecker:
             if agent_id not in self.possible:
                 self.collector.add(
                     "ids.agents-attr",
-                    f"env.agents {at} lists {shown(agent_id)}, which is not in possible_agents {names(self.possible_list)}",
+                    f"env.agents {at} lists {shown(agent_id)}, which is not in possible_agents {names(self.possible_list)} (as read before the first reset)",
                     agent=agent_id,
                     step=frame.step,
                     key="unknown",

@@ -79,7 +79,8 @@ _CATALOG = (
     Rule(
         "ids.agents-attr",
         "error",
-        "`possible_agents` is a non-empty list of unique ids; `env.agents` lists only known "
+        "`possible_agents` is a non-empty list of unique ids that stays the same from reset to "
+        "reset (tools read it once); `env.agents` lists only known "
         "agents that have not ended (an agent ending in a step is gone from it when the step "
         "returns, unless the step ends the episode), and every agent in the obs dict is in "
         "`env.agents`, except agents ending in this step.",

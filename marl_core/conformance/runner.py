@@ -165,6 +165,7 @@ class _Run:
         self.steps = 0
         self._previous: list[tuple[Any, Any, Any, str]] = []
         self._previous_dicts: list[tuple[str, dict[Any, Any], list[tuple[Any, Any]], str]] = []
+        self._first_possible: list[Any] | None = None  # possible_agents as first read, when a list
 
     def run(self) -> None:
         self._pickle()
@@ -215,7 +216,7 @@ class _Run:
                 hint=_POSSIBLE_HINT,
             )
             return _ids_in(possible)
-        possible = list(possible)
+        possible = self._first_possible = list(possible)
         unhashable = [a for a in possible if not is_hashable(a)]
         if unhashable:
             self.collector.add(
@@ -244,9 +245,31 @@ class _Run:
                 "api.reset", "reset() without arguments raised", step=0, error=error, hint=_RAISED_HINT, key="no arguments"
             )
             return
+        self._possible_kept("reset() without arguments")
         frame = self.checker.split_reset(result)
         if frame is not None:  # the results of the no-seed reset RLlib makes are checked like any
             self.checker.check(frame)
+
+    def _possible_kept(self, label: str) -> None:
+        """An ``ids.agents-attr`` finding when ``possible_agents`` differs from the list read
+        before the first reset (the checker goes on with that list, as tools read it once)."""
+        first = self._first_possible
+        if first is None:
+            return  # not a list: _possible_agents reported it
+        try:
+            now = getattr(self.env, "possible_agents", None)
+            changed = isinstance(now, (list, tuple)) and list(now) != first
+        except ENV_ERRORS:
+            return  # _possible_agents reported how reading it fails
+        if changed:
+            self.collector.add(
+                "ids.agents-attr",
+                f"possible_agents changed after reset() in {label}: {names(first)} before the first reset, "
+                f"{names(list(now))} now; it lists every agent that may ever appear and stays the same for the "
+                "env's life (the checker goes on with the first list)",
+                key="changed",
+                hint=_POSSIBLE_HINT,
+            )
 
     def _spaces_kept(self, label: str) -> None:
         """A ``spaces.defined`` finding for each space that differs from the one read before the
@@ -284,6 +307,7 @@ class _Run:
             )
             return episode
         after = global_rng_state()
+        self._possible_kept(label)
         self._spaces_kept(label)
         frame = self.checker.split_reset(result)
         if frame is None:

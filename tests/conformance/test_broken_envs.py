@@ -316,3 +316,18 @@ class HostileReward(broken_envs.Duel):
 def test_a_reward_that_raises_on_every_use_is_a_finding_not_a_crash() -> None:
     report = check_env(HostileReward)
     assert "rewards.numeric" in report.rules, str(report)
+
+
+def test_possible_agents_changed_by_reset_is_named_with_both_lists() -> None:
+    report = check_env(broken_envs.PossibleAgentsChangeInReset)
+    (finding,) = report.findings
+    assert finding.rule == "ids.agents-attr"
+    assert finding.message.startswith(
+        "possible_agents changed after reset() in reset() without arguments: ['a', 'b', 'c'] before the "
+        "first reset, ['a', 'b'] now"
+    ), finding.message
+
+
+def test_unknown_keys_are_named_against_the_list_read_before_the_first_reset() -> None:
+    finding = next(f for f in check_env(broken_envs.UnknownRewardKey).findings if f.rule == "ids.known")
+    assert "which is not in possible_agents ['a', 'b', 'c'] (as read before the first reset)" in finding.message
