@@ -153,6 +153,11 @@ class EnvContractError(MultiAgentEnvError):
     """A multi-agent env returned something that breaks the contract (see DESIGN.md)."""
 
 
+class EnvRunnerError(MultiAgentEnvError):
+    """An env runner that died, or did not return its samples within ``sample_timeout_s``, more
+    times in one iteration than ``max_runner_restarts`` allows (the last cause is chained)."""
+
+
 class CheckpointError(MultiAgentEnvError):
     """A checkpoint that is missing, incomplete or does not match the config."""
 

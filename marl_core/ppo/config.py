@@ -150,6 +150,7 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "num_envs_per_env_runner": ("an integer of at least 1", _int_at_least(1)),
     "rollout_fragment_length": ("'auto' or an integer of at least 1", lambda v: v == "auto" or _int_at_least(1)(v)),
     "max_runner_restarts": ("an integer of at least 0", _int_at_least(0)),
+    "sample_timeout_s": ("None or a number above 0", _optional(lambda v: _number(v) and v > 0)),
     "max_env_errors_in_a_row": ("an integer of at least 1", _int_at_least(1)),
     "vector_mode": ("'sync' or 'async'", lambda v: v in ("sync", "async")),
     "vector_num_workers": ("None or an integer of at least 1", _optional(_int_at_least(1))),
@@ -184,7 +185,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "environment": ("env", "env_config"),
     "multi_agent": ("policies", "policy_mapping_fn", "policies_to_train"),
     "env_runners": ("num_env_runners", "num_envs_per_env_runner", "rollout_fragment_length", "max_runner_restarts",
-                    "max_env_errors_in_a_row", "vector_mode", "vector_num_workers"),
+                    "sample_timeout_s", "max_env_errors_in_a_row", "vector_mode", "vector_num_workers"),
     "training": ("lr", "gamma", "lambda_", "clip_param", "vf_clip_param", "num_epochs", "minibatch_size",
                  "train_batch_size", "entropy_coeff", "vf_coeff", "grad_clip", "normalize_advantages", "model"),
     "resources": ("ray_address", "num_cpus", "device", "torch_threads", "sampling_torch_threads"),
@@ -266,6 +267,10 @@ class PPOConfig:
     (its share of the batch, rounded up to whole fragments); "auto": the batch split over all envs."""
     max_runner_restarts: int = 3
     """Restarts of one runner allowed within one iteration before the iteration fails."""
+    sample_timeout_s: float | None = None
+    """Seconds one runner's sample call may take; a runner that takes longer is taken as hung (an
+    env whose step or reset never returns), killed and replaced, which counts as a restart. None:
+    wait as long as it takes. Runners only: with 0 runners the driver samples itself."""
     max_env_errors_in_a_row: int = 10
     """Failures of one env without a finished episode in between before the run stops (an env that
     fails in every episode never trains anything)."""

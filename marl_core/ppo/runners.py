@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from marl_core.errors import ConfigError
+from marl_core.errors import ConfigError, EnvRunnerError
 
 if TYPE_CHECKING:
     from marl_core.ppo.config import PPOConfig
@@ -45,7 +46,8 @@ class RunnerGroup:
     def __init__(self, env_creator: Callable[[dict], Any], env_config: dict, num_runners: int, num_envs: int,
                  *, seed: int | None, ray_address: str | None, num_cpus: int | None, max_restarts: int,
                  max_env_errors_in_a_row: int, log_level: str, vector_mode: str = "sync",
-                 vector_num_workers: int | None = None, torch_threads: int = 1, stream: int = 0) -> None:
+                 vector_num_workers: int | None = None, torch_threads: int = 1, stream: int = 0,
+                 sample_timeout_s: float | None = None) -> None:
         import cloudpickle
         import ray
 
@@ -67,6 +69,7 @@ class RunnerGroup:
         self._seed, self._max_env_errors, self._log_level = seed, max_env_errors_in_a_row, log_level
         self._vector = (vector_mode, vector_num_workers, torch_threads, stream)
         self.max_restarts = max_restarts
+        self.sample_timeout_s = sample_timeout_s
         self._next_worker_index = 1
         self.runners = [self._make() for _ in range(num_runners)]
         self.versions = [-1] * num_runners
@@ -81,7 +84,7 @@ class RunnerGroup:
                    max_restarts=config.max_runner_restarts, max_env_errors_in_a_row=config.max_env_errors_in_a_row,
                    log_level=config.log_level, vector_mode=config.vector_mode,
                    vector_num_workers=config.vector_num_workers, torch_threads=int(config.sampling_torch_threads),
-                   stream=stream)
+                   stream=stream, sample_timeout_s=config.sample_timeout_s)
 
     def _make(self) -> Any:
         index = self._next_worker_index
@@ -90,31 +93,58 @@ class RunnerGroup:
                                         self._max_env_errors, self._log_level, *self._vector)
 
     def sample(self, version: int, state_blob: bytes, weights: dict, steps_per_runner: int) -> list[dict]:
-        """One sample call on every runner; a runner that dies is replaced and asked again."""
+        """One sample call on every runner; a runner that dies, or takes longer than
+        ``sample_timeout_s``, is replaced and asked again (up to ``max_restarts`` times each)."""
         import ray
         from ray.exceptions import RayActorError
 
         weights_ref = ray.put(weights)
-        pending = {self._submit(i, version, state_blob, weights_ref, steps_per_runner): i
-                   for i in range(len(self.runners))}
+        pending: dict[Any, tuple[int, float]] = {}  # the call -> its runner and when it was sent
+
+        def submit(index: int) -> None:
+            pending[self._submit(index, version, state_blob, weights_ref, steps_per_runner)] = (index, time.monotonic())
+
+        for index in range(len(self.runners)):
+            submit(index)
         restarts = [0] * len(self.runners)
+        timeout = self.sample_timeout_s
         results = []
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            index = pending.pop(ready[0])
+            wait = None if timeout is None else max(0.0, min(sent for _, sent in pending.values()) + timeout - time.monotonic())
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
+            if not ready:  # the oldest call (maybe others too) is overdue
+                now = time.monotonic()
+                for ref in [ref for ref, (_, sent) in pending.items() if now - sent >= timeout]:  # type: ignore[operator]
+                    index, _ = pending.pop(ref)
+                    self._replace(index, restarts, f"did not return its samples within sample_timeout_s={timeout:g} s")
+                    submit(index)
+                continue
+            index, _ = pending.pop(ready[0])
             try:
                 results.append(ray.get(ready[0]))
                 self.versions[index] = version
             except RayActorError as error:
-                restarts[index] += 1
-                self.num_restarts += 1
-                if restarts[index] > self.max_restarts:
-                    raise
-                logger.warning("env runner %d died (%s); starting a replacement", index, error)
-                self.runners[index] = self._make()
-                self.versions[index] = -1
-                pending[self._submit(index, version, state_blob, weights_ref, steps_per_runner)] = index
+                # Ray's text without its tab-indented fields (actor id, pid, namespace, ip): one line
+                why = " ".join(line.strip() for line in str(error).splitlines() if line.strip() and line[0] != "\t")
+                self._replace(index, restarts, f"died ({why})", error)
+                submit(index)
         return results
+
+    def _replace(self, index: int, restarts: list[int], why: str, error: BaseException | None = None) -> None:
+        """Kill runner ``index`` and start a replacement; raise :class:`EnvRunnerError` once it has
+        been replaced ``max_restarts`` times in this call."""
+        import ray
+
+        restarts[index] += 1
+        self.num_restarts += 1
+        with contextlib.suppress(Exception):  # it may be gone already
+            ray.kill(self.runners[index], no_restart=True)
+        if restarts[index] > self.max_restarts:
+            raise EnvRunnerError(f"env runner {index} {why} (failure {restarts[index]} of this iteration; "
+                                 f"max_runner_restarts={self.max_restarts})") from error
+        logger.warning("env runner %d %s; starting a replacement", index, why)
+        self.runners[index] = self._make()
+        self.versions[index] = -1
 
     def _submit(self, index: int, version: int, state_blob: bytes, weights_ref: Any, steps: int) -> Any:
         blob = state_blob if self.versions[index] != version else None

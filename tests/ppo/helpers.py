@@ -101,6 +101,32 @@ class SlowRockPaperScissors(RockPaperScissors):
         return super().step(action_dict)
 
 
+class HangingRockPaperScissors(RockPaperScissors):
+    """Rock-paper-scissors whose step never returns (a 1000 s sleep) once the file
+    ``config["arm"]`` exists; with ``config["once"]`` (a path) only the first env to create that
+    file hangs, so a replacement runner samples normally."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.arm = (config or {}).get("arm")
+        self.once = (config or {}).get("once")
+
+    def step(self, action_dict):
+        import os
+        import time
+
+        if self.arm and os.path.exists(self.arm):
+            hang = True
+            if self.once:
+                try:
+                    os.close(os.open(self.once, os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    hang = False
+            if hang:
+                time.sleep(1000)
+        return super().step(action_dict)
+
+
 class CorruptingRockPaperScissors(RockPaperScissors):
     """Rock-paper-scissors whose 3rd step gives ``player2`` the observation ``config["obs"]`` (if
     given) and the reward ``config["reward"]`` (if given)."""

@@ -229,6 +229,7 @@ def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
         ("training.minibatch_size=0", "minibatch_size must be an integer of at least 1, received 0"),
         ("num_envs_per_env_runner=0", "num_envs_per_env_runner must be an integer of at least 1, received 0"),
         ("rollout_fragment_length=auto2", "rollout_fragment_length must be 'auto' or an integer of at least 1"),
+        ("env_runners.sample_timeout_s=0", "sample_timeout_s must be None or a number above 0, received 0"),
         ("device=tpu", "device must be 'auto', 'cpu', 'cuda' or 'cuda:N', received 'tpu'"),
         ("ray_address=123", "ray_address must be None or a string (host:port, ray://host:port, auto or local), "
                             "received 123"),  # it was an AttributeError traceback

@@ -10,7 +10,7 @@ import pytest
 
 from marl_core.ppo import PPOConfig
 from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
-from tests.ppo.helpers import FlakyRockPaperScissors, SlowRockPaperScissors
+from tests.ppo.helpers import FlakyRockPaperScissors, HangingRockPaperScissors, SlowRockPaperScissors
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]  # each starts Ray: 15-45 s on a busy 2-core machine
 
@@ -55,6 +55,64 @@ def test_a_killed_runner_is_replaced_and_the_iteration_completes(tmp_path):
 
     with PPO.from_checkpoint(saved, num_env_runners=0) as restored:
         assert restored.train()["num_runner_restarts_lifetime"] == 1
+
+
+def test_a_hung_runner_is_replaced_after_sample_timeout_s(tmp_path):
+    import ray
+
+    arm, once = tmp_path / "arm", tmp_path / "hung"
+    config = _config(HangingRockPaperScissors, {"arm": str(arm), "once": str(once)})
+    algo = config.env_runners(sample_timeout_s=15).build()
+    try:
+        algo.train()  # warm: both runners up, nothing hangs
+        arm.touch()
+        started = time.monotonic()
+        result = algo.train()  # one env hangs in its step: its runner is killed and replaced
+        waited = time.monotonic() - started
+        assert once.exists()
+        assert result["num_runner_restarts"] == 1
+        assert result["num_env_steps_sampled"] == 400
+        assert waited >= 15
+    finally:
+        algo.stop()
+    assert not ray.is_initialized()
+
+
+def test_a_runner_that_hangs_more_often_than_max_runner_restarts_stops_the_iteration(tmp_path):
+    import ray
+
+    from marl_core.errors import EnvRunnerError
+
+    arm = tmp_path / "arm"
+    config = _config(HangingRockPaperScissors, {"arm": str(arm)})
+    algo = config.env_runners(sample_timeout_s=5, max_runner_restarts=0).build()
+    try:
+        algo.train()
+        arm.touch()  # every env hangs from now on
+        with pytest.raises(EnvRunnerError, match=r"env runner [01] did not return its samples within "
+                                                 r"sample_timeout_s=5 s \(failure 1 of this iteration; max_runner_restarts=0\)"):
+            algo.train()
+    finally:
+        algo.stop()
+    assert not ray.is_initialized()
+
+
+def test_a_runner_that_dies_more_often_than_max_runner_restarts_is_named():
+    import ray
+
+    from marl_core.errors import EnvRunnerError
+
+    algo = _config(SlowRockPaperScissors, {"sleep": 0.0}).env_runners(max_runner_restarts=0).build()
+    try:
+        algo.train()
+        ray.kill(algo.runners.runners[1])
+        with pytest.raises(EnvRunnerError, match=r"env runner 1 died \(.*\(failure 1 of this iteration; "
+                                                 r"max_runner_restarts=0\)") as raised:
+            algo.train()
+        assert isinstance(raised.value.__cause__, ray.exceptions.RayActorError)
+    finally:
+        algo.stop()
+    assert not ray.is_initialized()
 
 
 def test_remote_env_errors_are_counted_and_policy_changes_reach_the_runners():
