@@ -12,8 +12,9 @@ itself (random games teach little once main beats it; it stays in the league as 
 Without main in the league (random only) main learned to win but not to defend: it blocked 2 of
 59 immediate threats and stayed at 2-8% against MCTS-100 up to 30 minutes.
 After every iteration :class:`SelfPlayLeague` looks at main's recent
-training episodes; when its score against the league (wins plus half the draws, over at least
-``min_episodes`` episodes played since the last snapshot) reaches ``threshold``, a new snapshot
+training games against the other league members (its games against itself say nothing); when its
+score against the league (wins plus half the draws, averaged over the members, with at least
+``min_episodes`` such games played since the last snapshot) reaches ``threshold``, a new snapshot
 joins the league, as in RLlib's self-play example.
 
 Training batches say how main does against the league, not how good it is. That is measured by
@@ -305,13 +306,17 @@ class LeagueMapping:
 class SelfPlayLeague:
     """The league callback: adds a frozen snapshot of ``"main"`` when main beats the league.
 
-    Main's score is read from its recent training episodes (``result["policies"]["main"]
-    ["episode_return_mean"]``, +1 win, 0 draw, -1 loss, so the score is ``(mean + 1) / 2``).
+    Main's score is read from the recent training episodes of its opponents: every league member
+    but main itself plays only against main, and games are zero-sum (+1 win, 0 draw, -1 loss), so
+    main's score against member ``p`` is ``(1 - mean) / 2`` with ``mean`` from ``result["policies"]
+    [p]["episode_return_mean"]``. The score against the league is the mean over its members that
+    have played; games of main against itself, which it always splits, do not count.
 
     Attributes:
         threshold: score against the league that earns a new snapshot.
-        min_episodes: main's episodes needed since the last snapshot before the next (at least
-            the trainer's 100-episode return window, so old games do not count twice).
+        min_episodes: games of main against those members needed since the last snapshot before
+            the next (at least the trainer's 100-episode return window, so old games do not
+            count twice).
         max_snapshots: the oldest snapshot leaves the league beyond this many.
         seed: seed of the opponent draw.
     """
@@ -346,10 +351,12 @@ class SelfPlayLeague:
     def __call__(self, algo: PPO, result: dict[str, Any]) -> None:
         """After every iteration: maybe add a snapshot; report the league under ``result["league"]``."""
         self.attach(algo)
-        metrics = result.get("policies", {}).get(MAIN, {})
-        self.episodes_since_snapshot += int(metrics.get("num_episodes", 0))
-        mean = float(metrics.get("episode_return_mean", float("nan")))
-        score = (mean + 1.0) / 2.0 if np.isfinite(mean) else float("nan")
+        policies = result.get("policies", {})
+        members = [policies.get(pid, {}) for pid in dict.fromkeys(self.opponents()) if pid != MAIN]
+        self.episodes_since_snapshot += sum(int(metrics.get("num_episodes", 0)) for metrics in members)
+        means = [float(metrics.get("episode_return_mean", float("nan"))) for metrics in members]
+        scores = [(1.0 - mean) / 2.0 for mean in means if np.isfinite(mean)]
+        score = float(np.mean(scores)) if scores else float("nan")
         added = None
         if self.episodes_since_snapshot >= self.min_episodes and score >= self.threshold:
             added = f"{SNAPSHOT_PREFIX}{self.next_version}"
@@ -577,9 +584,9 @@ def connect4_preset(**options: Any) -> Preset:
 
     ``options`` are keyword arguments of :func:`connect4_config` (for experiments); the league
     defaults to ``"self"``, the network to ``features="tactical"`` with ``mirror=True``, and
-    sampling to one env runner on a local embedded Ray. With main itself in the league its score against the league stays
-    near or below the snapshot threshold, so snapshots join rarely: main's opponents are mostly
-    its current self, the tactical and the random player.
+    sampling to one env runner on a local embedded Ray. Main's score against the league leaves
+    out its games against itself (half of them), so snapshots join once main beats the random
+    and tactical players (and the snapshots already there) often enough.
     """
     from marl_core.ppo.presets import Preset
 

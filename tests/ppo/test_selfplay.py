@@ -13,8 +13,10 @@ from marl_core.ppo import PPO
 from marl_core.ppo.evaluation import load_history
 from marl_core.ppo.rollout import Episode
 from marl_core.ppo.selfplay import (
+    FIXED_PLAYERS,
     MAIN,
     RANDOM,
+    TACTICAL,
     Connect4Evaluation,
     LeagueMapping,
     SelfPlayLeague,
@@ -33,8 +35,9 @@ def small_algo(seed: int = 0) -> PPO:
     return config.build()
 
 
-def result_with(mean: float, episodes: int) -> dict:
-    return {"policies": {MAIN: {"episode_return_mean": mean, "num_episodes": episodes}}}
+def result_with(mean: float, episodes: int, opponent: str = RANDOM) -> dict:
+    """A training result in which ``opponent``'s recent mean return against main is ``mean``."""
+    return {"policies": {opponent: {"episode_return_mean": mean, "num_episodes": episodes}}}
 
 
 # Mapping.
@@ -102,10 +105,10 @@ def test_snapshot_joins_when_main_beats_the_league():
     algo = small_algo()
     try:
         league = SelfPlayLeague(threshold=0.85, min_episodes=100)
-        result = result_with(0.6, 150)  # score 0.8: not yet
+        result = result_with(-0.6, 150)  # score 0.8: not yet
         league(algo, result)
         assert sorted(algo.policies) == [MAIN, RANDOM] and result["league"]["added"] == ""
-        result = result_with(0.8, 40)  # score 0.9, but only 40 more episodes (190 in all): joins
+        result = result_with(-0.8, 40)  # score 0.9, but only 40 more episodes (190 in all): joins
         league(algo, result)
         assert result["league"] == {"score": pytest.approx(0.9), "size": 2, "snapshots": 1,
                                     "latest_snapshot": 1, "added": "main_v1"}
@@ -114,9 +117,37 @@ def test_snapshot_joins_when_main_beats_the_league():
         assert algo.config.policy_mapping_fn == LeagueMapping((RANDOM, "main_v1"), 0)
         main, frozen = algo.get_weights([MAIN, "main_v1"]).values()
         assert all(np.array_equal(main[key], frozen[key]) for key in main)
-        result = result_with(0.9, 99)  # the window has not refreshed since the snapshot
+        result = result_with(-0.9, 99)  # the window has not refreshed since the snapshot
         league(algo, result)
         assert result["league"]["added"] == "" and league.episodes_since_snapshot == 99
+    finally:
+        algo.stop()
+
+
+def test_games_of_main_against_itself_do_not_count_in_its_league_score():
+    # Main against itself always splits (+1 and -1): counted, they kept the preset's league score
+    # near 0.5 + a third, so no snapshot could ever join however well main played.
+    config = connect4_config(num_envs=4, league="self").training(model={"hiddens": [32]})
+    algo = config.build()
+    try:
+        league = SelfPlayLeague(fixed=FIXED_PLAYERS["self"], threshold=0.85, min_episodes=100)
+        result = {"policies": {
+            MAIN: {"episode_return_mean": 0.33, "num_episodes": 300},  # wins and splits with itself
+            RANDOM: {"episode_return_mean": -1.0, "num_episodes": 40},  # main won them all: 1.0
+            TACTICAL: {"episode_return_mean": -0.7, "num_episodes": 50},  # 0.85
+            "other": {"episode_return_mean": 1.0, "num_episodes": 10},  # not in the league
+        }}
+        league(algo, result)
+        assert result["league"]["score"] == pytest.approx(0.925)
+        assert result["league"]["added"] == "" and league.episodes_since_snapshot == 90  # 40 + 50 games
+        result["policies"][RANDOM]["num_episodes"] = 10
+        league(algo, result)
+        assert result["league"]["added"] == "main_v1"
+        # The snapshot is a member now; it has not played yet, so it is left out of the mean.
+        result["policies"][TACTICAL]["episode_return_mean"] = -0.5
+        result["policies"]["main_v1"] = {"episode_return_mean": float("nan"), "num_episodes": 0}
+        league(algo, result)
+        assert result["league"]["score"] == pytest.approx(0.875) and league.episodes_since_snapshot == 60
     finally:
         algo.stop()
 
