@@ -27,6 +27,8 @@ from marl_core.errors import RunLogError
 
 logger = logging.getLogger(__name__)
 
+_LEGEND_INSIDE = 10  # curves whose legend still fits inside the learning-curve plot
+
 
 def write_text_atomic(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary file renamed into place: a crash leaves
@@ -181,10 +183,12 @@ class RunLogger:
         axis.set_ylabel("episode return (mean of last 100)")
         axis.set_title(title)
         axis.grid(alpha=0.3)
-        if axis.get_legend_handles_labels()[0]:
+        lines = len(axis.get_legend_handles_labels()[0])
+        if lines > _LEGEND_INSIDE:  # a league's snapshots come and go: dozens of lines, beside the plot
+            axis.legend(fontsize="x-small", ncol=math.ceil(lines / 24), loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        elif lines:
             axis.legend()
-        figure.tight_layout()
-        figure.savefig(path, dpi=100)
+        figure.savefig(path, dpi=100, bbox_inches="tight")  # room for the title, labels and legend
         plt.close(figure)
         return path
 

@@ -61,3 +61,18 @@ def test_resumed_log_that_cannot_be_read_is_an_error_and_stays(tmp_path):
     with pytest.raises(RunLogError, match=r"progress\.csv cannot be read back"):
         RunLogger(tmp_path, tensorboard=False, resume_at=3)
     assert (tmp_path / "progress.csv").read_bytes() == b"\xff\xfe\x00"
+
+
+def test_the_learning_curve_of_a_league_with_dozens_of_policies_fits_its_legend(tmp_path):
+    # Snapshots come and go: 40 policies made matplotlib give up on the layout (a UserWarning
+    # and a legend over the curves).
+    import warnings
+
+    run_log = RunLogger(tmp_path)
+    for iteration in range(1, 41):
+        policies = {f"main_v{i}": {"episode_return_mean": -0.5, "num_episodes": 3} for i in range(iteration)}
+        run_log.log({**_result(iteration), "policies": {**_result(iteration)["policies"], **policies}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        png = run_log.plot()
+    assert png.stat().st_size > 0
