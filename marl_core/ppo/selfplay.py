@@ -8,7 +8,8 @@ fixed players (by the preset's ``league`` option, :data:`FIXED_PLAYERS`) and fro
 OpenSpiel's MCTS at 25 simulations (``"mcts"``, slow: about 4x fewer env steps a minute) and
 ``"main"`` itself, which then plays both seats and learns from both. The preset's league is
 ``"self"``: random, tactical and main itself listed twice, so half of main's games are against
-itself (random games teach little once main beats it; it stays in the league as a floor).
+itself (random games teach little once main beats it; it stays in the league as a floor), and
+no snapshots join it (:data:`SNAPSHOT_THRESHOLDS`).
 Without main in the league (random only) main learned to win but not to defend: it blocked 2 of
 59 immediate threats and stayed at 2-8% against MCTS-100 up to 30 minutes.
 After every iteration :class:`SelfPlayLeague` looks at main's recent
@@ -515,6 +516,13 @@ FIXED_PLAYERS: dict[str, tuple[str, ...]] = {
 }
 """The players that stay in the league (snapshots come and go), by the preset's ``league`` option."""
 
+SNAPSHOT_THRESHOLDS: dict[str, float] = {"random": 0.85, "tactical": 0.85, "mcts": 0.85, "self": float("inf")}
+"""Main's score against the league that adds a snapshot, by the preset's ``league`` option. None
+join the ``"self"`` league: main's current self already plays half its games there, and snapshots
+joining as well (about every 10 iterations at 0.85) took games from the tactical player (a
+twentieth of them instead of a quarter): two 5-minute runs ended at 68% and 74% against MCTS-25,
+below every one of fifteen runs without snapshots (82-92%)."""
+
 FIRST_MAPPINGS = {"random": main_vs_random, "tactical": main_vs_fixed, "mcts": main_vs_fixed_mcts,
                   "self": main_vs_fixed_self}
 
@@ -584,19 +592,17 @@ def connect4_preset(**options: Any) -> Preset:
 
     ``options`` are keyword arguments of :func:`connect4_config` (for experiments); the league
     defaults to ``"self"``, the network to ``features="tactical"`` with ``mirror=True``, and
-    sampling to one env runner on a local embedded Ray. Main's score against the league leaves
-    out its games against itself (half of them), so snapshots join once main beats the random
-    and tactical players (and the snapshots already there) often enough.
+    sampling to one env runner on a local embedded Ray. Snapshots join the league by
+    :data:`SNAPSHOT_THRESHOLDS` (never in the default ``"self"`` league).
     """
     from marl_core.ppo.presets import Preset
 
     options = {"league": "self", "num_env_runners": 1, "features": "tactical", "mirror": True, **options}
-    league = SelfPlayLeague(fixed=FIXED_PLAYERS[options["league"]])
+    league = SelfPlayLeague(fixed=FIXED_PLAYERS[options["league"]], threshold=SNAPSHOT_THRESHOLDS[options["league"]])
     evaluation = Connect4Evaluation()
     return Preset(
         name="connect4",
-        description="Connect-4 (OpenSpiel) by self-play against itself, a tactical and a random player "
-        "(and snapshots); "
+        description="Connect-4 (OpenSpiel) by self-play against itself, a tactical and a random player; "
         "evaluated against random moves and MCTS on separate games.",
         build_config=functools.partial(laptop_config, **options),
         callbacks=(league, evaluation),

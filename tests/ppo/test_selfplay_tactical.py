@@ -135,6 +135,8 @@ def test_preset_options_reach_the_config():
     assert preset.build_config().policy_mapping_fn is main_vs_fixed_self
     assert preset.build_config().num_env_runners == 1  # the main job samples on a local Ray
     assert preset.callbacks[0].opponents() == (RANDOM, TACTICAL, MAIN, MAIN)  # main meets itself half the time
+    assert preset.callbacks[0].threshold == float("inf")  # and no snapshots join (SNAPSHOT_THRESHOLDS)
+    assert connect4_preset(league="tactical").callbacks[0].threshold == 0.85
     config = preset.build_config()
     model = config.model_for(config.policy_entries()[MAIN])
     assert model["features"] == "tactical" and model["mirror"]  # threat planes, mirror-averaged
