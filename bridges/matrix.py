@@ -4,10 +4,12 @@ Every row of the case tables in :mod:`bridges.compat` (PettingZoo AEC and parall
 RLlib's example envs, Gymnasium) runs in its own process, ``--jobs`` at a time, with a per-row
 timeout, so a crash or a hang fails only that row. A row records the source API, the bridge,
 ``check_env``'s errors and warnings, a round trip through the source API's own tooling
-(PettingZoo's ``api_test`` / ``parallel_api_test`` on ``to_aec`` / ``to_parallel``; the
-equivalence of legal actions and returns against raw pyspiel under the same moves; RLlib's own
-env checker on ``to_rllib``; Gymnasium's ``check_env`` on ``to_gymnasium``), the per-action
-overhead against the raw env, and the reason for any gap. The file is generated, never edited.
+(PettingZoo's ``api_test`` / ``parallel_api_test`` on the bridged env exported back by
+``MultiAgentAECEnv`` / ``MultiAgentParallelEnv``, so that both directions of the bridge run; the
+equivalence of turns, legal actions and returns against raw pyspiel playing the moves sent to the
+bridge; RLlib's own env checker on ``to_rllib``; Gymnasium's ``check_env`` on ``to_gymnasium``),
+the per-action overhead against the raw env, and the reason for any gap. The file is generated,
+never edited.
 
 Run: ``marl-matrix`` (all rows) or ``python -m bridges.matrix --subset fast --jobs 2``.
 """
@@ -27,7 +29,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,7 @@ UPSTREAM = (
 )
 EPISODES = 3
 DEFAULT_MAX_STEPS = 500
+EXIT_SECONDS = 5.0  # how long a row's process may take to exit once it has sent its row
 FAST_PER_SOURCE = 2
 HEADER = "| case | source API | bridge | errors | warnings | rules with findings | round trip | µs/action raw | µs/action bridged | overhead | gap |"
 DETERMINISTIC = ("case", "source", "bridge", "errors", "warnings", "rules", "round_trip", "gap")
@@ -231,19 +234,38 @@ def _preload(cases: Sequence[Case]) -> None:
             logger.debug("could not preload %s: %s", module, error)
 
 
+@dataclass
+class _Running:
+    """A row's process while it runs, and its row once the row has arrived."""
+
+    case: Case
+    process: Any
+    receiver: Any
+    started: float
+    row: Row | None = None
+    arrived: float = 0.0
+
+
 def run_all(cases: Sequence[Case], *, jobs: int = 2, timeout: float = 900.0,
             progress: Callable[[Row], None] | None = None) -> list[Row]:
-    """Run every case in its own process, ``jobs`` at a time; rows come back in ``cases`` order."""
+    """Run every case in its own process, ``jobs`` at a time; rows come back in ``cases`` order.
+
+    A row's process has ``timeout`` seconds to send its row, and then :data:`EXIT_SECONDS` to
+    exit; one still running after that (a thread left behind that keeps it alive) is killed, and
+    its row kept with a note saying so.
+    """
     fork = hasattr(os, "fork")
     context = multiprocessing.get_context("fork" if fork else "spawn")
     if fork:
         _preload(cases)
     pending = list(cases)
-    running: dict[str, tuple[Case, Any, Any, float]] = {}
+    running: dict[str, _Running] = {}
     results: dict[str, Row] = {}
 
-    def finish(case: Case, row: Row) -> None:
-        results[case.id] = row
+    def finish(run: _Running, row: Row) -> None:
+        run.receiver.close()
+        del running[run.case.id]
+        results[run.case.id] = row
         if progress is not None:
             progress(row)
 
@@ -254,27 +276,45 @@ def run_all(cases: Sequence[Case], *, jobs: int = 2, timeout: float = 900.0,
             process = context.Process(target=_child, args=(case, sender), daemon=True)
             process.start()
             sender.close()
-            running[case.id] = (case, process, receiver, time.monotonic())
-        for case_id, (case, process, receiver, started) in list(running.items()):
-            row = None
-            if receiver.poll():
+            running[case.id] = _Running(case, process, receiver, time.monotonic())
+        for run in list(running.values()):
+            case, process = run.case, run.process
+            if run.row is None and run.receiver.poll():
                 try:
-                    row = Row(**receiver.recv())
-                except EOFError:
-                    row = None
-            if row is None and process.is_alive() and time.monotonic() - started <= timeout:
+                    run.row = Row(**run.receiver.recv())
+                    run.arrived = time.monotonic()
+                except EOFError:  # the process ended without sending its row
+                    pass
+            if run.row is not None:
+                # Waiting here without a limit would let one process that cannot exit hang the run.
+                if process.is_alive() and time.monotonic() - run.arrived <= EXIT_SECONDS:
+                    continue
+                row = run.row
+                if process.is_alive():
+                    process.kill()
+                    note = f"(process killed: still running {_seconds(EXIT_SECONDS)} s after sending its row)"
+                    row = replace(row, gap=f"{row.gap or '-'} {note}")
+                process.join()
+                finish(run, row)
                 continue
-            if row is None and process.is_alive():
+            if process.is_alive() and time.monotonic() - run.started <= timeout:
+                continue
+            if process.is_alive():
                 process.kill()
-                row = Row(case.id, case.source, gap=f"timeout: no result within {timeout:.0f} s")
-            process.join()
-            if row is None:
+                process.join()
+                row = Row(case.id, case.source, gap=f"timeout: no result within {_seconds(timeout)} s")
+            else:
+                process.join()
                 row = Row(case.id, case.source, gap=f"crashed: the row's process exited with code {process.exitcode}")
-            receiver.close()
-            del running[case_id]
-            finish(case, row)
+            finish(run, row)
         time.sleep(0.02)
     return [results[case.id] for case in cases]
+
+
+def _seconds(value: float) -> str:
+    """``value`` seconds as text: whole seconds from 100 s up, else three significant digits
+    (``0.5``, not the ``0`` that rounding to whole seconds would print)."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
 # The file --------------------------------------------------------------------------------------
@@ -318,15 +358,24 @@ def render(rows: Sequence[Row], *, subset: str, missing: Sequence[str], seconds:
         "",
         f"- **errors / warnings / rules**: `marl_core.conformance.check_env` on the bridged env, seed 0, {EPISODES} "
         f"episodes, at most the case's `max_steps` (default {DEFAULT_MAX_STEPS}) steps each.",
-        "- **round trip**: PettingZoo's `api_test` on `to_aec(...)` or `parallel_api_test` on `to_parallel(...)`; "
-        "for OpenSpiel, legal actions, turns and returns compared with raw pyspiel replaying the same moves and "
-        "chance outcomes; for RLlib, RLlib's `check_multiagent_environments` on `to_rllib(...)` of the bridged env; "
+        "- **round trip**: PettingZoo's `api_test` on `MultiAgentAECEnv(PettingZooEnv(env))` or `parallel_api_test` "
+        "on `MultiAgentParallelEnv(ParallelPettingZooEnv(env))`: the bridged env exported back to PettingZoo, so "
+        "both directions of the bridge run (`to_aec` / `to_parallel` would hand back `env` itself); "
+        "for OpenSpiel, turns, legal actions, the actions the bridge's game took and returns compared with raw "
+        "pyspiel playing the actions sent to the bridge (and the chance outcomes it drew); for RLlib, RLlib's "
+        "`check_multiagent_environments` on `to_rllib(...)` of the bridged env; "
         "for Gymnasium, Gymnasium's `check_env` on `to_gymnasium(...)` of a one-agent version.",
-        "- **µs/action**: wall time per agent action over seeded random (legal) play, raw API loop (for pyspiel: legal actions, the acting players' observation and the final returns) vs the bridged env, "
-        "alternated in one process and the median of 5 rounds taken. Timing columns vary from run to run and the "
+        "- **µs/action**: wall time per agent action over seeded random (legal) play, raw API loop vs the bridged "
+        "env, alternated in one process and the median of 5 rounds taken. For pyspiel both arms draw Python-int "
+        "actions the same way (`random.Random`), the raw one from `legal_actions()`, the bridged one from the mask; "
+        "the raw arm reads the acting players' observations as the bridge does (the observer of `make_observation` "
+        "and its `set_from(state, player)`, or the state's method where the bridge uses that), the rewards of each "
+        "step in games that pay them before the end, and at the end the returns and every player's observation. "
+        "Timing columns vary from run to run and the "
         "machine was shared with other work while they were taken: read the ratio, not the absolute figures.",
         "- **gap**: why a row is not clean: the first error's rule and message, a round-trip failure, a crash, a "
-        "timeout, or why the case is left out; `-` when clean; then the case's notes.",
+        "timeout, or why the case is left out; `-` when clean; then the case's notes, and whether the row's "
+        f"process had to be killed because it had not exited {_seconds(EXIT_SECONDS)} s after sending its row.",
         "",
         f"Summary: {counts['clean']} clean, {counts['gap']} with gaps, {counts['left out']} left out.",
         "",
@@ -405,15 +454,26 @@ def _why_unwritable(output: Path) -> str | None:
 
 def _merged(output: Path, rows: list[Row], cases: Sequence[Case], subset: str) -> tuple[list[Row], str]:
     """The rows of the matrix file ``output`` with ``rows`` (a partial run) in place of their old
-    versions, in case-table order; and the subset label that says so."""
+    versions, in case-table order; and the subset label that says so.
+
+    ``cases`` are the cases of the tables that loaded: an old row whose case is no longer in them
+    is dropped, unless no loaded case has its source (its table did not load this time, so
+    nothing says the case is gone).
+    """
     try:
-        kept = {row.case: row for row in read_rows(output.read_text(encoding="utf-8"))}
+        old = read_rows(output.read_text(encoding="utf-8"))
     except ValueError:  # not a matrix file: write the partial run alone
         return rows, subset
-    kept.update({row.case: row for row in rows})
     order = {case.id: index for index, case in enumerate(cases)}
+    sources = {case.source for case in cases}
+    kept = {row.case: row for row in old if row.case in order or row.source not in sources}
+    dropped = len(old) - len(kept)
+    kept.update({row.case: row for row in rows})
     merged = sorted(kept.values(), key=lambda row: (order.get(row.case, len(order)), row.case))
-    return merged, f"{len(rows)} rows rerun ({subset}), the other {len(merged) - len(rows)} kept from the last run"
+    label = f"{len(rows)} rows rerun ({subset}), the other {len(merged) - len(rows)} kept from the last run"
+    if dropped:
+        label += f"; {dropped} rows of cases no longer in the case tables dropped"
+    return merged, label
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ and a round trip through its own tooling. Both take the case and the matrix's ``
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 import warnings
@@ -16,7 +17,7 @@ import numpy as np
 
 from bridges.compat import Case
 from marl_core.env import ALL
-from marl_core.spaces import action_mask_of, sample_action
+from marl_core.spaces import MASK_KEY, action_mask_of, sample_action
 
 Build = Callable[[Case], Any]
 ROUNDS = 5
@@ -54,21 +55,39 @@ def round_trip(case: Case, build: Build) -> str:
 
 
 def _aec(case: Case, build: Build) -> str:
+    """PettingZoo's ``api_test`` on the bridged env exported back to an AEC env.
+
+    ``MultiAgentAECEnv`` directly: ``to_aec(PettingZooEnv(env))`` hands back ``env`` itself, so
+    ``api_test`` would only test upstream PettingZoo; this way both directions of the bridge run.
+    """
     from pettingzoo.test import api_test
 
-    from bridges.pettingzoo import to_aec
+    from bridges.pettingzoo_export import MultiAgentAECEnv
 
-    api_test(to_aec(build(case)), num_cycles=min(case.max_steps or ROUND_TRIP_STEPS, ROUND_TRIP_STEPS))
-    return "pass: api_test on to_aec"
+    exported = MultiAgentAECEnv(build(case))
+    _seed_action_spaces(exported)
+    api_test(exported, num_cycles=min(case.max_steps or ROUND_TRIP_STEPS, ROUND_TRIP_STEPS))
+    return "pass: api_test on MultiAgentAECEnv(PettingZooEnv(env))"
 
 
 def _parallel(case: Case, build: Build) -> str:
+    """PettingZoo's ``parallel_api_test`` on the bridged env exported back to a parallel env
+    (``MultiAgentParallelEnv`` directly, for the reason :func:`_aec` gives)."""
     from pettingzoo.test import parallel_api_test
 
-    from bridges.pettingzoo import to_parallel
+    from bridges.pettingzoo_export import MultiAgentParallelEnv
 
-    parallel_api_test(to_parallel(build(case)), num_cycles=min(case.max_steps or ROUND_TRIP_STEPS, ROUND_TRIP_STEPS))
-    return "pass: parallel_api_test on to_parallel"
+    exported = MultiAgentParallelEnv(build(case))
+    _seed_action_spaces(exported)
+    parallel_api_test(exported, num_cycles=min(case.max_steps or ROUND_TRIP_STEPS, ROUND_TRIP_STEPS))
+    return "pass: parallel_api_test on MultiAgentParallelEnv(ParallelPettingZooEnv(env))"
+
+
+def _seed_action_spaces(env: Any) -> None:
+    """Seed every agent's action space: PettingZoo's tests sample from them unseeded, and the
+    exported env hands out the same space objects each time, so every run draws the same actions."""
+    for agent in env.possible_agents:
+        env.action_space(agent).seed(0)
 
 
 def _rllib(case: Case, build: Build) -> str:
@@ -104,6 +123,9 @@ def _gymnasium(case: Case, build: Build) -> str:
 
 
 def _openspiel(case: Case, build: Build) -> str:
+    """Play the bridged env with seeded random legal actions, and play the same game in raw pyspiel
+    with the actions the probe sent to ``env.step`` (and the chance outcomes the bridge drew);
+    compare who acts, the legal actions, the actions the bridge's state took and the returns."""
     import pyspiel
 
     env = build(case)
@@ -116,14 +138,14 @@ def _openspiel(case: Case, build: Build) -> str:
         # the one being played (the bridge set its rng_seed) replays the same outcomes.
         game = pyspiel.load_game(played.get_type().short_name, played.get_parameters())
     raw = game.new_initial_state()
-    applied = 0
     sums: dict[str, float] = {}
     steps = 0
+    terminated = False
     while True:
-        applied = _replay(raw, env.state.history(), applied, game.num_players())
-        if raw.is_terminal():
-            break
+        _follow_chance(raw, env.state.history())
         acting = list(obs)
+        if raw.is_terminal():
+            return f"fail: step {steps}: pyspiel's game is over, the bridge asks {sorted(acting)} to act"
         expected = _deciding(raw)
         if sorted(acting) != sorted(f"player_{p}" for p in expected):
             return f"fail: step {steps}: bridge asks {sorted(acting)} to act, pyspiel {sorted(expected)}"
@@ -135,10 +157,22 @@ def _openspiel(case: Case, build: Build) -> str:
         obs, rewards, terminateds, truncateds, _ = env.step(actions)
         for agent, reward in rewards.items():
             sums[agent] = sums.get(agent, 0.0) + float(reward)
+        # The raw game takes the actions sent, not the bridge's record of them: a bridge that
+        # applies another action than it was sent shows here, or in the checks that follow.
+        before = len(raw.history())
+        _apply_sent(raw, actions)
+        sent = raw.history()[before:]
+        took = env.state.history()[before : before + len(sent)]
+        if took != sent:
+            return f"fail: step {steps}: the probe sent {sent}, the bridge's game took {took}"
         steps += 1
-        if terminateds[ALL] or truncateds[ALL] or steps >= (case.max_steps or ROUND_TRIP_STEPS):
-            _replay(raw, env.state.history(), applied, game.num_players())
+        terminated = bool(terminateds[ALL])
+        if terminated or truncateds[ALL] or steps >= (case.max_steps or ROUND_TRIP_STEPS):
             break
+    _follow_chance(raw, env.state.history())
+    if terminated != raw.is_terminal():
+        said = "ended the episode" if terminated else "did not end the episode"
+        return f"fail: step {steps - 1}: the bridge {said}, pyspiel's game is{'' if raw.is_terminal() else ' not'} over"
     if raw.is_terminal():
         returns = raw.returns()
         for player, value in enumerate(returns):
@@ -148,16 +182,26 @@ def _openspiel(case: Case, build: Build) -> str:
     return f"pass: {steps} steps (cut at the step budget), same legal actions as pyspiel"
 
 
-def _replay(raw: Any, history: list[int], applied: int, num_players: int) -> int:
-    """Apply ``history[applied:]`` to ``raw`` (joint actions at simultaneous nodes)."""
-    while applied < len(history):
-        if raw.is_simultaneous_node():
-            raw.apply_actions(history[applied : applied + num_players])
-            applied += num_players
-        else:
-            raw.apply_action(history[applied])
-            applied += 1
-    return applied
+def _apply_sent(raw: Any, actions: Mapping[str, int]) -> None:
+    """Apply the actions sent to the bridge (``{"player_<p>": action}``) to the raw state; at a
+    simultaneous node, players who were not asked to act pass ``INVALID_ACTION``, as in the bridge."""
+    import pyspiel
+
+    by_player = {int(agent.rsplit("_", 1)[1]): action for agent, action in actions.items()}
+    if raw.is_simultaneous_node():
+        raw.apply_actions([by_player.get(p, pyspiel.INVALID_ACTION) for p in range(raw.num_players())])
+    else:
+        raw.apply_action(by_player[raw.current_player()])
+
+
+def _follow_chance(raw: Any, history: list[int]) -> None:
+    """At a chance node, apply the outcomes the bridge drew (read from ``history`` at the raw
+    state's position) until a decision node, the terminal state or the end of ``history``."""
+    while raw.is_chance_node():
+        position = len(raw.history())
+        if position >= len(history):
+            return
+        raw.apply_action(history[position])
 
 
 def _deciding(state: Any) -> list[int]:
@@ -183,7 +227,7 @@ def overhead(case: Case, build: Build) -> tuple[float | None, float]:
     raw_loop = _RAW_LOOPS.get(case.source)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        bridged = _Timed(_ours_loop(build(case)))
+        bridged = _Timed(_BRIDGED_LOOPS.get(case.source, _ours_loop)(build(case)))
         raw = _Timed(raw_loop(case)) if raw_loop is not None else None
         budget = _calibrate(bridged, raw)
         bridged_times, raw_times = [], []
@@ -297,39 +341,104 @@ def _parallel_raw(case: Case) -> Any:
             yield len(actions)
 
 
-def _openspiel_raw(case: Case) -> Any:
-    """pyspiel with what an RL loop needs: legal actions, the acting players' observation, returns."""
-    env = build_openspiel_game(case)
-    game_type = env.get_type()
-    if game_type.provides_observation_tensor:
-        observe = "observation_tensor"
-    elif game_type.provides_information_state_tensor:
-        observe = "information_state_tensor"
-    elif game_type.provides_observation_string:
-        observe = "observation_string"
-    else:
-        observe = "information_state_string"
-    rng = np.random.default_rng(0)
+def _pick(legal: list[int], draw: float) -> int:
+    """The legal action that ``draw`` (uniform in [0, 1)) picks: how both OpenSpiel arms choose."""
+    return legal[int(draw * len(legal))]
+
+
+def _openspiel_ours(env: Any) -> Any:
+    """The bridged OpenSpiel env driven as :func:`_openspiel_raw` drives pyspiel: seeded once,
+    legal actions read from the mask as a list of Python ints, the action drawn with
+    :func:`_pick` from a ``random.Random`` (as the raw arm, so neither pays for numpy draws or
+    numpy integers the other does not); yields the actions of each step."""
+    draw = random.Random(0).random
+    obs, _ = env.reset(seed=0)
     while True:
-        state = env.new_initial_state()
+        actions = {}
+        for agent, observation in obs.items():
+            actions[agent] = _pick(observation[MASK_KEY].nonzero()[0].tolist(), draw())
+        obs, _, terminateds, truncateds, _ = env.step(actions)
+        yield len(actions)
+        if terminateds[ALL] or truncateds[ALL]:
+            obs, _ = env.reset()
+
+
+def _openspiel_raw(case: Case) -> Any:
+    """pyspiel with what an RL loop needs, read as the bridge reads it: the acting players'
+    legal actions and observation (:func:`raw_observation`), the rewards of each step in games
+    that pay them before the end, and at the end the returns and every player's observation."""
+    import pyspiel
+
+    from bridges._openspiel_loading import choose_observation_type
+
+    game = build_openspiel_game(case)
+    observe, _ = raw_observation(game, choose_observation_type(game))
+    players = range(game.num_players())
+    step_rewards = game.get_type().reward_model != pyspiel.GameType.RewardModel.TERMINAL
+    draw = random.Random(0).random
+    chance = random.Random(1).random  # chance has its own stream, as the bridge's has its own
+    while True:
+        state = game.new_initial_state()
         while not state.is_terminal():
             if state.is_chance_node():
-                state.apply_action(_chance_outcome(state.chance_outcomes(), rng.random()))
-            elif state.is_simultaneous_node():
+                state.apply_action(_chance_outcome(state.chance_outcomes(), chance()))
+                continue
+            if state.is_simultaneous_node():
                 joint = []
-                for player in range(state.num_players()):
+                acting = 0
+                for player in players:
                     legal = state.legal_actions(player)
-                    getattr(state, observe)(player)
-                    joint.append(int(legal[rng.integers(len(legal))]) if legal else 0)
+                    if legal:  # players without legal actions are not asked, as in the bridge
+                        observe(state, player)
+                        joint.append(_pick(legal, draw()))
+                        acting += 1
+                    else:
+                        joint.append(pyspiel.INVALID_ACTION)
                 state.apply_actions(joint)
-                yield state.num_players()
+                yield acting
             else:
                 player = state.current_player()
-                legal = state.legal_actions(player)
-                getattr(state, observe)(player)
-                state.apply_action(int(legal[rng.integers(len(legal))]))
+                observe(state, player)
+                state.apply_action(_pick(state.legal_actions(player), draw()))
                 yield 1
-        state.returns()  # what an RL loop reads at the end (bridge scores its deals here)
+            if step_rewards:
+                state.rewards()
+        state.returns()
+        for player in players:  # the bridge hands every player a final observation
+            observe(state, player)
+
+
+def raw_observation(game: Any, kind: str) -> tuple[Callable[[Any, int], Any], np.ndarray | None]:
+    """How the raw arm reads ``kind`` observations of ``game``: ``(observe, view)``.
+
+    ``observe(state, player)`` is the ``set_from`` of the observer that
+    ``open_spiel.python.observation.make_observation`` builds, the API the bridge reads tensors
+    with, filling ``view`` (the observer's numpy tensor) in place. Where the bridge reads the
+    state instead (string observations; no observer, or one without a tensor of the right size;
+    a Python observer that does not fill its tensor), ``observe`` is the state's method of that
+    name, which returns the observation, and ``view`` is None.
+    """
+    from bridges.openspiel import fills_its_tensor, tensor_observer
+
+    def from_state(state: Any, player: int) -> Any:
+        return getattr(state, kind)(player)
+
+    if kind.endswith("_string"):
+        return from_state, None
+    _, observer = tensor_observer(game, kind)
+    if observer is None:
+        return from_state, None
+    inner = getattr(observer, "_observation", None)
+    if inner is not None:
+        return inner.set_from, observer.tensor  # the C++ observer's own method, as the bridge calls it
+    # A Python game's observer: usable only if it fills its tensor (the bridge checks the same).
+    state = game.new_initial_state()
+    while state.is_chance_node():
+        state.apply_action(state.chance_outcomes()[0][0])
+    observer.set_from(state, max(state.current_player(), 0))
+    if fills_its_tensor(observer):
+        return observer.set_from, observer.tensor
+    return from_state, None
 
 
 def _chance_outcome(outcomes: list[tuple[int, float]], draw: float) -> int:
@@ -343,12 +452,16 @@ def _chance_outcome(outcomes: list[tuple[int, float]], draw: float) -> int:
 
 
 def build_openspiel_game(case: Case) -> Any:
-    """The raw ``pyspiel.Game`` of an OpenSpiel case."""
-    import pyspiel
+    """The raw ``pyspiel.Game`` of an OpenSpiel case, loaded as the bridge loads it (which
+    registers OpenSpiel's Python games first where the name needs them)."""
+    from bridges._openspiel_loading import load_game
 
-    return pyspiel.load_game(case.target)
+    return load_game(case.target)
 
 
+_BRIDGED_LOOPS: dict[str, Callable[[Any], Any]] = {
+    "openspiel": _openspiel_ours,  # the others: _ours_loop, as sample_action is their raw arm's policy too
+}
 _RAW_LOOPS: dict[str, Callable[[Case], Any]] = {
     "pettingzoo-aec": _aec_raw,
     "pettingzoo-parallel": _parallel_raw,

@@ -99,6 +99,31 @@ def _sample(outcomes: list[tuple[int, float]], draw: float) -> int:
     return outcomes[-1][0]  # the probabilities summed to a little less than the draw
 
 
+def tensor_observer(game: Any, kind: str) -> tuple[tuple[int, ...], Any]:
+    """The shape of ``game``'s ``kind`` tensor (``"observation_tensor"`` or
+    ``"information_state_tensor"``) and the observer of
+    ``open_spiel.python.observation.make_observation`` that fills a tensor of that size, or None
+    when pyspiel has no such observer (the state's tensor methods are then the way to read it)."""
+    from open_spiel.python.observation import make_observation
+
+    perfect_recall = kind == "information_state_tensor"
+    shape = tuple(game.information_state_tensor_shape() if perfect_recall else game.observation_tensor_shape())
+    iig = pyspiel_module().IIGObservationType(perfect_recall=True) if perfect_recall else None
+    try:
+        observer = make_observation(game, iig)
+    except pyspiel_module().SpielError:
+        return shape, None
+    if observer is None or observer.tensor is None or observer.tensor.size != int(np.prod(shape)):
+        return shape, None
+    return shape, observer
+
+
+def fills_its_tensor(observer: Any) -> bool:
+    """Whether a Python game's observer, after a ``set_from``, holds its observation in its
+    ``tensor``: pyspiel reads its ``dict``, whose arrays some observers replace instead of filling."""
+    return all(np.shares_memory(np.asarray(value), observer.tensor) for value in observer.dict.values())
+
+
 class OpenSpielEnv(MultiAgentEnv):
     """An OpenSpiel game as a MultiAgentEnv, with action masks, seeded chance and final observations.
 
@@ -257,18 +282,8 @@ class OpenSpielEnv(MultiAgentEnv):
         if kind.endswith("_string"):
             inner: spaces.Space = spaces.Text(TEXT_MAX_LENGTH, min_length=0, charset=TEXT_CHARSET)
         else:
-            from open_spiel.python.observation import make_observation
-
-            perfect_recall = kind == "information_state_tensor"
-            shape = tuple(
-                self.game.information_state_tensor_shape() if perfect_recall else self.game.observation_tensor_shape()
-            )
-            iig = pyspiel_module().IIGObservationType(perfect_recall=True) if perfect_recall else None
-            try:
-                observer = make_observation(self.game, iig)
-            except pyspiel_module().SpielError:
-                observer = None
-            if observer is not None and observer.tensor is not None and observer.tensor.size == int(np.prod(shape)):
+            shape, observer = tensor_observer(self.game, kind)
+            if observer is not None:
                 self._view = observer.tensor.reshape(shape)  # shares memory: set_from fills it (and keeps it)
                 inner_observation = getattr(observer, "_observation", None)  # the C++ one: a frame less
                 if inner_observation is not None:
@@ -291,7 +306,7 @@ class OpenSpielEnv(MultiAgentEnv):
         bridge reads its ``tensor``, so keep that shortcut only if the dict's arrays are views of the
         tensor (some observers replace them); otherwise read pyspiel's tensors from the state."""
         observer.set_from(state, player)
-        if all(np.shares_memory(np.asarray(value), observer.tensor) for value in observer.dict.values()):
+        if fills_its_tensor(observer):
             self._set_from = observer.set_from
         else:
             logger.debug("the observer of %s does not fill its tensor; reading %s from the state", self.game,

@@ -6,13 +6,17 @@ import os
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pyspiel
 import pytest
 
 from bridges.compat import Case
 from bridges.matrix import (
     HEADER,
     Row,
+    build,
     fast_subset,
     load_cases,
     main,
@@ -21,6 +25,10 @@ from bridges.matrix import (
     run_all,
     versions,
 )
+from bridges.matrix_probes import overhead, raw_observation, round_trip
+from bridges.openspiel import OpenSpielEnv
+from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv
+from bridges.pettingzoo_export import MultiAgentAECEnv, MultiAgentParallelEnv
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "compat_matrix.md"
@@ -34,6 +42,11 @@ def crashing_env(**kwargs: object) -> None:
 def hanging_env(**kwargs: object) -> None:
     """A factory that never returns in time."""
     time.sleep(120)
+
+
+def _case(case_id: str) -> Case:
+    """The row ``case_id`` of the real case tables."""
+    return next(case for case in load_cases()[0] if case.id == case_id)
 
 
 def test_every_table_loads_and_ids_are_unique() -> None:
@@ -143,3 +156,161 @@ def test_a_timeout_or_jobs_that_cannot_work_is_a_usage_error(
         main([flag, value, "--output", str(tmp_path / "m.md")])
     assert caught.value.code == 2 and f"argument {flag}: expected {expected}" in capsys.readouterr().err
     assert not (tmp_path / "m.md").exists()
+
+
+def test_a_row_whose_process_cannot_exit_is_killed_and_keeps_its_row(monkeypatch) -> None:
+    import bridges.matrix as matrix
+    from tests.fixtures.matrix_envs import LINGER_SECONDS
+
+    monkeypatch.setattr(matrix, "EXIT_SECONDS", 1.0)
+    case = Case("test/leaves_thread", "marl_core", "tests.fixtures.matrix_envs:thread_leaving_env", max_steps=20)
+    started = time.monotonic()
+    (row,) = run_all([case], jobs=1, timeout=60.0)
+    # Without a limit on the wait for the process to exit, run_all returns only when the thread ends.
+    assert time.monotonic() - started < LINGER_SECONDS / 2
+    assert (row.bridge, row.errors, row.warnings) == ("ThreadLeavingRockPaperScissors", "0", "0")
+    assert float(row.bridged_us) > 0
+    assert row.gap == "- (process killed: still running 1 s after sending its row)"
+
+
+def test_a_timeout_under_a_second_is_written_as_it_was_given() -> None:
+    (hang,) = run_all([Case("test/hang", "marl_core", "tests.bridges.test_matrix:hanging_env")], jobs=1, timeout=0.5)
+    assert hang.gap == "timeout: no result within 0.5 s"
+
+
+def test_a_partial_run_drops_rows_whose_case_is_gone(tmp_path: Path, monkeypatch) -> None:
+    import bridges.matrix as matrix
+
+    cases = [
+        Case("test/first", "marl_core", "examples.rock_paper_scissors:RockPaperScissors", max_steps=20),
+        Case("test/second", "marl_core", "examples.rock_paper_scissors:RockPaperScissors", max_steps=20),
+    ]
+    monkeypatch.setattr(matrix, "load_cases", lambda: (cases, []))
+    old = [
+        Row("test/first", "marl_core", errors="0", gap="-"),
+        Row("test/gone", "marl_core", errors="0", gap="-"),  # its case was removed from the tables
+        Row("test/second", "marl_core", errors="0", gap="-"),
+        Row("rllib/unloaded", "rllib", errors="0", gap="-"),  # no rllib case loaded: nothing says it is gone
+    ]
+    output = tmp_path / "matrix.md"
+    output.write_text(render(old, subset="all", missing=[], seconds=1.0), encoding="utf-8")
+    assert main(["--jobs", "1", "--only", "second", "--output", str(output)]) == 0
+    text = output.read_text(encoding="utf-8")
+    assert [row.case for row in read_rows(text)] == ["test/first", "test/second", "rllib/unloaded"]
+    assert ("Subset: `1 rows rerun (all, --only second), the other 2 kept from the last run; 1 rows of cases no "
+            "longer in the case tables dropped`") in text
+    assert "Summary: 3 clean, 0 with gaps, 0 left out." in text
+
+
+def _raise(*args: Any, **kwargs: Any) -> None:
+    raise RuntimeError("bridge broken on purpose")
+
+
+@pytest.mark.parametrize(
+    ("case_id", "broken", "passed"),
+    [
+        ("pettingzoo/classic/tictactoe_v3/aec", PettingZooEnv, "api_test on MultiAgentAECEnv(PettingZooEnv(env))"),
+        ("pettingzoo/classic/tictactoe_v3/aec", MultiAgentAECEnv, "api_test on MultiAgentAECEnv(PettingZooEnv(env))"),
+        ("pettingzoo/classic/rps_v2/parallel", ParallelPettingZooEnv,
+         "parallel_api_test on MultiAgentParallelEnv(ParallelPettingZooEnv(env))"),
+        ("pettingzoo/classic/rps_v2/parallel", MultiAgentParallelEnv,
+         "parallel_api_test on MultiAgentParallelEnv(ParallelPettingZooEnv(env))"),
+    ],
+)
+def test_the_pettingzoo_round_trip_runs_both_directions_of_our_bridge(
+    case_id: str, broken: type, passed: str, monkeypatch
+) -> None:
+    case = _case(case_id)
+    assert round_trip(case, build) == f"pass: {passed}"
+    monkeypatch.setattr(broken, "step", _raise)  # either direction broken: PettingZoo's test must see it
+    assert round_trip(case, build) == "fail: RuntimeError: bridge broken on purpose"
+
+
+@pytest.mark.parametrize("case_id", ["openspiel/tic_tac_toe", "openspiel/kuhn_poker", "openspiel/goofspiel"])
+def test_the_openspiel_round_trip_sees_a_bridge_that_applies_another_action(case_id: str, monkeypatch) -> None:
+    case = _case(case_id)
+    assert round_trip(case, build).startswith("pass: ")
+    real_step = OpenSpielEnv.step
+
+    def next_legal_step(self: OpenSpielEnv, action_dict: dict) -> Any:
+        """The step of a bridge that applies the next legal action, not the one it is sent."""
+        moved = {}
+        for agent, action in action_dict.items():
+            legal = self.state.legal_actions(int(agent.rsplit("_", 1)[1]))
+            moved[agent] = legal[(legal.index(action) + 1) % len(legal)]
+        return real_step(self, moved)
+
+    monkeypatch.setattr(OpenSpielEnv, "step", next_legal_step)
+    assert round_trip(case, build).startswith("fail: step 0: the probe sent [")
+
+
+def test_the_openspiel_round_trip_sees_an_episode_ended_early(monkeypatch) -> None:
+    real_step = OpenSpielEnv.step
+
+    def ending_step(self: OpenSpielEnv, action_dict: dict) -> Any:
+        obs, rewards, terminateds, truncateds, infos = real_step(self, action_dict)
+        return obs, rewards, dict.fromkeys(terminateds, True), truncateds, infos
+
+    monkeypatch.setattr(OpenSpielEnv, "step", ending_step)
+    assert round_trip(_case("openspiel/tic_tac_toe"), build) == (
+        "fail: step 0: the bridge ended the episode, pyspiel's game is not over")
+
+
+def test_both_openspiel_overhead_arms_send_python_ints_and_read_observers(monkeypatch) -> None:
+    sent: list[Any] = []
+    real_step, real_apply, real_apply_joint = OpenSpielEnv.step, pyspiel.State.apply_action, pyspiel.State.apply_actions
+    from_state: list[str] = []
+
+    def bridged_step(self: OpenSpielEnv, action_dict: dict) -> Any:
+        sent.extend(action_dict.values())
+        return real_step(self, action_dict)
+
+    def apply_action(self: Any, action: Any) -> None:
+        sent.append(action)
+        real_apply(self, action)
+
+    def apply_actions(self: Any, actions: list) -> None:
+        sent.extend(actions)
+        real_apply_joint(self, actions)
+
+    monkeypatch.setattr(OpenSpielEnv, "step", bridged_step)
+    monkeypatch.setattr(pyspiel.State, "apply_action", apply_action)
+    monkeypatch.setattr(pyspiel.State, "apply_actions", apply_actions)
+    for name in ("observation_tensor", "information_state_tensor"):  # what the raw arm read before
+        monkeypatch.setattr(pyspiel.State, name, lambda self, player, name=name: from_state.append(name))
+    for case_id in ("openspiel/tic_tac_toe", "openspiel/goofspiel", "openspiel/leduc_poker"):
+        overhead(_case(case_id), build)
+    assert sent and {type(action) for action in sent} == {int}
+    assert from_state == []  # both arms read observations through the observer's set_from
+
+
+def test_both_openspiel_overhead_arms_draw_the_same_actions(monkeypatch) -> None:
+    from bridges import matrix_probes
+
+    case = _case("openspiel/tic_tac_toe")  # no chance: the same draws give the same games
+    sent: list[int] = []
+    real_step, real_apply = OpenSpielEnv.step, pyspiel.State.apply_action
+    monkeypatch.setattr(OpenSpielEnv, "step", lambda self, actions: (sent.extend(actions.values()),
+                                                                      real_step(self, actions))[1])
+    bridged = matrix_probes._openspiel_ours(build(case))
+    while len(sent) < 40:
+        next(bridged)
+    bridged_actions, sent[:] = sent[:40], []
+    monkeypatch.setattr(OpenSpielEnv, "step", real_step)
+    monkeypatch.setattr(pyspiel.State, "apply_action", lambda self, action: (sent.append(action),
+                                                                             real_apply(self, action))[1])
+    raw = matrix_probes._openspiel_raw(case)
+    while len(sent) < 40:
+        next(raw)
+    assert sent[:40] == bridged_actions
+
+
+@pytest.mark.parametrize("game", ["tic_tac_toe", "battleship", "python_kuhn_poker"])
+def test_the_raw_arm_reads_the_observation_the_bridge_hands_out(game: str) -> None:
+    env = OpenSpielEnv(game)
+    obs, _ = env.reset(seed=0)
+    observe, view = raw_observation(env.game, env.observation_type)
+    assert view is not None  # these games have an observer: no copy through a Python list
+    for agent, observation in obs.items():
+        assert observe(env.state, int(agent.rsplit("_", 1)[1])) is None  # set_from fills the view in place
+        assert np.array_equal(view.reshape(observation["observation"].shape), observation["observation"])
