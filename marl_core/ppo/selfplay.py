@@ -15,7 +15,7 @@ Without main in the league (random only) main learned to win but not to defend: 
 After every iteration :class:`SelfPlayLeague` looks at main's recent
 training games against the other league members (its games against itself say nothing); when its
 score against the league (wins plus half the draws, averaged over the members, with at least
-``min_episodes`` such games played since the last snapshot) reaches ``threshold``, a new snapshot
+``min_episodes`` games against each played since the last snapshot) reaches ``threshold``, a new snapshot
 joins the league, as in RLlib's self-play example.
 
 Training batches say how main does against the league, not how good it is. That is measured by
@@ -315,9 +315,9 @@ class SelfPlayLeague:
 
     Attributes:
         threshold: score against the league that earns a new snapshot.
-        min_episodes: games of main against those members needed since the last snapshot before
-            the next (at least the trainer's 100-episode return window, so old games do not
-            count twice).
+        min_episodes: games of main against each member needed since the last snapshot before
+            the next (at least the trainer's 100-episode return window, so that every member's
+            window holds only games played since).
         max_snapshots: the oldest snapshot leaves the league beyond this many.
         seed: seed of the opponent draw.
     """
@@ -329,11 +329,22 @@ class SelfPlayLeague:
     fixed: tuple[str, ...] = (RANDOM,)
     snapshots: list[str] = field(default_factory=list)
     next_version: int = 1
-    episodes_since_snapshot: int = 0
+    games_since_snapshot: dict[str, int] = field(default_factory=dict)
+    """Games of main against each member since the last snapshot."""
 
     def opponents(self) -> tuple[str, ...]:
         """The league: the random player and the current snapshots."""
         return (*self.fixed, *self.snapshots)
+
+    def members(self) -> list[str]:
+        """The league's members other than main itself: those its score is read from."""
+        return [pid for pid in dict.fromkeys(self.opponents()) if pid != MAIN]
+
+    @property
+    def episodes_since_snapshot(self) -> int:
+        """Games since the last snapshot against the member that has played main least (0 when
+        main is alone in the league)."""
+        return min((self.games_since_snapshot.get(pid, 0) for pid in self.members()), default=0)
 
     def attach(self, algo: PPO) -> None:
         """Take over the snapshots that ``algo`` already holds and play against them from now on.
@@ -353,9 +364,11 @@ class SelfPlayLeague:
         """After every iteration: maybe add a snapshot; report the league under ``result["league"]``."""
         self.attach(algo)
         policies = result.get("policies", {})
-        members = [policies.get(pid, {}) for pid in dict.fromkeys(self.opponents()) if pid != MAIN]
-        self.episodes_since_snapshot += sum(int(metrics.get("num_episodes", 0)) for metrics in members)
-        means = [float(metrics.get("episode_return_mean", float("nan"))) for metrics in members]
+        members = self.members()
+        for pid in members:
+            games = int(policies.get(pid, {}).get("num_episodes", 0))
+            self.games_since_snapshot[pid] = self.games_since_snapshot.get(pid, 0) + games
+        means = [float(policies.get(pid, {}).get("episode_return_mean", float("nan"))) for pid in members]
         scores = [(1.0 - mean) / 2.0 for mean in means if np.isfinite(mean)]
         score = float(np.mean(scores)) if scores else float("nan")
         added = None
@@ -369,7 +382,7 @@ class SelfPlayLeague:
                 oldest = self.snapshots.pop(0)
                 algo.remove_policy(oldest, policy_mapping_fn=LeagueMapping(self.opponents(), self.seed),
                                    policies_to_train=[MAIN])
-            self.episodes_since_snapshot = 0
+            self.games_since_snapshot = {}
             logger.info("main scored %.3f against the league: added %s (league: %s)", score, added,
                         self.opponents())
         result["league"] = {

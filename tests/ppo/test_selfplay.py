@@ -119,7 +119,7 @@ def test_snapshot_joins_when_main_beats_the_league():
         assert all(np.array_equal(main[key], frozen[key]) for key in main)
         result = result_with(-0.9, 99)  # the window has not refreshed since the snapshot
         league(algo, result)
-        assert result["league"]["added"] == "" and league.episodes_since_snapshot == 99
+        assert result["league"]["added"] == "" and league.games_since_snapshot == {RANDOM: 99, "main_v1": 0}
     finally:
         algo.stop()
 
@@ -139,15 +139,36 @@ def test_games_of_main_against_itself_do_not_count_in_its_league_score():
         }}
         league(algo, result)
         assert result["league"]["score"] == pytest.approx(0.925)
-        assert result["league"]["added"] == "" and league.episodes_since_snapshot == 90  # 40 + 50 games
-        result["policies"][RANDOM]["num_episodes"] = 10
-        league(algo, result)
-        assert result["league"]["added"] == "main_v1"
+        assert result["league"]["added"] == "" and league.games_since_snapshot == {RANDOM: 40, TACTICAL: 50}
+        result["policies"][RANDOM]["num_episodes"] = 60
+        league(algo, result)  # 100 games against each member now: every window is new
+        assert result["league"]["added"] == "main_v1" and league.games_since_snapshot == {}
         # The snapshot is a member now; it has not played yet, so it is left out of the mean.
         result["policies"][TACTICAL]["episode_return_mean"] = -0.5
         result["policies"]["main_v1"] = {"episode_return_mean": float("nan"), "num_episodes": 0}
         league(algo, result)
-        assert result["league"]["score"] == pytest.approx(0.875) and league.episodes_since_snapshot == 60
+        assert result["league"]["score"] == pytest.approx(0.875) and league.episodes_since_snapshot == 0
+    finally:
+        algo.stop()
+
+
+def test_the_next_snapshot_waits_until_every_members_window_is_new():
+    # 100 games in all since the last snapshot, a third against each member, left two thirds of
+    # each window from before it: a snapshot joined on games main had played before the last one.
+    algo = small_algo()
+    try:
+        league = SelfPlayLeague(fixed=(RANDOM,), threshold=0.85, min_episodes=100)
+        league(algo, result_with(-1.0, 100))
+        assert league.snapshots == ["main_v1"]
+        for games in (34, 33, 32):
+            result = {"policies": {RANDOM: {"episode_return_mean": -0.9, "num_episodes": games},
+                                   "main_v1": {"episode_return_mean": -0.8, "num_episodes": games}}}
+            league(algo, result)
+            assert result["league"]["added"] == ""
+        assert league.episodes_since_snapshot == 99
+        result["policies"][RANDOM]["num_episodes"] = result["policies"]["main_v1"]["num_episodes"] = 1
+        league(algo, result)  # 100 games against each now; the score has been 0.925 all along
+        assert result["league"]["added"] == "main_v2"
     finally:
         algo.stop()
 
