@@ -252,24 +252,28 @@ class _Run:
 
     def _possible_kept(self, label: str) -> None:
         """An ``ids.agents-attr`` finding when ``possible_agents`` differs from the list read
-        before the first reset (the checker goes on with that list, as tools read it once)."""
+        before the first reset, is no longer a list, or cannot be read (the checker goes on with
+        the first list, as tools read it once)."""
         first = self._first_possible
         if first is None:
-            return  # not a list: _possible_agents reported it
+            return  # not a list before the first reset: _possible_agents reported it
         try:
             now = getattr(self.env, "possible_agents", None)
-            changed = isinstance(now, (list, tuple)) and list(now) != first
-        except ENV_ERRORS:
-            return  # _possible_agents reported how reading it fails
-        if changed:
-            self.collector.add(
-                "ids.agents-attr",
-                f"possible_agents changed after reset() in {label}: {names(first)} before the first reset, "
-                f"{names(list(now))} now; it lists every agent that may ever appear and stays the same for the "
-                "env's life (the checker goes on with the first list)",
-                key="changed",
-                hint=_POSSIBLE_HINT,
-            )
+            if isinstance(now, (list, tuple)) and list(now) == first:
+                return
+        except ENV_ERRORS as error:
+            self.collector.add("ids.agents-attr", f"reading possible_agents raised after reset() in {label}",
+                               error=error, key="changed", hint=_POSSIBLE_HINT)
+            return
+        now_text = names(list(now)) if isinstance(now, (list, tuple)) else shown(now)
+        self.collector.add(
+            "ids.agents-attr",
+            f"possible_agents changed after reset() in {label}: {names(first)} before the first reset, "
+            f"{now_text} now; it lists every agent that may ever appear and stays the same for the "
+            "env's life (the checker goes on with the first list)",
+            key="changed",
+            hint=_POSSIBLE_HINT,
+        )
 
     def _spaces_kept(self, label: str) -> None:
         """A ``spaces.defined`` finding for each space that differs from the one read before the

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# ray.wait takes its timeout in int64 milliseconds: longer timeouts are waited for in steps of this.
+_LONGEST_WAIT_S = 3600.0
+
 
 def _check_reachable(address: str) -> None:
     """Raise a :class:`ConfigError` when nothing answers at a ``host:port`` (or ``ray://host:port``)
@@ -110,7 +113,8 @@ class RunnerGroup:
         timeout = self.sample_timeout_s
         results = []
         while pending:
-            wait = None if timeout is None else max(0.0, min(sent for _, sent in pending.values()) + timeout - time.monotonic())
+            wait = None if timeout is None else min(
+                _LONGEST_WAIT_S, max(0.0, min(sent for _, sent in pending.values()) + timeout - time.monotonic()))
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
             if not ready:  # the oldest call (maybe others too) is overdue
                 now = time.monotonic()

@@ -331,3 +331,43 @@ def test_possible_agents_changed_by_reset_is_named_with_both_lists() -> None:
 def test_unknown_keys_are_named_against_the_list_read_before_the_first_reset() -> None:
     finding = next(f for f in check_env(broken_envs.UnknownRewardKey).findings if f.rule == "ids.known")
     assert "which is not in possible_agents ['a', 'b', 'c'] (as read before the first reset)" in finding.message
+
+
+class _PossibleAgentsAfterReset(broken_envs.Duel):
+    """``possible_agents`` is right until the first reset, then ``AFTER`` (raised if an exception)."""
+
+    AFTER: object = None
+
+    @property
+    def possible_agents(self):
+        if getattr(self, "_was_reset", False):
+            if isinstance(self.AFTER, Exception):
+                raise self.AFTER
+            return self.AFTER
+        return list(self.IDS)
+
+    @possible_agents.setter
+    def possible_agents(self, value):
+        pass  # Duel.__init__ sets it; this env decides it itself
+
+    def reset(self, *, seed=None, options=None):
+        self._was_reset = True
+        return super().reset(seed=seed, options=options)
+
+
+@pytest.mark.parametrize(
+    ("after", "now"),
+    [({"a", "b", "c"}, "a set"), (None, "None"), (RuntimeError("gone"), "raised")],
+    ids=["set", "none", "raises"],
+)
+def test_possible_agents_that_stop_being_a_list_after_reset_are_named(after: object, now: str) -> None:
+    env_class = type("PossibleAgentsLost", (_PossibleAgentsAfterReset,), {"AFTER": after})
+    report = check_env(env_class)
+    assert report.rules == {"ids.agents-attr"}, str(report)
+    (finding,) = report.findings
+    if now == "raised":
+        assert finding.message.startswith("reading possible_agents raised after reset() in reset() without arguments")
+    else:
+        assert finding.message.startswith(
+            "possible_agents changed after reset() in reset() without arguments: ['a', 'b', 'c'] before the first reset"
+        ), finding.message

@@ -97,6 +97,18 @@ def test_a_runner_that_hangs_more_often_than_max_runner_restarts_stops_the_itera
     assert not ray.is_initialized()
 
 
+def test_a_sample_timeout_longer_than_ray_can_wait_is_waited_for_in_steps():
+    import ray
+
+    # ray.wait takes int64 milliseconds: 1e16 s was an OverflowError in train().
+    algo = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).env_runners(sample_timeout_s=1e16).build()
+    try:
+        assert algo.train()["num_env_steps_sampled"] == 400
+    finally:
+        algo.stop()
+    assert not ray.is_initialized()
+
+
 def test_a_runner_that_dies_more_often_than_max_runner_restarts_is_named():
     import ray
 
