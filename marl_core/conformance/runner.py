@@ -259,11 +259,17 @@ class _Run:
             return  # not a list before the first reset: _possible_agents reported it
         try:
             now = getattr(self.env, "possible_agents", None)
-            if isinstance(now, (list, tuple)) and list(now) == first:
-                return
         except ENV_ERRORS as error:
             self.collector.add("ids.agents-attr", f"reading possible_agents raised after reset() in {label}",
                                error=error, key="changed", hint=_POSSIBLE_HINT)
+            return
+        try:
+            if isinstance(now, (list, tuple)) and list(now) == first:
+                return
+        except ENV_ERRORS as error:  # ids whose == does not give a bool
+            self.collector.add("ids.agents-attr", f"possible_agents after reset() in {label} cannot be compared "
+                               f"with the list read before the first reset", error=error, key="changed",
+                               hint=_POSSIBLE_HINT)
             return
         now_text = names(list(now)) if isinstance(now, (list, tuple)) else shown(now)
         self.collector.add(

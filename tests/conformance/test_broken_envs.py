@@ -355,10 +355,24 @@ class _PossibleAgentsAfterReset(broken_envs.Duel):
         return super().reset(seed=seed, options=options)
 
 
+class _ArrayEqualId:
+    """An id whose ``==`` answers with an array (as numpy values do): it has no truth value."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> np.ndarray:  # type: ignore[override]
+        return np.array([getattr(other, "name", other) == self.name] * 2)
+
+
 @pytest.mark.parametrize(
     ("after", "now"),
-    [({"a", "b", "c"}, "a set"), (None, "None"), (RuntimeError("gone"), "raised")],
-    ids=["set", "none", "raises"],
+    [({"a", "b", "c"}, "a set"), (None, "None"), (RuntimeError("gone"), "raised"),
+     ([_ArrayEqualId(name) for name in "abc"], "incomparable")],
+    ids=["set", "none", "raises", "incomparable"],
 )
 def test_possible_agents_that_stop_being_a_list_after_reset_are_named(after: object, now: str) -> None:
     env_class = type("PossibleAgentsLost", (_PossibleAgentsAfterReset,), {"AFTER": after})
@@ -367,6 +381,10 @@ def test_possible_agents_that_stop_being_a_list_after_reset_are_named(after: obj
     (finding,) = report.findings
     if now == "raised":
         assert finding.message.startswith("reading possible_agents raised after reset() in reset() without arguments")
+    elif now == "incomparable":  # the read worked: the comparison is what failed
+        assert finding.message.startswith(
+            "possible_agents after reset() in reset() without arguments cannot be compared with the list read "
+            "before the first reset: ValueError"), finding.message
     else:
         assert finding.message.startswith(
             "possible_agents changed after reset() in reset() without arguments: ['a', 'b', 'c'] before the first reset"
