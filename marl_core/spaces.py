@@ -117,6 +117,8 @@ def _why(space: spaces.Space, value: Any, path: str) -> str | None:
 
 @_why.register
 def _(space: spaces.Box, value: Any, path: str) -> str | None:
+    if isinstance(value, np.generic) and not space.shape:  # what numpy arithmetic on a 0-d array gives
+        value = np.asarray(value)
     if not isinstance(value, np.ndarray):
         if isinstance(value, (list, tuple)) or np.isscalar(value):
             return (
@@ -259,7 +261,7 @@ def surely_valid_action(space: spaces.Space, action: Any, mask: np.ndarray | Slo
         if type(action) not in _INTEGERS or type(mask) is tuple or space.dtype != np.int64:
             return False
         offset = int(action) - int(space.start)
-        return 0 <= offset < space.n and (mask is None or (np.size(mask) == space.n and bool(mask[offset])))
+        return 0 <= offset < space.n and (mask is None or (mask_fits(mask, space.n) and bool(mask[offset])))
     if type(space) is spaces.Box:
         return (
             type(action) is np.ndarray
@@ -279,6 +281,12 @@ def why_action_not_contained(space: spaces.Space, action: Any, path: str = "") -
     return reason
 
 
+def mask_fits(mask: Any, size: int) -> bool:
+    """Whether ``mask`` is a flat mask of ``size`` entries: only such a mask says which action
+    is which (checks ignore, and samplers do not draw from, any other)."""
+    return bool(np.ndim(mask) == 1 and len(mask) == size)
+
+
 def _check_masks(
     agent_id: AgentID, space: spaces.Space, action: Any, mask: np.ndarray | SlotMasks, whole: Any, path: str
 ) -> None:
@@ -289,11 +297,11 @@ def _check_masks(
     """
     if type(mask) is not tuple:
         where = f"in slot {path} of {_short(whole)}, masked out by that slot's action_mask"
-        if (isinstance(space, spaces.Discrete) and np.size(mask) == space.n
+        if (isinstance(space, spaces.Discrete) and mask_fits(mask, space.n)
                 and not mask[int(action) - int(space.start)]):
             legal = [int(i) + int(space.start) for i in np.flatnonzero(mask)]
             raise IllegalActionError(agent_id, action, legal, hint=where if path else "masked out by its action_mask")
-        if isinstance(space, spaces.MultiDiscrete) and np.size(mask) == int(space.nvec.sum()):
+        if isinstance(space, spaces.MultiDiscrete) and mask_fits(mask, int(space.nvec.sum())):
             # One mask per dimension, concatenated (see action_mask_size).
             flat, sizes, starts = np.asarray(mask).reshape(-1), space.nvec.reshape(-1), np.asarray(space.start).reshape(-1)
             offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
@@ -383,21 +391,26 @@ def sample_action(
     """A random action from ``space`` drawn with ``rng`` (never the space's own RNG).
 
     With ``mask`` (Discrete: one entry per action; MultiDiscrete: the per-dimension masks
-    concatenated), only legal actions are drawn.
+    concatenated), only legal actions are drawn; a mask that allows nothing (in some dimension)
+    is an :class:`IllegalActionError`. A mask that does not fit the space is not applied, as
+    :func:`check_action` does not apply it. Discrete actions come in the space's dtype.
     """
     if mask is not None:
         mask = np.asarray(mask)
-        if isinstance(space, spaces.Discrete):
+        if isinstance(space, spaces.Discrete) and mask_fits(mask, space.n):
             legal = np.flatnonzero(mask)
             if len(legal) == 0:
                 raise IllegalActionError(agent_id, "any action", [], hint="its action mask allows no action")
-            return np.int64(space.start + legal[rng.integers(len(legal))])
-        if isinstance(space, spaces.MultiDiscrete):
+            return space.dtype.type(space.start + legal[rng.integers(len(legal))])
+        if isinstance(space, spaces.MultiDiscrete) and mask_fits(mask, int(space.nvec.sum())):
             out, offset = [], 0
-            for n, start in zip(space.nvec.flat, space.start.flat, strict=True):
+            for dimension, (n, start) in enumerate(zip(space.nvec.flat, space.start.flat, strict=True)):
                 legal = np.flatnonzero(mask[offset : offset + n])
                 offset += n
-                out.append(start + (legal[rng.integers(len(legal))] if len(legal) else rng.integers(n)))
+                if len(legal) == 0:
+                    raise IllegalActionError(agent_id, "any action", [],
+                                             hint=f"its action mask allows no value in dimension {dimension}")
+                out.append(start + legal[rng.integers(len(legal))])
             return np.asarray(out, dtype=space.dtype).reshape(space.shape)
     return _sample(space, rng)
 
@@ -467,7 +480,7 @@ def _space_tree(space: spaces.Space) -> list[spaces.Space]:
 
 @_sample.register
 def _(space: spaces.Discrete, rng: np.random.Generator) -> Any:
-    return np.int64(space.start + rng.integers(space.n))
+    return space.dtype.type(space.start + rng.integers(space.n))
 
 
 @_sample.register

@@ -421,3 +421,45 @@ def test_a_multidiscrete_action_is_checked_against_each_dimensions_mask() -> Non
         check_action("a", space, np.array([2, 0]), mask)
     with pytest.raises(IllegalActionError):
         check_action("a", space, np.array([1, -1]), mask)
+
+
+@pytest.mark.parametrize(
+    "space", [spaces.Discrete(2, dtype=np.int32), spaces.Discrete(3, start=-1, dtype=np.int8)], ids=["int32", "int8"]
+)
+def test_sampled_discrete_actions_come_in_the_spaces_dtype(space: spaces.Discrete) -> None:
+    # They came as np.int64, which check_action (as gymnasium) refuses for these spaces.
+    rng = np.random.default_rng(0)
+    mask = np.ones(space.n, dtype=np.int8)
+    for action in [sample_action(space, rng) for _ in range(20)] + [sample_action(space, rng, mask) for _ in range(20)]:
+        assert type(action) is space.dtype.type and space.contains(action)
+        check_action("a", space, action, mask)
+
+
+def test_a_multidiscrete_mask_that_allows_nothing_in_a_dimension_is_named() -> None:
+    # The dimension was drawn unmasked: an action its own mask forbids.
+    with pytest.raises(IllegalActionError, match="allows no value in dimension 1"):
+        sample_action(spaces.MultiDiscrete([2, 3]), np.random.default_rng(0), np.array([1, 0, 0, 0, 0]), "a")
+
+
+@pytest.mark.parametrize("mask", [[0, 0, 0, 0, 1], [[1, 0, 0]]], ids=["longer", "two-dimensional"])
+def test_a_mask_that_does_not_fit_the_space_is_not_applied_when_sampling_or_checking(mask: list) -> None:
+    # The longer one made the sampler return 4 for Discrete(3); the 2-d one was a bare IndexError.
+    space, rng = spaces.Discrete(3), np.random.default_rng(0)
+    drawn = {int(sample_action(space, rng, np.array(mask))) for _ in range(60)}
+    assert drawn == {0, 1, 2}
+    for action in range(3):
+        check_action("a", space, action, np.array(mask))
+        assert not surely_valid_action(space, action, np.array(mask))  # left to check_action
+
+
+def test_a_numpy_scalar_is_a_shape_free_box_action() -> None:
+    # np.clip or arithmetic on a 0-d action gives a numpy scalar, which gymnasium's Box takes.
+    box = spaces.Box(-1.0, 1.0, (), np.float32)
+    check_action("a", box, np.float32(0.5))
+    check_action("a", box, np.clip(np.array(3.0, dtype=np.float32), -1, 1))
+    with pytest.raises(InvalidActionError, match="dtype float64 but the space needs float32"):
+        check_action("a", box, np.float64(0.5))
+    with pytest.raises(InvalidActionError, match=r"value 2.0 at index \(\) is outside \[-1.0, 1.0\]"):
+        check_action("a", box, np.float32(2.0))
+    with pytest.raises(InvalidActionError, match="a float32 where the space needs a numpy array"):
+        check_action("a", spaces.Box(-1.0, 1.0, (2,), np.float32), np.float32(0.5))
