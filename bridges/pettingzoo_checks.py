@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from marl_core.env import AgentID
-from marl_core.spaces import check_action
+from marl_core.spaces import check_action, mask_fits
 
 _index = operator.index
 _ndarray = np.ndarray
@@ -152,7 +152,7 @@ class ActionChecker:
             if type(action) in bounds.ints:
                 value = _index(action)  # numpy integers compare faster as Python ints
                 if bounds.low <= value < bounds.high and (  # a mask of another size: check_action's to judge
-                    mask is None or not self.check_legal or (len(mask) == bounds.high - bounds.low
+                    mask is None or not self.check_legal or (mask_fits(mask, bounds.high - bounds.low)
                                                              and mask[value - bounds.low])
                 ):
                     return

@@ -284,6 +284,8 @@ def why_action_not_contained(space: spaces.Space, action: Any, path: str = "") -
 def mask_fits(mask: Any, size: int) -> bool:
     """Whether ``mask`` is a flat mask of ``size`` entries: only such a mask says which action
     is which (checks ignore, and samplers do not draw from, any other)."""
+    if type(mask) is np.ndarray:  # the common case, on hot paths: no np.ndim call
+        return mask.ndim == 1 and len(mask) == size
     return bool(np.ndim(mask) == 1 and len(mask) == size)
 
 
@@ -395,6 +397,12 @@ def sample_action(
     is an :class:`IllegalActionError`. A mask that does not fit the space is not applied, as
     :func:`check_action` does not apply it. Discrete actions come in the space's dtype.
     """
+    if type(mask) is tuple:  # per-slot masks, for a Tuple space only (as check_action reads them)
+        if isinstance(space, spaces.Tuple) and len(mask) == len(space.spaces):
+            # A slot whose mask allows nothing belongs to a member that does not act now: any action.
+            return tuple(sample_action(sub, rng, slot if slot is not None and np.any(slot) else None, agent_id)
+                         for sub, slot in zip(space.spaces, mask, strict=True))
+        mask = None
     if mask is not None:
         mask = np.asarray(mask)
         if isinstance(space, spaces.Discrete) and mask_fits(mask, space.n):

@@ -132,7 +132,7 @@ class ActionLayout:
     def to_env(self, rows: np.ndarray) -> list[Any]:
         """Flat action rows -> actions in the env's format (Box actions clipped to the bounds)."""
         if self.is_discrete:
-            return list(rows[:, 0].astype(np.int64) + np.int64(self.space.start))
+            return list((rows[:, 0].astype(np.int64) + np.int64(self.space.start)).astype(self.space.dtype, copy=False))
         return [_unflatten(self.space, row, [0])[0] for row in rows]
 
     def from_env(self, action: Any) -> np.ndarray:
@@ -164,7 +164,7 @@ def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int]) -> tuple[Any
     start = at[0]
     if isinstance(space, spaces.Discrete):
         at[0] += 1
-        return (np.int64(int(row[start]) + int(space.start)),)
+        return (space.dtype.type(int(row[start]) + int(space.start)),)  # in the space's dtype, as the env checks
     if isinstance(space, spaces.MultiDiscrete):
         at[0] += space.nvec.size
         values = row[start : at[0]].astype(np.int64).reshape(space.shape) + space.start

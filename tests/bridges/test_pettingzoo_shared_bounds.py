@@ -254,3 +254,15 @@ def test_good_steps_never_need_the_full_check(names):
         while env.agents:
             env.step(_good(env, case_of))
     assert full_checks == [] and len(env.env.received) == 8
+
+
+@pytest.mark.parametrize("mask", [np.ones((3, 2), np.int8), np.array(1, np.int8)], ids=["two-dimensional", "0-d"])
+def test_the_fast_mask_check_ignores_a_mask_that_does_not_fit_as_check_action_does(mask: np.ndarray) -> None:
+    # They were a bare ValueError ("truth value of an array") and TypeError ("len() of unsized object").
+    from bridges.pettingzoo_checks import ActionChecker
+    from marl_core.spaces import check_action
+
+    checker = ActionChecker(lambda agent_id: spaces.Discrete(3), check_legal=True)
+    for action in range(3):
+        check_action("a", spaces.Discrete(3), action, mask)
+        checker("a", action, mask)

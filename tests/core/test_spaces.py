@@ -463,3 +463,16 @@ def test_a_numpy_scalar_is_a_shape_free_box_action() -> None:
         check_action("a", box, np.float32(2.0))
     with pytest.raises(InvalidActionError, match="a float32 where the space needs a numpy array"):
         check_action("a", spaces.Box(-1.0, 1.0, (2,), np.float32), np.float32(0.5))
+
+
+def test_a_tuple_of_masks_is_read_per_slot_by_the_sampler_as_by_the_check() -> None:
+    # For a Discrete space the sampler applied (0, 1, 0) as one mask while check_action ignored it;
+    # for a Tuple space per-slot masks were an error or ignored.
+    rng = np.random.default_rng(0)
+    assert {int(sample_action(spaces.Discrete(3), rng, (0, 1, 0))) for _ in range(60)} == {0, 1, 2}
+    pair = spaces.Tuple((spaces.Discrete(3), spaces.Discrete(2)))
+    slot_masks = (np.array([0, 0, 1], np.int8), np.array([0, 0], np.int8))  # the second member does not act
+    drawn = [sample_action(pair, rng, slot_masks, "group") for _ in range(60)]
+    assert {int(first) for first, _ in drawn} == {2} and {int(second) for _, second in drawn} == {0, 1}
+    for action in drawn:
+        check_action("group", pair, action, slot_masks)

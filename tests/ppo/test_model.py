@@ -171,3 +171,18 @@ def test_unsupported_spaces_raise_clear_errors():
         ActionLayout(gym.spaces.Box(0, 3, (2,), np.int64))
     with pytest.raises(SpaceError, match="action_mask of shape"):
         _policy(masked_space(BOX, 4), gym.spaces.Discrete(5))
+
+
+@pytest.mark.parametrize(
+    "space",
+    [gym.spaces.Discrete(3, dtype=np.int32), gym.spaces.Tuple((gym.spaces.Discrete(3, start=-1, dtype=np.int8),))],
+    ids=["discrete-int32", "tuple-int8"],
+)
+def test_discrete_actions_reach_the_env_in_the_spaces_dtype(space) -> None:
+    # They were np.int64, which the env's own check (ours, gymnasium's) refuses for these spaces.
+    from marl_core.spaces import check_action
+
+    rows = np.array([[0.0], [2.0]], np.float32)
+    for action in ActionLayout(space).to_env(rows):
+        check_action("a", space, action)
+        assert space.contains(action)
