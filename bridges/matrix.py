@@ -280,11 +280,9 @@ def run_all(cases: Sequence[Case], *, jobs: int = 2, timeout: float = 900.0,
         for run in list(running.values()):
             case, process = run.case, run.process
             if run.row is None and run.receiver.poll():
-                try:
+                with contextlib.suppress(EOFError):  # EOF: the process ended without sending its row
                     run.row = Row(**run.receiver.recv())
                     run.arrived = time.monotonic()
-                except EOFError:  # the process ended without sending its row
-                    pass
             if run.row is not None:
                 # Waiting here without a limit would let one process that cannot exit hang the run.
                 if process.is_alive() and time.monotonic() - run.arrived <= EXIT_SECONDS:

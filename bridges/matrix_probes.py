@@ -10,7 +10,7 @@ import random
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,7 +65,7 @@ def _aec(case: Case, build: Build) -> str:
     from bridges.pettingzoo_export import MultiAgentAECEnv
 
     exported = MultiAgentAECEnv(build(case))
-    _seed_action_spaces(exported)
+    _seed_action_spaces(exported.action_space, exported.possible_agents)
     api_test(exported, num_cycles=min(case.max_steps or ROUND_TRIP_STEPS, ROUND_TRIP_STEPS))
     return "pass: api_test on MultiAgentAECEnv(PettingZooEnv(env))"
 
@@ -78,16 +78,16 @@ def _parallel(case: Case, build: Build) -> str:
     from bridges.pettingzoo_export import MultiAgentParallelEnv
 
     exported = MultiAgentParallelEnv(build(case))
-    _seed_action_spaces(exported)
+    _seed_action_spaces(exported.action_space, exported.possible_agents)
     parallel_api_test(exported, num_cycles=min(case.max_steps or ROUND_TRIP_STEPS, ROUND_TRIP_STEPS))
     return "pass: parallel_api_test on MultiAgentParallelEnv(ParallelPettingZooEnv(env))"
 
 
-def _seed_action_spaces(env: Any) -> None:
-    """Seed every agent's action space: PettingZoo's tests sample from them unseeded, and the
-    exported env hands out the same space objects each time, so every run draws the same actions."""
-    for agent in env.possible_agents:
-        env.action_space(agent).seed(0)
+def _seed_action_spaces(action_space: Callable[[Any], Any], agents: Sequence[Any]) -> None:
+    """Seed every agent's action space: PettingZoo's and RLlib's checks sample from them unseeded,
+    and the bridges hand out the same space objects each time, so every run draws the same actions."""
+    for agent in agents:
+        action_space(agent).seed(0)
 
 
 def _rllib(case: Case, build: Build) -> str:
@@ -97,8 +97,7 @@ def _rllib(case: Case, build: Build) -> str:
 
     # The adapter directly: to_rllib(from_rllib(x)) would hand back x itself.
     adapter = RLlibMultiAgentEnvAdapter(build(case))
-    for agent_id in adapter.possible_agents:  # RLlib's check samples from the spaces: the same draws every run
-        adapter.get_action_space(agent_id).seed(0)
+    _seed_action_spaces(adapter.get_action_space, adapter.possible_agents)
     check_multiagent_environments(adapter)
     return "pass: RLlib check_multiagent_environments on to_rllib"
 
