@@ -25,13 +25,24 @@ from marl_core.errors import EnvContractError, VectorEnvError, shape_of
 
 logger = logging.getLogger(__name__)
 
+
 class ResetFailure:
-    """What a same-step autoreset returns in place of ``(obs, infos)`` when the reset raised."""
+    """What a same-step autoreset returns in place of ``(obs, infos)`` when the reset raised: the
+    :func:`failure_of` the error, and in the process that ran the reset the error itself (a worker
+    sends the failure only)."""
 
-    __slots__ = ("text",)
+    __slots__ = ("error", "failure")
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self, error: Exception) -> None:
+        self.failure = failure_of(error)
+        self.error: Exception | None = error
+
+    def __getstate__(self) -> tuple[Failure]:
+        return (self.failure,)
+
+    def __setstate__(self, state: tuple[Failure]) -> None:
+        (self.failure,) = state
+        self.error = None
 
 
 class SharedEnvError(ValueError):
@@ -108,16 +119,14 @@ def execute(env: MultiAgentEnv, command: str, payload: Any) -> Any:
     """Run one command on ``env``: the same code in sync mode and in a worker process."""
     if command == "step":
         return checked_step(env, env.step(payload))
-    if command in ("step_reset", "step_reset_isolated"):  # same-step autoreset: the step, then a reset if it ended
+    if command == "step_reset":  # same-step autoreset: the step, then a reset if it ended
         result = checked_step(env, env.step(payload))
         if not (result[2][ALL] or result[3].get(ALL, False)):
             return result, None
-        if command == "step_reset":
+        try:
             return result, checked_reset(env, env.reset(seed=None, options=None))
-        try:  # isolated (on_error="rebuild"): the ended episode's results must not be lost with the reset
-            return result, checked_reset(env, env.reset(seed=None, options=None))
-        except Exception:
-            return result, ResetFailure(traceback.format_exc())
+        except Exception as error:  # the ended episode's results go back too: the caller decides
+            return result, ResetFailure(error)
     if command == "reset":
         seed, options = payload
         return checked_reset(env, env.reset(seed=seed, options=options))
@@ -135,6 +144,18 @@ def execute(env: MultiAgentEnv, command: str, payload: Any) -> Any:
         return attribute
     raise ValueError(f"unknown command {command!r}")
 
+
+def call_text(command: str, payload: Any) -> str:
+    """The env call that ``command`` makes, as error messages name it: ``step()``, ``reset()``..."""
+    if command == "step":
+        return "step()"
+    if command == "step_reset":
+        return "step()"
+    if command == "spaces":
+        return f"get_{payload[0]}_space()"
+    if command == "call":
+        return f"call({payload[0]!r})"
+    return f"{command}()"
 
 
 # Worker processes -------------------------------------------------------------------------
@@ -363,9 +384,9 @@ def _payload_name(command: str) -> str:
     return "action dict" if command.startswith("step") else f"{command} arguments"
 
 
-def remote_error(what: str, index: int, failure: tuple, suffix: str = "") -> VectorEnvError:
+def remote_error(what: str, index: int, failure: tuple, suffix: str = "", during: str = "") -> VectorEnvError:
     type_name, message, remote_traceback, _ = failure
-    text = f"{what} {type_name}: {message}{suffix}\n\nTraceback in its worker process:\n{remote_traceback}"
+    text = f"{what} {type_name}{during}: {message}{suffix}\n\nTraceback in its worker process:\n{remote_traceback}"
     return VectorEnvError(text, index, remote_traceback)
 
 

@@ -39,6 +39,7 @@ from marl_core._vector_workers import (
     UnsendableError,
     Workers,
     build_env,
+    call_text,
     exception_of,
     execute,
     rebuild,
@@ -244,8 +245,7 @@ class VectorMultiAgentEnv:
             raise VectorEnvError(
                 f"step() needs one action dict per env ({self.num_envs}), received {len(action_list)}"
             )
-        step_command = "step" if self.autoreset_mode != "same_step" else (
-            "step_reset_isolated" if self.on_error == "rebuild" else "step_reset")
+        step_command = "step_reset" if self.autoreset_mode == "same_step" else "step"
         commands: list[tuple[str, Any]] = []
         for index, actions in enumerate(action_list):
             if self._needs_reset[index]:
@@ -255,9 +255,9 @@ class VectorMultiAgentEnv:
                 self._validate(index, actions)
             commands.append((step_command, actions))
         results = self._run_all(commands)
-        failed = {index for index, _ in self.last_failures}
-        if step_command == "step_reset_isolated":
-            self._replace_failed_resets(commands, results)
+        failed = {index for index, _ in self.last_failures}  # the steps that failed (envs rebuilt)
+        if step_command == "step_reset":
+            self._handle_failed_resets(commands, results)
         obs_out: list[dict[AgentID, Any]] = []
         rewards_out: list[dict[AgentID, Any]] = []
         terminateds_out: list[dict[AgentID, Any]] = []
@@ -365,23 +365,24 @@ class VectorMultiAgentEnv:
         self._check_usable()
         if self._workers is None:
             return self._sync_execute(index, command, payload)
-        return self._collect(self._workers.request({index: (command, payload)}))[index]
+        return self._collect({index: (command, payload)})[index]
 
     def _run_all(self, commands: list[tuple[str, Any]]) -> list[Any]:
         self.last_failures = []
         try:
             if self.on_error == "rebuild":
-                return self._run_all_isolated(commands)
-            if self._workers is None:
-                return [self._sync_execute(i, command, payload) for i, (command, payload) in enumerate(commands)]
-            replies = self._collect(self._workers.request(dict(enumerate(commands))))
-            return [replies[index] for index in range(self.num_envs)]
+                results = self._run_all_isolated(commands)
+            elif self._workers is None:
+                results = [self._sync_execute(i, command, payload) for i, (command, payload) in enumerate(commands)]
+            else:
+                replies = self._collect(dict(enumerate(commands)))
+                results = [replies[index] for index in range(self.num_envs)]
+            return results
         except UnsendableError:
             raise  # nothing reached any env
         except VectorEnvError as error:
             if self.on_error != "rebuild":  # a rebuild that failed has said why already
-                self._needs_reset = [True] * self.num_envs
-                self._reset_needed = f"needs reset() after the error of its last call ({str(error).splitlines()[0]})"
+                self._needs_reset_after(error)
             raise
         except BaseException as error:  # Ctrl-C: some envs may have moved on, the others not
             self._needs_reset = [True] * self.num_envs
@@ -392,10 +393,13 @@ class VectorMultiAgentEnv:
         try:
             return execute(self._envs[index], command, payload)
         except Exception as error:
-            raise VectorEnvError(f"env {index} raised {type(error).__name__}: {error}", index) from error
+            raise VectorEnvError(
+                f"env {index} raised {type(error).__name__} during {call_text(command, payload)}: {error}", index
+            ) from error
 
-    def _collect(self, replies: dict[int, tuple[str, Any]]) -> dict[int, Any]:
-        """The results of ``replies``, or raise for the first env that failed."""
+    def _collect(self, commands: dict[int, tuple[str, Any]]) -> dict[int, Any]:
+        """Run ``commands`` in the workers; their results, or raise for the first env that failed."""
+        replies = self._workers.request(commands)
         failures = {i: reply for i, (status, reply) in replies.items() if status != "ok"}
         if not failures:
             return {i: reply for i, (_, reply) in replies.items()}
@@ -409,18 +413,37 @@ class VectorMultiAgentEnv:
             raise VectorEnvError(failure + others, index)
         if dead:
             others += f"; {self._broken}"
-        raise remote_error(f"env {index} raised", index, failure, others) from exception_of(failure)
+        during = f" during {call_text(*commands[index])}"
+        raise remote_error(f"env {index} raised", index, failure, others, during) from exception_of(failure)
 
-    def _replace_failed_resets(self, commands: list[tuple[str, Any]], results: list[Any]) -> None:
-        """Same-step autoresets that raised (``on_error="rebuild"`` only): the step's results
-        stay, and the env is rebuilt for the next episode."""
+    def _handle_failed_resets(self, commands: list[tuple[str, Any]], results: list[Any]) -> None:
+        """Same-step autoresets that raised: with ``on_error="rebuild"`` the step's results stay
+        and the env is rebuilt for the next episode; else the first one raises."""
         failed = {
-            index: result[1].text
+            index: result[1]
             for index, result in enumerate(results)
-            if commands[index][0] == "step_reset_isolated" and isinstance(result[1], ResetFailure)
+            if commands[index][0] == "step_reset" and isinstance(result[1], ResetFailure)
         }
-        for index, first_obs in self._rebuild(failed).items():
-            results[index] = (results[index][0], first_obs)
+        if not failed:
+            return
+        if self.on_error == "rebuild":
+            for index, first_obs in self._rebuild({i: f.failure[2] for i, f in failed.items()}).items():
+                results[index] = (results[index][0], first_obs)
+            return
+        index = min(failed)
+        others = f" (envs {sorted(failed)} failed)" if len(failed) > 1 else ""
+        what, failure, cause = f"env {index} raised", failed[index].failure, failed[index].error
+        during = " during reset() (the same-step autoreset after its episode ended)"
+        if cause is not None:  # raised in this process: its own traceback is chained
+            error = VectorEnvError(f"{what} {failure[0]}{during}: {failure[1]}{others}", index)
+        else:
+            error, cause = remote_error(what, index, failure, others, during), exception_of(failure)
+        self._needs_reset_after(error)
+        raise error from cause
+
+    def _needs_reset_after(self, error: VectorEnvError) -> None:
+        self._needs_reset = [True] * self.num_envs
+        self._reset_needed = f"needs reset() after the error of its last call ({str(error).splitlines()[0]})"
 
     def _run_all_isolated(self, commands: list[tuple[str, Any]]) -> list[Any]:
         """``_run_all`` for ``on_error="rebuild"``: failed envs are rebuilt, the others kept."""

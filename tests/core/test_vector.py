@@ -325,9 +325,11 @@ def test_a_failing_same_step_reset_keeps_the_ended_episode_results(mode: str, nu
     with VectorMultiAgentEnv([RockPaperScissors, EndsThenResetFails], mode, num_workers=num_workers,
                              autoreset_mode="same_step") as venv:
         venv.reset(seed=0)
-        with pytest.raises(VectorEnvError, match="env 1 raised RuntimeError: reset refused after the episode") as error:
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised RuntimeError during reset\(\) \(the same-step autoreset "
+                           r"after its episode ended\): reset refused after the episode") as error:
             venv.step(moves)
-        assert error.value.__cause__ is not None  # the env's exception (or, async, the worker's copy)
+        assert isinstance(error.value.__cause__, RuntimeError)  # the env's exception (or, async, the worker's copy)
+        assert mode == "async" or error.value.__cause__.__traceback__ is not None
         assert mode == "sync" or "reset refused" in error.value.remote_traceback
         with pytest.raises(ResetNeededError):
             venv.step(moves)
@@ -337,6 +339,21 @@ def test_a_failing_same_step_reset_keeps_the_ended_episode_results(mode: str, nu
         venv.reset(seed=0)
         assert venv.step(moves)[1][1] == {"player1": 1, "player2": -1}
         assert [index for index, _ in venv.last_failures] == [1]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_env_error_names_the_call_that_raised(mode: str) -> None:
+    # The messages said "env 1 raised RuntimeError: ..." whether step() or reset() raised.
+    moves = [{"player1": 1, "player2": 0}] * 2
+    with VectorMultiAgentEnv([RockPaperScissors, EndsThenResetFails], mode) as venv:
+        venv.reset(seed=0)
+        assert venv.step(moves)[2][1][ALL] is True
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised RuntimeError during reset\(\): reset refused"):
+            venv.step(moves)  # the next-step autoreset
+    with VectorMultiAgentEnv([RockPaperScissors, lambda: ExplodingEnv(fail_at=1)], mode) as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised RuntimeError during step\(\): boom at move 1"):
+            venv.step(moves)
 
 
 def connect_four() -> MultiAgentEnv:
@@ -469,7 +486,7 @@ def test_sub_env_exception_names_the_env_and_needs_reset(mode: str, num_workers:
     with VectorMultiAgentEnv(factories, mode, num_workers=num_workers) as venv:
         venv.reset(seed=0)
         venv.step([{"player1": 0, "player2": 0}] * 3)
-        with pytest.raises(VectorEnvError, match=r"env 1 raised RuntimeError: boom at move 2") as info:
+        with pytest.raises(VectorEnvError, match=r"env 1 raised RuntimeError during step\(\): boom at move 2") as info:
             venv.step([{"player1": 0, "player2": 0}] * 3)
         assert info.value.index == 1
         if mode == "async":
@@ -481,7 +498,7 @@ def test_sub_env_exception_names_the_env_and_needs_reset(mode: str, num_workers:
             assert isinstance(info.value.__cause__, RuntimeError)
         # It said "step() called before reset()" although reset() had been called.
         with pytest.raises(ResetNeededError, match=r"VectorMultiAgentEnv.step\(\) needs reset\(\) after the error "
-                                                   r"of its last call \(env 1 raised RuntimeError: boom at move 2"):
+                                                   r"of its last call \(env 1 raised RuntimeError during step\(\): boom at move 2"):
             venv.step([{"player1": 0, "player2": 0}] * 3)
         obs_list, _ = venv.reset(seed=0)
         assert obs_list == [{"player1": 0, "player2": 0}] * 3
@@ -670,7 +687,7 @@ def test_results_that_cannot_leave_the_worker_are_reported() -> None:
     with VectorMultiAgentEnv([LockedEnv, LockedEnv]) as venv:
         assert isinstance(venv.call("lock")[1], type(threading.Lock()))
     with VectorMultiAgentEnv([LockedEnv, LockedEnv], "async") as venv:
-        with pytest.raises(VectorEnvError, match=r"env 0 raised TypeError: cannot pickle '_thread\.lock' object"):
+        with pytest.raises(VectorEnvError, match=r"env 0 raised TypeError during call\('lock'\): cannot pickle '_thread\.lock' object"):
             venv.call("lock")
         assert venv.call("num_moves") == [0, 0]
 
@@ -777,7 +794,7 @@ def test_results_that_break_the_api_are_named_not_stepped_on_forever(mode: str, 
     # These gave "'str' object has no attribute 'items'", "not enough values to unpack", or (the
     # last two) an env stepped with empty action dicts forever.
     with (VectorMultiAgentEnv([lambda: BrokenResultEnv(how)], mode) as venv,
-          pytest.raises(VectorEnvError, match=r"env 0 raised EnvContractError: " + message)):
+          pytest.raises(VectorEnvError, match=r"env 0 raised EnvContractError during (reset|step)\(\): " + message)):
         venv.reset(seed=0)
         for _ in range(3):
             venv.step([{"player1": 0, "player2": 0}])
@@ -1056,7 +1073,7 @@ def test_a_result_whose_pickling_raises_anything_is_that_envs_error_and_the_work
     both = {"player1": 0, "player2": 1}
     with VectorMultiAgentEnv([RockPaperScissors, PointerInInfo], "async") as venv:
         venv.reset(seed=0)
-        with pytest.raises(VectorEnvError, match=r"^env 1 raised ValueError: ctypes objects containing pointers "
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised ValueError during step\(\): ctypes objects containing pointers "
                                                  r"cannot be pickled") as info:
             venv.step([both, both])
         assert info.value.index == 1
@@ -1093,7 +1110,7 @@ def test_results_this_process_cannot_unpickle_are_that_envs_error(tmp_path: Path
     both = {"player1": 0, "player2": 1}
     with VectorMultiAgentEnv([RockPaperScissors, factory], "async", num_workers=num_workers) as venv:
         venv.reset(seed=0)
-        with pytest.raises(VectorEnvError, match=r"^env 1 raised ModuleNotFoundError: its results cannot be unpickled "
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised ModuleNotFoundError during step\(\): its results cannot be unpickled "
                                                  r"in this process: No module named 'elsewhere_infos'\n") as info:
             venv.step([both, both])
         assert info.value.index == 1
@@ -1113,7 +1130,7 @@ def test_an_env_error_of_a_class_this_process_cannot_import_keeps_its_name_and_m
     both = {"player1": 0, "player2": 1}
     with VectorMultiAgentEnv([RockPaperScissors, factory], "async", num_workers=1) as venv:
         venv.reset(seed=0)
-        with pytest.raises(VectorEnvError, match=r"^env 1 raised CustomError: the real reason\n") as info:
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised CustomError during step\(\): the real reason\n") as info:
             venv.step([both, both])
         assert info.value.index == 1 and "elsewhere_errors.py" in info.value.remote_traceback
         assert info.value.__cause__ is None  # the exception itself cannot come back here
@@ -1129,7 +1146,7 @@ def test_an_action_its_worker_cannot_unpickle_is_that_envs_error_and_the_worker_
         monkeypatch.syspath_prepend(str(tmp_path))
         import parent_only_actions  # type: ignore[import-not-found]
 
-        with pytest.raises(VectorEnvError, match=r"^env 1 raised ModuleNotFoundError: its action dict cannot be "
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised ModuleNotFoundError during step\(\): its action dict cannot be "
                                                  r"unpickled in its worker process: No module named "
                                                  r"'parent_only_actions'") as info:
             venv.step([both, {"player1": parent_only_actions.Act(0), "player2": 1}])
