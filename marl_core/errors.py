@@ -106,12 +106,17 @@ class ActionDictError(MultiAgentEnvError, TypeError):
         )
 
 
+def _for_agent(agent_id: Any) -> str:
+    """" for agent 'x'", or nothing when the caller named no agent (a space checked on its own)."""
+    return "" if agent_id is None else f" for agent {agent_id!r}"
+
+
 class InvalidActionError(MultiAgentEnvError):
     """An action outside the agent's action space."""
 
     def __init__(self, agent_id: Any, expected: str, received: Any, reason: str = "") -> None:
         self.agent_id = agent_id
-        message = f"invalid action for agent {agent_id!r}: expected {expected}, received {received!r}"
+        message = f"invalid action{_for_agent(agent_id)}: expected {expected}, received {received!r}"
         super().__init__(f"{message} ({reason})" if reason else message)
 
 
@@ -122,7 +127,7 @@ class IllegalActionError(InvalidActionError):
         self.agent_id = agent_id
         self.legal = list(legal)
         message = (
-            f"illegal action for agent {agent_id!r}: received {received!r}, legal actions now: "
+            f"illegal action{_for_agent(agent_id)}: received {received!r}, legal actions now: "
             f"{self.legal}"
         )
         if hint:
