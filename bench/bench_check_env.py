@@ -1,6 +1,6 @@
 """Time of ``check_env`` with its defaults, against the targets: < 1 s on RockPaperScissors, < 30 s on 20 agents.
 
-Envs: the RLlib docs' RockPaperScissors (``examples/rock_paper_scissors.py``, 2 agents); a
+Envs: the RLlib docs' RockPaperScissors (``marl_core.envs``, 2 agents); a
 20-agent ``ManyAgentsEnv`` (image and Discrete observations from space overrides, 100 steps per
 episode); 20 copies of CartPole (agents ending one by one); and PettingZoo's pistonball_v6 (20
 pistons, 457x120x3 images, through ``bridges.wrap``) when PettingZoo is installed.
@@ -26,10 +26,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/ and tests/ live at the root
 
-from examples.rock_paper_scissors import RockPaperScissors
 from marl_core import make_multi_agent, rollout
 from marl_core.conformance import check_env
 from marl_core.conformance.runner import DEFAULT_EPISODES, DEFAULT_MAX_STEPS
+from marl_core.envs import RockPaperScissors
 from tests.fixtures.envs import ManyAgentsEnv
 
 

@@ -14,7 +14,7 @@ fails on envs that observe plain Python ints (a Discrete observation ``3`` rathe
 ``np.int64(3)``); such envs work with the converters, but need numpy observations for that test.
 
 Example:
-    >>> from examples.rock_paper_scissors import RockPaperScissors
+    >>> from marl_core.envs import RockPaperScissors
     >>> from bridges.pettingzoo import to_aec
     >>> aec = to_aec(RockPaperScissors())
     >>> aec.reset(seed=0)

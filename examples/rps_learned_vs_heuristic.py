@@ -18,7 +18,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from examples.rock_paper_scissors import RockPaperScissors
+from marl_core.envs import RockPaperScissors
 from marl_core.ppo import PPO, PPOConfig
 from marl_core.ppo.presets import beat_last_move
 from marl_core.rollout import rollout

@@ -6,7 +6,7 @@ may die early, receive rewards alone, and the wrapped env may be turn-based (as 
 group's live members act together).
 
 Example:
-    >>> from examples.rock_paper_scissors import RockPaperScissors
+    >>> from marl_core.envs import RockPaperScissors
     >>> env = RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]})
     >>> env.possible_agents, env.get_action_space("team")
     (['team'], Tuple(Discrete(3), Discrete(3)))

@@ -7,7 +7,7 @@ they name, acting or not.
 
 Example:
     >>> from marl_core import rollout
-    >>> from examples.rock_paper_scissors import RockPaperScissors
+    >>> from marl_core.envs import RockPaperScissors
     >>> result = rollout(RockPaperScissors(), seed=0)
     >>> result.steps, sorted(result.lengths.items())
     (10, [('player1', 10), ('player2', 10)])

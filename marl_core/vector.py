@@ -10,7 +10,7 @@ forward pass serves them all; :func:`scatter` sends the batched actions back as 
 
 Example:
     >>> from marl_core.vector import VectorMultiAgentEnv, gather, scatter
-    >>> from examples.rock_paper_scissors import RockPaperScissors
+    >>> from marl_core.envs import RockPaperScissors
     >>> with VectorMultiAgentEnv([RockPaperScissors, RockPaperScissors]) as venv:
     ...     obs_list, infos_list = venv.reset(seed=0)
     ...     batches = gather(obs_list, lambda env_index, agent_id: "shared")

@@ -10,8 +10,8 @@ do not parse), and ``--list-rules`` prints the rules as a JSON list.
 
 Example:
     >>> from marl_core.conformance.cli import main
-    >>> main(["examples.rock_paper_scissors:RockPaperScissors", "--episodes", "1"])  # doctest: +ELLIPSIS
-    marl-check examples.rock_paper_scissors:RockPaperScissors: OK, 0 errors, 0 warnings (seed 0, 1 episodes, ...)
+    >>> main(["marl_core.envs:RockPaperScissors", "--episodes", "1"])  # doctest: +ELLIPSIS
+    marl-check marl_core.envs:RockPaperScissors: OK, 0 errors, 0 warnings (seed 0, 1 episodes, ...)
     0
 """
 

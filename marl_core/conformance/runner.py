@@ -109,7 +109,7 @@ def check_env(
 
     Example:
         >>> from marl_core.conformance import check_env
-        >>> from examples.rock_paper_scissors import RockPaperScissors
+        >>> from marl_core.envs import RockPaperScissors
         >>> report = check_env(RockPaperScissors)
         >>> report.ok, report.findings
         (True, ())

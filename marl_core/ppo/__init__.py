@@ -4,7 +4,7 @@ Example:
     >>> from marl_core.ppo import PPOConfig
     >>> config = (
     ...     PPOConfig()
-    ...     .environment("examples.rock_paper_scissors:RockPaperScissors")
+    ...     .environment("marl_core.envs:RockPaperScissors")
     ...     .env_runners(num_env_runners=0, num_envs_per_env_runner=4)
     ...     .training(train_batch_size=80, minibatch_size=40, num_epochs=1)
     ... )

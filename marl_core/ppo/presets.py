@@ -84,7 +84,7 @@ def rps_config() -> PPOConfig:
     """The rock-paper-scissors config: 1 runner, small batches, a small MLP."""
     return (
         PPOConfig()
-        .environment("examples.rock_paper_scissors:RockPaperScissors")
+        .environment("marl_core.envs:RockPaperScissors")
         .multi_agent(
             policies={"learned": None, "beat_last": beat_last_move},
             policy_mapping_fn=rps_policy_mapping_fn,
@@ -98,7 +98,7 @@ def rps_config() -> PPOConfig:
 
 
 def _rps_final(algo: PPO, out_dir: Path) -> dict[str, Any]:
-    from examples.rock_paper_scissors import RockPaperScissors
+    from marl_core.envs import RockPaperScissors
     from marl_core.rollout import rollout
 
     learned = algo.get_policy_callable("learned")

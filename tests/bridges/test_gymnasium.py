@@ -172,7 +172,7 @@ def test_from_gymnasium_refuses_multi_agent_envs_and_envs_without_spaces() -> No
         wrapped = gym.make("test-multi-agent-rps-v0")
         for convert in (wrap, from_gymnasium):
             with pytest.raises(UnsupportedEnvError, match=r"from_gymnasium takes a single-agent env, but .* wraps "
-                                                          r"examples\.rock_paper_scissors\.RockPaperScissors, a "
+                                                          r"marl_core\.envs\.RockPaperScissors, a "
                                                           r"multi-agent env \(marl_core\): use it as it is on env\.unwrapped"):
                 convert(wrapped)
     finally:

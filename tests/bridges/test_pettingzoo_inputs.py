@@ -200,7 +200,7 @@ def test_an_env_of_the_other_api_is_refused_naming_both_and_the_right_bridge() -
     with pytest.raises(UnsupportedEnvError, match=r"PettingZooEnv takes a PettingZoo AEC env, received the parallel env "
                                                   r".*aec_to_parallel_wrapper; wrap it with ParallelPettingZooEnv instead"):
         PettingZooEnv(pistonball.parallel_env())
-    with pytest.raises(UnsupportedEnvError, match=r"received examples.rock_paper_scissors.RockPaperScissors, which has no .*observe"):
+    with pytest.raises(UnsupportedEnvError, match=r"received marl_core.envs.RockPaperScissors, which has no .*observe"):
         PettingZooEnv(RockPaperScissors())
 
 

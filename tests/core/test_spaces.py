@@ -223,10 +223,10 @@ def test_masked_sampling_never_draws_a_masked_action(mask_bits, seed) -> None:
 
 
 def test_masked_sampling_with_no_legal_action_is_an_error() -> None:
-    with pytest.raises(IllegalActionError, match="^illegal action for agent 'p': .*allows no action"):
+    with pytest.raises(IllegalActionError, match=r"^illegal action for agent 'p': .*allows no action"):
         sample_action(spaces.Discrete(2), np.random.default_rng(0), np.zeros(2, np.int8), "p")
     # Without an agent id the message named "agent None".
-    with pytest.raises(IllegalActionError, match="^illegal action: .*allows no action"):
+    with pytest.raises(IllegalActionError, match=r"^illegal action: .*allows no action"):
         sample_action(spaces.Discrete(2), np.random.default_rng(0), np.zeros(2, np.int8))
     with pytest.raises(InvalidActionError, match=r"^invalid action: expected an action in Discrete\(2\), received 5"):
         check_action(None, spaces.Discrete(2), 5)

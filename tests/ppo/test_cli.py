@@ -122,7 +122,7 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, capsys):
     final = tmp_path / "rps" / "final"
     status = main(["pistonball", "--resume", str(final), "--out", str(tmp_path / "pb")])
     err = capsys.readouterr().err
-    assert status == 2 and "trains env examples.rock_paper_scissors:RockPaperScissors" in err
+    assert status == 2 and "trains env marl_core.envs:RockPaperScissors" in err
     assert "preset 'pistonball' trains marl_core.ppo.presets:pistonball_env" in err
     assert not (tmp_path / "pb").exists()
     # Logs that cannot be read back: exit 2, nothing overwritten.
@@ -289,6 +289,26 @@ def test_the_mapping_fn_can_be_set_by_its_import_path(tmp_path):
     assert PPOConfig().set("policy_mapping_fn", "marl_core.ppo.presets:rps_policy_mapping_fn").policy_mapping_fn is rps_policy_mapping_fn
     assert main(["rps", "--iterations", "1", "--no-progress", "--out", str(tmp_path), "--set", "num_env_runners=0",
                  "--set", "policy_mapping_fn=marl_core.ppo.presets:rps_policy_mapping_fn"]) == 0
+
+
+def test_the_rps_preset_runs_and_resumes_from_any_directory(tmp_path):
+    # Its env lived in the repository's examples/: outside the repository root the run stopped
+    # with "No module named 'examples'", and its checkpoints could not be loaded.
+    environ = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    command = [sys.executable, "-m", "marl_core.ppo.cli", "rps", "--iterations", "1", "--no-progress",
+               "--set", "num_env_runners=0", "--set", "train_batch_size=80"]
+    first = subprocess.run([*command, "--out", "run"], cwd=tmp_path, env=environ, capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "learned_vs_beat_last_mean_return" in first.stdout
+    saved = json.loads((tmp_path / "run" / "final" / "config.json").read_text())
+    assert saved["env"] == "marl_core.envs:RockPaperScissors"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    resumed = subprocess.run([*command, "--resume", str(tmp_path / "run" / "final"), "--out", "more"],
+                             cwd=elsewhere, env=environ, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert (elsewhere / "more" / "final" / "state.pt").is_file()
 
 
 @pytest.mark.slow
