@@ -5,6 +5,7 @@ pyspiel, and how a copy of an env refers to a game written in Python."""
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -109,12 +110,15 @@ def load_game(game: str | pyspiel.Game) -> pyspiel.Game:
             f"OpenSpielEnv needs a pyspiel.Game or a game name such as 'connect_four', received "
             f"{type(game).__name__} {game!r}"
         )
-    if game.startswith("python_") and game.split("(")[0] not in pyspiel.registered_names():
+    if "python_" in game:  # also inside a wrapper game's parameters: "turn_based_simultaneous_game(game=python_...)"
         import open_spiel.python.games  # noqa: F401  (registers OpenSpiel's Python games)
     try:
         return pyspiel.load_game(game)
     except Exception as error:  # pyspiel raises SpielError, and IndexError or RuntimeError from C++
-        raise UnsupportedEnvError(f"OpenSpiel game {game!r} does not load: {error}") from error
+        # pyspiel's "Unknown game" message lists every registered game, one a line.
+        reason = re.sub(r"Available games are:\n.*", "pyspiel.registered_names() lists the games", str(error),
+                        flags=re.DOTALL)
+        raise UnsupportedEnvError(f"OpenSpiel game {game!r} does not load: {reason}") from error
 
 
 def _provides(game: pyspiel.Game, kind: ObservationType) -> bool:

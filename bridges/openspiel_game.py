@@ -40,8 +40,14 @@ import pyspiel
 from gymnasium import spaces
 
 from marl_core.env import ALL, AgentID, MultiAgentEnv
-from marl_core.errors import EnvContractError, IllegalActionError, MultiAgentEnvError, UnsupportedEnvError
-from marl_core.spaces import OBS_KEY, action_mask_of, is_masked
+from marl_core.errors import (
+    EnvContractError,
+    IllegalActionError,
+    InvalidActionError,
+    MultiAgentEnvError,
+    UnsupportedEnvError,
+)
+from marl_core.spaces import OBS_KEY, action_mask_of, is_masked, snapshot
 
 logger = logging.getLogger(__name__)
 # Exported games whose env ran past max_game_length (warned once per game name and process).
@@ -461,6 +467,7 @@ class _Position:
         acting = []
         for agent_id, observation in obs.items():
             player = self._player(agent_id, "observation")
+            observation = snapshot(observation)  # the env may write into it later: the record keeps what was seen
             self.last_obs[player] = observation
             self.record[player].append(("observed", observation))
             if agent_id not in ended:
@@ -473,7 +480,7 @@ class _Position:
             )
         if self.sequential and len(self.acting) > 1:
             raise EnvContractError(
-                f"{type(self.env).__name__} asks {[self.spec.agents[p] for p in self.acting]} to act at "
+                f"{type(self.env).__name__} asks {self._names(self.acting)} to act at "
                 "once in a game exported as sequential; pass dynamics='simultaneous' to to_openspiel"
             )
 
@@ -508,27 +515,63 @@ class _Position:
 
     def apply(self, action: int) -> None:
         """A chance outcome (the seed) or the one acting player's action."""
+        self._check_not_over(f"apply_action({action})")
         if self.env is None:
-            seeds = self.spec.seeds
-            if not 0 <= action < len(seeds):  # a negative index would pick a seed from the end
-                raise IllegalActionError("chance", action, range(len(seeds)),
-                                         hint=f"a chance outcome is the index of one of the game's {len(seeds)} seeds")
-            self._start(seeds[action])
+            self._check_chance_outcome(action)
+            self._start(self.spec.seeds[action])
         else:
+            if len(self.acting) != 1:
+                raise MultiAgentEnvError(
+                    f"apply_action({action}) at a simultaneous node: {self._names(self.acting)} act at once; "
+                    f"apply_actions takes one action per player ({len(self.spec.agents)})"
+                )
             player = self.acting[0]
-            self._step({self.spec.agents[player]: self.spec.starts[player] + int(action)}, {player: int(action)})
+            self._check_action(player, action)
+            self._step({self.spec.agents[player]: self.spec.starts[player] + action}, {player: action})
         self.replay.append(int(action))  # only once applied: clones replay what happened
 
     def apply_joint(self, actions: Sequence[int]) -> None:
         """A joint action at a simultaneous node (entries of players not acting are ignored)."""
+        self._check_not_over(f"apply_actions({list(actions)})")
+        if self.env is None:
+            raise MultiAgentEnvError(f"apply_actions({list(actions)}) at the chance node: apply_action takes the "
+                                     f"chance outcome (the index of one of the game's {len(self.spec.seeds)} seeds)")
+        if self.sequential:
+            raise MultiAgentEnvError(
+                f"apply_actions({list(actions)}) on a game exported as sequential: apply_action takes the action of "
+                f"the one player to act ({self._names(self.acting)} now)"
+            )
         if len(actions) != len(self.spec.agents):
             raise MultiAgentEnvError(
                 f"a joint action has one entry per player ({len(self.spec.agents)}: {list(self.spec.agents)}), received "
                 f"{len(actions)}: {list(actions)}"
             )
         did = {player: int(actions[player]) for player in self.acting}
+        for player, action in did.items():  # all checked before the env sees any
+            self._check_action(player, action)
         self._step({self.spec.agents[p]: self.spec.starts[p] + action for p, action in did.items()}, did)
         self.replay.append([int(a) for a in actions])
+
+    def _check_not_over(self, call: str) -> None:
+        if self.done:
+            raise MultiAgentEnvError(f"{call} on a terminal state: the game is over")
+
+    def _check_chance_outcome(self, action: int) -> None:
+        count = len(self.spec.seeds)
+        if not 0 <= action < count:  # a negative index would pick a seed from the end
+            raise IllegalActionError("chance", action, range(count),
+                                     hint=f"a chance outcome is the index of one of the game's {count} seeds")
+
+    def _check_action(self, player: int, action: int) -> None:
+        """Raise unless ``action`` is one of ``player``'s legal actions (the env is not stepped)."""
+        size, agent_id = self.spec.sizes[player], self.spec.agents[player]
+        if not 0 <= action < size:  # a negative one would reach the env as another action
+            raise InvalidActionError(agent_id, f"an OpenSpiel action in 0..{size - 1}", action)
+        if action_mask_of(self.last_obs[player]) is not None and action not in self.legal_actions(player):
+            raise IllegalActionError(agent_id, action, self.legal_actions(player))
+
+    def _names(self, players: Sequence[int]) -> list[AgentID]:
+        return [self.spec.agents[p] for p in players]
 
     def legal_actions(self, player: int) -> list[int]:
         """The legal actions of ``player`` (none when it does not act now)."""
@@ -566,8 +609,12 @@ class _EnvState(pyspiel.State):
         return self._position.ready().legal_actions(player)
 
     def chance_outcomes(self) -> list[tuple[int, float]]:
-        """The seeds, uniformly."""
-        count = len(self._position.spec.seeds)
+        """The seeds, uniformly (at the chance node only, as in OpenSpiel's games)."""
+        position = self._position.ready()
+        if position.done or position.env is not None:
+            raise MultiAgentEnvError(f"chance_outcomes() at a node that is not a chance node (current player "
+                                     f"{self.current_player()})")
+        count = len(position.spec.seeds)
         return [(k, 1.0 / count) for k in range(count)]
 
     def _apply_action(self, action: int) -> None:
@@ -579,6 +626,7 @@ class _EnvState(pyspiel.State):
     def _action_to_string(self, player: int, action: int) -> str:
         spec = self._position.spec
         if player == pyspiel.PlayerId.CHANCE:
+            self._position._check_chance_outcome(action)
             return f"seed={spec.seeds[action]}"
         return f"{spec.agents[player]}:{spec.starts[player] + action}"
 

@@ -82,6 +82,27 @@ def action_mask_size(action_space: spaces.Space) -> int | None:
     return None
 
 
+MAX_DEPTH = 64
+"""Containers nested deeper than this (a dict that holds itself) are not looked into: kept as
+they are by :func:`snapshot` (and in the checker's records), and not compared."""
+
+
+def snapshot(value: Any, depth: int = 0) -> Any:
+    """A copy of ``value`` deep enough that later in-place changes to the original do not reach it."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if depth >= MAX_DEPTH:
+        return value
+    if isinstance(value, dict):
+        return {k: snapshot(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [snapshot(v, depth + 1) for v in value]
+    if isinstance(value, tuple):
+        items = [snapshot(v, depth + 1) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a namedtuple stays one
+    return value
+
+
 def mask_from_legal(legal: Iterable[int], size: int) -> np.ndarray:
     """An int8 mask of ``size`` entries with 1 exactly at ``legal``."""
     mask = np.zeros(size, dtype=np.int8)

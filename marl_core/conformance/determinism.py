@@ -17,27 +17,7 @@ import numpy as np
 
 from marl_core.conformance.checks import Frame, names
 from marl_core.conformance.collect import ENV_ERRORS, shown
-
-MAX_DEPTH = 64
-"""Containers nested deeper than this (a dict that holds itself) are not looked into: kept as
-they are in records, and not compared."""
-
-
-def snapshot(value: Any, depth: int = 0) -> Any:
-    """A copy of ``value`` deep enough that later in-place changes to the original do not reach it."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if depth >= MAX_DEPTH:
-        return value
-    if isinstance(value, dict):
-        return {k: snapshot(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [snapshot(v, depth + 1) for v in value]
-    if isinstance(value, tuple):
-        items = [snapshot(v, depth + 1) for v in value]
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a namedtuple stays one
-    return value
-
+from marl_core.spaces import MAX_DEPTH
 
 SMALL_ARRAY_BYTES = 4096
 """Arrays up to this size are kept as copies in trajectory records; larger ones as a :class:`Digest`."""

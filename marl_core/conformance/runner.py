@@ -46,13 +46,12 @@ from marl_core.conformance.determinism import (
     first_difference,
     global_rng_state,
     same,
-    snapshot,
 )
 from marl_core.conformance.report import ConformanceReport
 from marl_core.conformance.rules import RULES
 from marl_core.conformance.target import Target, copier, resolve
 from marl_core.errors import ConformanceError
-from marl_core.spaces import sample_action, sample_action_for
+from marl_core.spaces import sample_action, sample_action_for, snapshot
 
 logger = logging.getLogger(__name__)
 

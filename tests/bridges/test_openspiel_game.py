@@ -222,6 +222,110 @@ def test_a_chance_outcome_or_joint_action_of_the_wrong_size_is_refused_and_chang
     assert state.history() == [1, 0]
 
 
+def _play_to_the_end(state: Any, joint: list[int]) -> int:
+    moves = 0
+    while not state.is_terminal():
+        state.apply_actions(joint)
+        moves += 1
+    return moves
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    # One agent's action at a simultaneous node reached the env alone: a bare KeyError, after the
+    # env had counted the move (the state ended a move early, its clones did not).
+    (lambda s: s.apply_action(1), r"apply_action\(1\) at a simultaneous node: \['player1', 'player2'\] act at once"),
+    # An action outside the space reached the env (a KeyError, after the env had moved).
+    (lambda s: s.apply_actions([0, 5]), r"invalid action for agent 'player2': expected an OpenSpiel action in 0\.\.2, "
+                                        r"received 5"),
+    (lambda s: s.apply_actions([-1, 0]), r"invalid action for agent 'player1': .* received -1"),
+], ids=["one-action", "out-of-range", "negative"])
+def test_a_refused_action_at_a_simultaneous_node_leaves_the_env_untouched(call: Any, message: str) -> None:
+    game = to_openspiel(RockPaperScissors, name="test_refused_rps")
+    state = game.new_initial_state()
+    with pytest.raises(MultiAgentEnvError, match=message):
+        call(state)
+    assert state.history() == []
+    clone = state.clone()
+    assert _play_to_the_end(state, [0, 1]) == _play_to_the_end(clone, [0, 1]) == 10  # RockPaperScissors: 10 moves
+    assert state.returns() == clone.returns() == [-10.0, 10.0]
+
+
+def test_a_turn_based_exported_game_refuses_what_its_env_would_misread() -> None:
+    game = to_openspiel(TicTacToe, name="test_refused_tic_tac_toe")
+    state = game.new_initial_state()
+    # -2 was played as board[-2] (cell 7), 9 was a bare IndexError.
+    for action in (-2, 9):
+        with pytest.raises(MultiAgentEnvError, match=rf"agent 'player2': expected an OpenSpiel action in 0\.\.8, received {action}"):
+            state.apply_action(action)
+    assert state.history() == [] and state.legal_actions() == list(range(9))
+    # A joint action on a sequential game applied the first entry and recorded both in history().
+    with pytest.raises(MultiAgentEnvError, match=r"apply_actions\(\[4, 0\]\) on a game exported as sequential: "
+                                                 r"apply_action takes the action of the one player to act \(\['player2'\] now\)"):
+        state.apply_actions([4, 0])
+    assert state.history() == []
+    for action in (4, 0, 2, 6, 3, 5, 1, 7, 8):
+        state.apply_action(action)
+    assert state.is_terminal()
+    with pytest.raises(MultiAgentEnvError, match=r"apply_action\(8\) on a terminal state: the game is over"):
+        state.apply_action(8)  # was a bare IndexError
+    with pytest.raises(MultiAgentEnvError, match=r"chance_outcomes\(\) at a node that is not a chance node"):
+        state.chance_outcomes()  # was the seed distribution
+    seeded = to_openspiel(TicTacToe, name="test_refused_tic_tac_toe_seeds", seeds=(0, 1, 2)).new_initial_state()
+    assert seeded.action_to_string(pyspiel.PlayerId.CHANCE, 2) == "seed=2"
+    with pytest.raises(IllegalActionError, match="agent 'chance': received -1"):
+        seeded.action_to_string(pyspiel.PlayerId.CHANCE, -1)  # was "seed=2": the last seed
+    with pytest.raises(MultiAgentEnvError, match=r"apply_actions\(\[0, 0\]\) at the chance node"):
+        seeded.apply_actions([0, 0])
+
+
+class _ReusesItsBuffer(MultiAgentEnv):
+    """Turn-based; every observation is the one array it writes the step count into."""
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = ["a", "b"]
+        self.observation_spaces = {a: gym.spaces.Box(0, 99, (1,), np.float32) for a in self.agents}
+        self.action_spaces = {a: gym.spaces.Discrete(2) for a in self.agents}
+        self.buffer = np.zeros(1, np.float32)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        self.buffer[:] = 0
+        return {"a": self.buffer}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        self.buffer[:] = self.t
+        done = self.t >= 4
+        obs = {a: self.buffer for a in self.agents} if done else {"ab"[self.t % 2]: self.buffer}
+        return obs, {}, {"__all__": done}, {"__all__": False}, {}
+
+
+def test_an_env_writing_into_its_last_observation_does_not_rewrite_the_past() -> None:
+    state = to_openspiel(_ReusesItsBuffer, name="test_reused_buffer").new_initial_state()
+    assert state.information_state_string(0) == "observed [0.]"
+    state.apply_action(0)
+    assert state.information_state_string(0) == "observed [0.]\ndid 0"  # was "observed [1.]\ndid 0"
+    assert state.observation_tensor(0) == [0.0]  # what 'a' last received
+
+
+def test_python_games_inside_wrapper_games_load_in_a_fresh_process() -> None:
+    # Only names that started with "python_" registered OpenSpiel's Python games: "Unknown game".
+    script = ("from bridges._openspiel_loading import load_game\n"
+              "game = load_game('turn_based_simultaneous_game(game=python_iterated_prisoners_dilemma())')\n"
+              "print(game.get_type().short_name)\n"
+              "try:\n    load_game('no_such_game')\nexcept Exception as error:\n    print(error)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "turn_based_simultaneous_game"
+    # pyspiel's message listed every registered game, one a line.
+    assert lines[1:] == ["OpenSpiel game 'no_such_game' does not load: Unknown game 'no_such_game'. "
+                         "pyspiel.registered_names() lists the games"]
+
+
 def test_rewards_and_returns_in_both_reward_models() -> None:
     # The seeds' TicTacToe charges -5 for a move onto a taken cell: a reward during play.
     stepwise = to_openspiel(TicTacToe, name="test_rewards_tic_tac_toe", seeds=(0,))
