@@ -220,6 +220,10 @@ def to_openspiel(
           everything the agent observed and did, in order (perfect recall).
         - **Chance and seeding**: the only chance event is the seed (see ``seeds``); everything
           random in the env follows from it, so cloning a state replays its history exactly.
+        - **Errors**: an action outside a player's actions or not legal now, ``apply_action`` at
+          a simultaneous node, ``apply_actions`` on a sequential game or at the chance node, and
+          any action after the end raise a :class:`~marl_core.errors.MultiAgentEnvError` before
+          the env is stepped: the state and its history stay as they were.
     """
     if not isinstance(name, str) or _NAME.fullmatch(name) is None:
         raise UnsupportedEnvError(
