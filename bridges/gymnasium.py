@@ -208,6 +208,14 @@ def _refuse_multi_agent(env: gym.Env) -> None:
             f"from_gymnasium takes a single-agent env, but {where} a multi-agent env ({kind}): {use}"
             + (" on env.unwrapped (gymnasium wrappers do not apply to multi-agent envs)" if inner is not env else "")
         )
+    agents = getattr(inner, "possible_agents", None)
+    if passes_through and isinstance(agents, (list, tuple)) and agents:  # a multi-agent env on gymnasium.Env
+        raise UnsupportedEnvError(
+            f"from_gymnasium takes a single-agent env, but {type(inner).__qualname__} is a gymnasium.Env with "
+            f"possible_agents {list(agents)[:12]!r}: a multi-agent env needs per-agent spaces; subclass "
+            "marl_core.MultiAgentEnv and set observation_spaces and action_spaces (dicts keyed by agent id), or "
+            "define get_observation_space(agent_id) and get_action_space(agent_id)"
+        )
 
 
 class SingleAgentEnv(gym.Env):

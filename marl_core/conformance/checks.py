@@ -32,6 +32,21 @@ from marl_core.spaces import (
 _RESULT_NAMES = ("obs", "rewards", "terminateds", "truncateds", "infos")
 
 
+NO_ARGUMENTS = "reset() without arguments"
+"""The label of the check's first episode, which starts with RLlib's unseeded ``reset()``."""
+
+
+def reset_in(label: str) -> str:
+    """How messages name the reset that starts the episode ``label``."""
+    return label if label == NO_ARGUMENTS else f"reset() in {label}"
+
+
+def a_type(value: Any) -> str:
+    """``"a dict"``, ``"an int"``: the type of ``value`` with its article."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def names(ids: Iterable[Any]) -> str:
     """A short list of ids for messages."""
     ids = list(ids)
@@ -70,7 +85,7 @@ def lookup_spaces(env: Any, agent_ids: Iterable[Any], collector: Collector) -> t
             else:
                 collector.add(
                     "spaces.defined",
-                    f"the {kind} space of agent {shown(agent_id)} is a {type(space).__name__} ({shown(space)}), "
+                    f"the {kind} space of agent {shown(agent_id)} is {a_type(space)} ({shown(space)}), "
                     f"expected a gymnasium.spaces.Space",
                     agent=agent_id,
                 )
@@ -86,7 +101,7 @@ def reward_problem(reward: Any) -> str | None:
             return f"an array of shape {reward.shape} and dtype {reward.dtype}"
         reward = reward.item()
     if not isinstance(reward, (int, float, np.integer, np.floating)):
-        return f"a {type(reward).__name__} ({shown(reward)})"
+        return f"{a_type(reward)} ({shown(reward)})"
     try:
         finite = math.isfinite(float(reward))
     except OverflowError:
@@ -162,7 +177,7 @@ class CallChecker:
         if not isinstance(result, (tuple, list)) or len(result) != 2:
             self.collector.add(
                 "api.reset",
-                f"reset() returned {shape_of(result)} in {self.label}; expected a tuple (obs, infos) of two dicts",
+                f"{reset_in(self.label)} returned {shape_of(result)}; expected a tuple (obs, infos) of two dicts",
                 step=0,
                 key="shape",
             )
@@ -171,8 +186,9 @@ class CallChecker:
         if bad:
             self.collector.add(
                 "api.reset",
-                f"reset() returned {', '.join(f'{n} as a {type(p).__name__}' for n, p in zip(('obs', 'infos'), result, strict=True) if n in bad)} "
-                f"in {self.label}; expected dicts keyed by agent id",
+                f"{reset_in(self.label)} returned "
+                f"{', '.join(f'{n} as {a_type(p)}' for n, p in zip(('obs', 'infos'), result, strict=True) if n in bad)}; "
+                "expected dicts keyed by agent id",
                 step=0,
                 key="types",
             )
@@ -191,7 +207,7 @@ class CallChecker:
                 key="shape",
             )
             return None
-        bad = [f"{name} as a {type(part).__name__}" for name, part in zip(_RESULT_NAMES, result, strict=True) if not isinstance(part, dict)]
+        bad = [f"{name} as {a_type(part)}" for name, part in zip(_RESULT_NAMES, result, strict=True) if not isinstance(part, dict)]
         if bad:
             self.collector.add(
                 "api.step",
@@ -228,7 +244,7 @@ class CallChecker:
 
     def check(self, frame: Frame) -> Verdict:
         """Check one frame; return who acts next, the trusted masks and whether the episode is over."""
-        at = f"at step {frame.step} of {self.label}" if frame.step else f"after reset() in {self.label}"
+        at = f"at step {frame.step} of {self.label}" if frame.step else f"after {reset_in(self.label)}"
         self._known(frame, at)
         done, ending, all_missing = self._flags(frame, at) if frame.step else (False, set(), False)
         if frame.step:
@@ -293,7 +309,7 @@ class CallChecker:
             if ALL in table and not is_flag(table[ALL]):
                 self.collector.add(
                     "api.all-key",
-                    f"{name}['__all__'] {at} is {shown(table[ALL])} (a {type(table[ALL]).__name__}); expected a bool",
+                    f"{name}['__all__'] {at} is {shown(table[ALL])} ({a_type(table[ALL])}); expected a bool",
                     step=frame.step,
                     key=f"{name} type",
                 )
@@ -301,7 +317,7 @@ class CallChecker:
                 if agent_id != ALL and not is_flag(flag):
                     self.collector.add(
                         "api.step",
-                        f"{name}[{shown(agent_id)}] {at} is {shown(flag)} (a {type(flag).__name__}); expected a bool",
+                        f"{name}[{shown(agent_id)}] {at} is {shown(flag)} ({a_type(flag)}); expected a bool",
                         agent=agent_id,
                         step=frame.step,
                         key=f"{name} flag type",
@@ -368,12 +384,12 @@ class CallChecker:
             if not isinstance(info, dict):
                 self.collector.add(
                     "infos.keys",
-                    f"infos[{shown(agent_id)}] {at} is a {type(info).__name__} ({shown(info)}); expected a dict",
+                    f"infos[{shown(agent_id)}] {at} is {a_type(info)} ({shown(info)}); expected a dict",
                     agent=agent_id,
                     step=frame.step,
                     key="not a dict",
                 )
-            elif MASK_KEY in info and not _has_mask(frame.obs.get(agent_id)) and agent_id in frame.obs:
+            elif MASK_KEY in info and not has_mask(frame.obs.get(agent_id)) and agent_id in frame.obs:
                 self.collector.add(
                     "masks.in-info",
                     f"agent {shown(agent_id)} {at} has an action_mask in its info, beside an observation without "
@@ -429,7 +445,8 @@ class CallChecker:
                     key="ended still listed",
                 )
         for agent_id in acting:
-            if agent_id not in alive and agent_id in self.possible:  # unknown ones: ids.known says so
+            # Unknown ones: ids.known says so; ones that ended earlier: lifecycle.dead-agent.
+            if agent_id not in alive and agent_id in self.possible and agent_id not in self.dead:
                 self.collector.add(
                     "ids.agents-attr",
                     f"agent {shown(agent_id)} must act {at} (it is in the obs dict) but is not in env.agents {names(agents)}",
@@ -477,7 +494,8 @@ class CallChecker:
 _VALUES = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?|'[^']*'|\"[^\"]*\"")
 
 
-def _has_mask(observation: Any) -> bool:
+def has_mask(observation: Any) -> bool:
+    """Whether ``observation`` carries an action mask in the canonical Dict form."""
     return isinstance(observation, Mapping) and MASK_KEY in observation
 
 

@@ -32,6 +32,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from marl_core.conformance.collect import ENV_ERRORS, CheckInterrupted, describe, format_exception
@@ -74,7 +75,8 @@ def _parser() -> _Parser:
     parser.add_argument(
         "target",
         nargs="?",
-        help="MODULE:ATTR naming an env class, a factory or an env instance, e.g. mypkg.envs:MyEnv",
+        help="MODULE:ATTR naming an env class, a factory or an env instance, e.g. mypkg.envs:MyEnv or "
+        "path/to/my_env.py:MyEnv",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (default 0)")
@@ -138,15 +140,26 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
 
 def load_target(spec: str) -> Any:
-    """The object named by ``MODULE:ATTR`` (ATTR may be dotted), importing from the working directory too.
+    """The object named by ``MODULE:ATTR`` (ATTR may be dotted), importing from the working directory
+    too; MODULE may be a ``.py`` file's path, imported as a module of its directory.
 
     Raises:
         TargetImportError: the spec is malformed, the module does not import or has no such attribute.
     """
-    module_name, sep, attr = spec.partition(":")
+    module_name, sep, attr = spec.rpartition(":") if spec.count(":") > 1 else spec.partition(":")
     if not sep or not module_name or not attr:
-        raise TargetImportError(f"expected MODULE:ATTR (e.g. mypkg.envs:MyEnv), received {spec!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
+        raise TargetImportError(f"expected MODULE:ATTR (e.g. mypkg.envs:MyEnv or my_env.py:MyEnv), received {spec!r}")
+    if module_name.endswith(".py"):  # a file: imported as a module of its own directory
+        path = Path(module_name).expanduser()
+        if not path.is_file():
+            raise TargetImportError(f"cannot import {module_name!r}: no such file")
+        if not path.stem.isidentifier():
+            raise TargetImportError(f"cannot import {module_name!r}: {path.stem!r} is not a module name")
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        module_name = path.stem
+    elif os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         obj: Any = importlib.import_module(module_name)

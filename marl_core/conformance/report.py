@@ -88,6 +88,9 @@ class ConformanceReport:
         steps: how many ``step()`` calls the checker made in all.
         seconds: how long the check took.
         skipped: the rule ids that were not checked.
+        via: how ``bridges.wrap`` made the target a multi-agent env, and why (e.g. a
+            ``gymnasium.Env`` without ``observation_spaces`` is checked as a one-agent
+            ``GymnasiumEnv``); empty when the target is one.
     """
 
     target: str
@@ -98,6 +101,7 @@ class ConformanceReport:
     steps: int = 0
     seconds: float = 0.0
     skipped: tuple[str, ...] = field(default_factory=tuple)
+    via: str = ""
 
     @property
     def ok(self) -> bool:
@@ -132,6 +136,7 @@ class ConformanceReport:
             "steps": self.steps,
             "seconds": round(self.seconds, 4),
             "skipped": list(self.skipped),
+            "via": self.via,
             "findings": [f.to_dict() for f in self.findings],
         }
 
@@ -159,7 +164,7 @@ class ConformanceReport:
             f"episodes, {self.steps} steps"
         )
         head += f", {self.seconds:.2f} s)" if self.seconds else ")"
-        parts = [head]
+        parts = [head + (f"\n{self.via}" if self.via else "")]
         if self.skipped:
             parts.append(f"skipped rules: {', '.join(self.skipped)}")
         parts += [str(f) for f in self.findings]

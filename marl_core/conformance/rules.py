@@ -113,7 +113,8 @@ _CATALOG = (
         "spaces.obs-contains",
         "error",
         "Every observation is in its agent's observation space, in the space's own form: a numpy "
-        "array for a Box (not a list or a numpy scalar), a tuple for a Tuple (not a list), although "
+        "array for a Box (not a list; a numpy scalar only for a shape-() Box, as in gymnasium), a tuple "
+        "for a Tuple (not a list), although "
         "gymnasium's `contains` converts those first. A finding names the offending sub-space by "
         "its path and diagnoses dtype and shape.",
         "space = Box(0.0, 1.0, (2,), np.float32)\nobs = np.zeros(2)    # float64, not float32",

@@ -28,7 +28,16 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gym_spaces
 
-from marl_core.conformance.checks import CallChecker, Frame, lookup_spaces, names, space_of
+from marl_core.conformance.checks import (
+    NO_ARGUMENTS,
+    CallChecker,
+    Frame,
+    has_mask,
+    lookup_spaces,
+    names,
+    reset_in,
+    space_of,
+)
 from marl_core.conformance.collect import (
     ENV_ERRORS,
     CheckInterrupted,
@@ -141,6 +150,7 @@ def check_env(
                                "`except Exception`, RLlib's env runners' and this checker's included.")
     return ConformanceReport(
         target=target.name,
+        via=target.via,
         findings=run.collector.findings(),
         seed=seed,
         episodes=episodes,
@@ -236,15 +246,15 @@ class _Run:
         return possible
 
     def _reset_without_arguments(self) -> None:
-        self.checker.start_episode("reset() without arguments")
+        self.checker.start_episode(NO_ARGUMENTS)
         try:
             result = self.env.reset()
         except ENV_ERRORS as error:
             self.collector.add(
-                "api.reset", "reset() without arguments raised", step=0, error=error, hint=_RAISED_HINT, key="no arguments"
+                "api.reset", f"{NO_ARGUMENTS} raised", step=0, error=error, hint=_RAISED_HINT, key="no arguments"
             )
             return
-        self._possible_kept("reset() without arguments")
+        self._possible_kept(NO_ARGUMENTS)
         frame = self.checker.split_reset(result)
         if frame is not None:  # the results of the no-seed reset RLlib makes are checked like any
             self.checker.check(frame)
@@ -259,21 +269,21 @@ class _Run:
         try:
             now = getattr(self.env, "possible_agents", None)
         except ENV_ERRORS as error:
-            self.collector.add("ids.agents-attr", f"reading possible_agents raised after reset() in {label}",
+            self.collector.add("ids.agents-attr", f"reading possible_agents raised after {reset_in(label)}",
                                error=error, key="changed", hint=_POSSIBLE_HINT)
             return
         try:
             if isinstance(now, (list, tuple)) and list(now) == first:
                 return
         except ENV_ERRORS as error:  # ids whose == does not give a bool
-            self.collector.add("ids.agents-attr", f"possible_agents after reset() in {label} cannot be compared "
+            self.collector.add("ids.agents-attr", f"possible_agents after {reset_in(label)} cannot be compared "
                                f"with the list read before the first reset", error=error, key="changed",
                                hint=_POSSIBLE_HINT)
             return
         now_text = names(list(now)) if isinstance(now, (list, tuple)) else shown(now)
         self.collector.add(
             "ids.agents-attr",
-            f"possible_agents changed after reset() in {label}: {names(first)} before the first reset, "
+            f"possible_agents changed after {reset_in(label)}: {names(first)} before the first reset, "
             f"{now_text} now; it lists every agent that may ever appear and stays the same for the "
             "env's life (the checker goes on with the first list)",
             key="changed",
@@ -293,7 +303,7 @@ class _Run:
                 if changed:
                     self.collector.add(
                         "spaces.defined",
-                        f"the {kind} space of agent {shown(agent_id)} changed after reset() in {label}: {shown(space)} "
+                        f"the {kind} space of agent {shown(agent_id)} changed after {reset_in(label)}: {shown(space)} "
                         f"before the first reset, {shown(now)} now; spaces stay the same for the env's life",
                         agent=agent_id,
                         key=f"changed {kind}",
@@ -342,12 +352,16 @@ class _Run:
             try:
                 result = self.env.step(sent)
             except ENV_ERRORS as error:
+                unmasked = [a for a in actions if a not in verdict.masks and has_mask(frame.obs.get(a))]
+                hint = _RAISED_HINT if not unmasked else (
+                    f"{_RAISED_HINT} Except for {names(unmasked)}: its action mask is unsound (the masks.valid "
+                    "finding says why), so its action was drawn from the whole space, which the env may refuse.")
                 self.collector.add(
                     "api.step",
                     f"step() raised at step {step} of {label} with actions {shown(actions, 120)}",
                     step=step,
                     error=error,
-                    hint=_RAISED_HINT,
+                    hint=hint,
                     key=f"raised {type(error).__name__}",
                 )
                 break
@@ -456,7 +470,7 @@ class _Run:
                     step=frame.step,
                     key=f"dict {name}",
                 )
-        at = f"at step {frame.step} of {label}" if frame.step else f"by reset() in {label}"
+        at = f"at step {frame.step} of {label}" if frame.step else f"by {reset_in(label)}"
         self._previous = [(a, frame.obs[a], record.obs[a], at) for a in frame.obs]
         returned = {"obs": frame.obs, "infos": frame.infos}
         if frame.step:  # a reset returns no other dicts

@@ -35,6 +35,7 @@ class Target:
         factory: builds a fresh env (None when there is no way to; see ``fresh_error``).
         picklable: the object that must survive a cloudpickle round trip (factory or instance).
         fresh_error: why no fresh env can be built, when ``factory`` is None.
+        via: how ``bridges.wrap`` made the target a multi-agent env, and why ("": it is one).
     """
 
     env: Any
@@ -42,6 +43,7 @@ class Target:
     factory: Callable[[], Any] | None
     picklable: Any
     fresh_error: str | None = None
+    via: str = ""
 
 
 def missing_protocol(obj: Any) -> list[str]:
@@ -97,23 +99,26 @@ def _is_instance_like(obj: Any) -> bool:
     return not inspect.isclass(obj) and callable(getattr(obj, "reset", None))
 
 
-def _call_factory(factory: Callable[..., Any]) -> Any:
+def _arguments(factory: Callable[..., Any]) -> tuple[Any, ...]:
+    """What :func:`resolve` calls ``factory`` with: nothing, or an empty config (as RLlib does)."""
     try:
         inspect.signature(factory).bind()
-        takes_nothing = True
+        return ()
     except TypeError:
-        takes_nothing = False
+        pass
     except ValueError:  # no signature (builtins): try the plain call
-        takes_nothing = True
-    if takes_nothing:
-        return factory()
+        return ()
     if accepts_config(factory):
-        return factory({})
+        return ({},)
     raise TargetBuildError(
         f"cannot call {_name_of(factory)}: it needs arguments (signature "
         f"{inspect.signature(factory)}); pass a zero-argument factory, e.g. "
         f"`lambda: {getattr(factory, '__name__', 'make_env')}(...)`"
     )
+
+
+def _call_factory(factory: Callable[..., Any]) -> Any:
+    return factory(*_arguments(factory))
 
 
 def _wrap(obj: Any) -> Any:
@@ -135,11 +140,34 @@ def _wrap(obj: Any) -> Any:
     try:
         wrapped = wrap(obj)
     except ENV_ERRORS as error:
-        raise TargetBuildError(f"bridges.wrap cannot convert {_name_of(obj)}: {type(error).__name__}: {error}") from error
+        raise TargetBuildError(
+            f"{_name_of(obj)} is not a multi-agent env{_lacking(obj, missing)}, and bridges.wrap cannot convert it: "
+            f"{type(error).__name__}: {error}"
+        ) from error
     still_missing = missing_protocol(wrapped)
     if still_missing:
         raise TargetBuildError(f"bridges.wrap({_name_of(obj)}) returned an object lacking {', '.join(still_missing)}")
     return wrapped
+
+
+def _lacking(obj: Any, missing: list[str]) -> str:
+    """": it lacks ...", or nothing for a PettingZoo env (which has look-alike attributes)."""
+    if any(cls.__module__.split(".")[0] == "pettingzoo" for cls in type(obj).__mro__):
+        return ""
+    return f": it lacks {', '.join(missing)}"
+
+
+def _via(obj: Any, env: Any) -> str:
+    """How ``obj`` became ``env`` (see :attr:`Target.via`)."""
+    if env is obj:
+        return ""
+    via = f"checked through bridges.wrap, as {type(env).__name__}"
+    from bridges.gymnasium import GymnasiumEnv
+
+    if isinstance(env, GymnasiumEnv):  # the one conversion that may surprise: say why
+        missing = ", ".join(missing_protocol(obj))
+        via += f", a one-agent env ({type(obj).__name__} is a gymnasium.Env without {missing})"
+    return via
 
 
 def resolve(obj: Any) -> Target:
@@ -150,14 +178,19 @@ def resolve(obj: Any) -> Target:
     """
     if _is_instance_like(obj) or not callable(obj):
         env = _wrap(obj)
-        return Target(env=env, name=_name_of(obj), factory=None, picklable=obj)
+        return Target(env=env, name=_name_of(obj), factory=None, picklable=obj, via=_via(obj, env))
+    arguments = _arguments(obj)
     try:
-        built = _call_factory(obj)
-    except TargetBuildError:
-        raise
+        built = obj(*arguments)
     except ENV_ERRORS as error:
+        given = ""
+        if arguments:  # RLlib's convention; the parameter may not be a config at all
+            parameter = next(iter(inspect.signature(obj).bind({}).arguments))
+            given = (f" (it was called with an empty config, {{}}, for its parameter {parameter!r}, as RLlib calls env "
+                     f"classes; if it needs other arguments, pass a zero-argument factory, e.g. "
+                     f"`lambda: {getattr(obj, '__name__', 'make_env')}(...)`)")
         raise TargetBuildError(
-            f"calling {_name_of(obj)} to build the env raised {type(error).__name__}: {error}"
+            f"calling {_name_of(obj)} to build the env raised {type(error).__name__}: {error}{given}"
         ) from error
     env = _wrap(built)
     wraps = env is not built
@@ -166,7 +199,7 @@ def resolve(obj: Any) -> Target:
         fresh = _call_factory(obj)
         return _wrap(fresh) if wraps else fresh
 
-    return Target(env=env, name=_name_of(obj), factory=factory, picklable=obj)
+    return Target(env=env, name=_name_of(obj), factory=factory, picklable=obj, via=_via(built, env))
 
 
 def copier(snapshot: bytes | None, instance: Any) -> tuple[Callable[[], Any] | None, str | None]:

@@ -10,7 +10,7 @@ import pytest
 from gymnasium import spaces
 
 from marl_core import MultiAgentEnv
-from marl_core.conformance import RULES, check_env
+from marl_core.conformance import RULES, check_env, runner
 from marl_core.errors import ConformanceError, MultiAgentEnvError
 from marl_core.spaces import masked_space
 from tests.fixtures import broken_envs
@@ -52,8 +52,36 @@ def test_observation_finding_names_agent_path_dtype_and_step() -> None:
     finding = by_agent["a"]
     assert finding.step == 0
     assert "at ['observation']: dtype float64 but the space needs float32" in finding.message
-    assert "after reset() in reset() without arguments" in finding.message  # the first of them
+    assert "after reset() without arguments" in finding.message  # the first of them
     assert "seen 22 times" in finding.message  # the reset without arguments, then (reset + 6 steps) x 3 episodes
+
+
+def test_messages_name_types_with_their_article() -> None:
+    # "is 0 (a int)" before.
+    (finding,) = check_env(broken_envs.IntAllFlag).findings
+    assert "is 0 (an int); expected a bool" in finding.message
+    (finding,) = check_env(broken_envs.ResetReturnsObsOnly).findings
+    assert finding.message.startswith("reset() without arguments returned a dict")
+
+
+class MaskTooLongEnforced(broken_envs.MaskTooLong):
+    """Masks that do not fit the space (4 entries, 3 actions), which the env enforces all the same."""
+
+    def step(self, action_dict):
+        refused = [a for a, action in action_dict.items() if not self.mask()[action]]
+        if refused:
+            raise ValueError(f"illegal action for {refused}")
+        return super().step(action_dict)
+
+
+def test_an_env_refusing_an_action_drawn_without_its_unsound_mask_says_so() -> None:
+    # The hint said the action was "legal under its action mask", which the checker had not used.
+    report = check_env(MaskTooLongEnforced)
+    assert {f.rule for f in report.findings} == {"masks.valid", "api.step"}
+    (raised,) = [f for f in report.findings if f.rule == "api.step"]
+    assert ("its action mask is unsound (the masks.valid finding says why), so its action was drawn from the whole "
+            "space, which the env may refuse") in raised.hint
+    assert check_env(broken_envs.StepRaises).findings[0].hint == runner._RAISED_HINT
 
 
 class Drifts(MultiAgentEnv):
@@ -323,7 +351,7 @@ def test_possible_agents_changed_by_reset_is_named_with_both_lists() -> None:
     (finding,) = report.findings
     assert finding.rule == "ids.agents-attr"
     assert finding.message.startswith(
-        "possible_agents changed after reset() in reset() without arguments: ['a', 'b', 'c'] before the "
+        "possible_agents changed after reset() without arguments: ['a', 'b', 'c'] before the "
         "first reset, ['a', 'b'] now"
     ), finding.message
 
@@ -380,12 +408,12 @@ def test_possible_agents_that_stop_being_a_list_after_reset_are_named(after: obj
     assert report.rules == {"ids.agents-attr"}, str(report)
     (finding,) = report.findings
     if now == "raised":
-        assert finding.message.startswith("reading possible_agents raised after reset() in reset() without arguments")
+        assert finding.message.startswith("reading possible_agents raised after reset() without arguments")
     elif now == "incomparable":  # the read worked: the comparison is what failed
         assert finding.message.startswith(
-            "possible_agents after reset() in reset() without arguments cannot be compared with the list read "
+            "possible_agents after reset() without arguments cannot be compared with the list read "
             "before the first reset: ValueError"), finding.message
     else:
         assert finding.message.startswith(
-            "possible_agents changed after reset() in reset() without arguments: ['a', 'b', 'c'] before the first reset"
+            "possible_agents changed after reset() without arguments: ['a', 'b', 'c'] before the first reset"
         ), finding.message

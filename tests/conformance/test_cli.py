@@ -295,3 +295,83 @@ def test_a_base_exception_in_reset_is_an_api_reset_finding_and_skipping_it_is_no
     # With its rule skipped, the unfinished check passed (ok, no findings): it is no report.
     assert main(["tests.conformance.test_cli:CancelledInSeededReset", "--json", "--skip", "api.reset"]) == 2
     assert "the env raised Cancelled, which is not an Exception" in json.loads(capsys.readouterr().out)["error"]
+
+
+_USER_ENVS = '''
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from marl_core.envs import RockPaperScissors
+
+
+class Mine(RockPaperScissors):
+    pass
+
+
+class GymStyle(gym.Env):
+    """RLlib's old style: a gymnasium.Env whose spaces are Dicts keyed by agent."""
+
+    def __init__(self, config=None):
+        self.agents = self.possible_agents = ["a", "b"]
+        self.observation_space = spaces.Dict({a: spaces.Box(0.0, 1.0, (3,), np.float32) for a in self.agents})
+        self.action_space = spaces.Dict({a: spaces.Discrete(3) for a in self.agents})
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {a: np.zeros(3, np.float32) for a in self.agents}, {}
+
+    def step(self, action_dict):
+        return {a: np.zeros(3, np.float32) for a in self.agents}, {"a": 0.0, "b": 0.0}, {"__all__": True}, {}, {}
+
+
+class GymStyleWithoutPossibleAgents(GymStyle):
+    def __init__(self, config=None):
+        super().__init__()
+        del self.possible_agents
+
+
+class NAgents(RockPaperScissors):
+    def __init__(self, n_agents):
+        super().__init__()
+        self.possible_agents = [f"p{i}" for i in range(n_agents)]
+'''
+
+
+def test_a_file_path_target_and_what_the_checker_made_of_the_target(tmp_path, capsys) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "user_file_envs.py").write_text(_USER_ENVS)
+    target = str(tmp_path / "sub" / "user_file_envs.py")
+    # A file path was "No module named 'user_file_envs.py'".
+    assert main([f"{target}:Mine", "--episodes", "1"]) == 0
+    assert f"marl-check {target}:Mine: OK" in capsys.readouterr().out
+    assert main([str(tmp_path / "nothing.py") + ":Mine"]) == 2
+    assert f"cannot import '{tmp_path / 'nothing.py'}': no such file" in capsys.readouterr().err
+    # A gymnasium.Env with possible_agents was checked as a one-agent env, and failed on a traceback
+    # inside the bridge; now it is refused, saying what it lacks and what to do.
+    assert main([f"{target}:GymStyle"]) == 2
+    err = capsys.readouterr().err
+    assert ("is not a multi-agent env: it lacks observation_spaces or get_observation_space(), action_spaces or "
+            "get_action_space(), and bridges.wrap cannot convert it: UnsupportedEnvError: from_gymnasium takes a "
+            "single-agent env, but GymStyle is a gymnasium.Env with possible_agents ['a', 'b']") in err
+    assert "subclass marl_core.MultiAgentEnv" in err
+    # Without possible_agents it is a one-agent Gymnasium env: the report says so.
+    assert main([f"{target}:GymStyleWithoutPossibleAgents", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["via"] == ("checked through bridges.wrap, as GymnasiumEnv, a one-agent env (GymStyleWithoutPossible"
+                           "Agents is a gymnasium.Env without possible_agents, observation_spaces or "
+                           "get_observation_space(), action_spaces or get_action_space())")
+    assert main([f"{target}:GymStyleWithoutPossibleAgents"]) == 1
+    assert capsys.readouterr().out.splitlines()[1] == data["via"]
+    # A class whose one argument is not a config got {} without a word about it.
+    assert main([f"{target}:NAgents"]) == 2
+    assert ("raised TypeError: 'dict' object cannot be interpreted as an integer (it was called with an empty "
+            "config, {}, for its parameter 'n_agents', as RLlib calls env classes; if it needs other arguments, "
+            "pass a zero-argument factory") in capsys.readouterr().err
+
+
+def test_a_bridged_target_names_its_bridge_and_a_native_one_nothing(capsys) -> None:
+    assert main(["pettingzoo.classic.rps_v2:env", "--episodes", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["via"] == "checked through bridges.wrap, as PettingZooEnv"
+    assert main(["marl_core.envs:RockPaperScissors", "--episodes", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["via"] == ""
