@@ -93,9 +93,10 @@ class MultiAgentAECEnv(AECEnv):
         - **Rewards:** the MultiAgentEnv's rewards of a step land in ``rewards`` after the action
           that completes the step (buffering steps clear ``rewards``), and accumulate in
           ``last()`` as in any AEC env, so each agent's sum is unchanged. A reward for an agent
-          that has not joined yet waits until it joins. The one exception: a reward for an agent
-          that has already left (after its dead step) cannot reach it in the AEC API; it is
-          logged as a warning, and left out.
+          that has not joined yet waits until it joins; an agent that ends, or whose episode
+          ends, before it was ever observed joins then, for a dead step that carries it. The one
+          exception: a reward for an agent that has already left (after its dead step) cannot
+          reach it in the AEC API; it is logged as a warning, and left out.
         - **Dead agents and "__all__":** agents that end (or all agents, on ``"__all__"``) get
           ``terminations`` / ``truncations`` and a dead step, first in the order of the
           observation dict; ``step`` must then receive None for them.
@@ -109,8 +110,12 @@ class MultiAgentAECEnv(AECEnv):
           acted, when it can no longer be taken back.
         - Bad input (an action outside the space, a masked action, a step before ``reset`` or
           after the end) raises, and the state is unchanged: the same agent must act again.
-        - ``common_infos`` holds the ``"__common__"`` infos of the MultiAgentEnv's last reset or
-          step (``{}`` when it gave none).
+        - **Infos:** ``infos[agent]`` is what the MultiAgentEnv's last reset or step gave the
+          agent: ``{}`` when that call observed it without an info; an agent not observed keeps
+          its last. ``common_infos`` holds the ``"__common__"`` infos of that call (``{}`` when
+          it gave none).
+        - An env that asks no agent to act without ending the episode, or observes an agent again
+          after it ended, breaks its contract: an :class:`~marl_core.errors.EnvContractError`.
     """
 
     def __init__(self, env: MultiAgentEnv, *, check_legal: bool = True) -> None:
@@ -120,6 +125,7 @@ class MultiAgentAECEnv(AECEnv):
         self.metadata = _metadata(env, parallelizable=False)
         self.render_mode = getattr(env, "render_mode", None)
         self.possible_agents = list(env.possible_agents)
+        self._possible_set = set(self.possible_agents)
         self._spaces = _SpacesOf(env)
         self.agents: list[AgentID] = []
         self.rewards: dict[AgentID, Any] = {}
@@ -157,7 +163,7 @@ class MultiAgentAECEnv(AECEnv):
         self._waiting_rewards = {}
         self._gone = set()
         self._join([*self.env.agents, *obs])
-        self._take_infos(infos)
+        self._take_infos(infos, obs)
         self._buffer = {}
         self._dead = deque()
         self._pending = deque(obs)
@@ -201,6 +207,10 @@ class MultiAgentAECEnv(AECEnv):
     ) -> None:
         all_terminated = bool(terminateds.get(ALL, False))
         all_truncated = bool(truncateds.get(ALL, False))
+        if self._gone and not self._gone.isdisjoint(obs):
+            back = [a for a in obs if a in self._gone]
+            raise EnvContractError(f"{self.env} observed {back} again after they ended (an agent that terminated or "
+                                   "truncated never comes back in the same episode)")
         ended = [a for a in obs if terminateds.get(a) or truncateds.get(a)]
         ended_set = set(ended)
         self._observations.update(obs)
@@ -209,6 +219,9 @@ class MultiAgentAECEnv(AECEnv):
         # Joining agents receive what waited for them in this step's rewards (so in last() too).
         self._join([*self.env.agents, *(a for a in obs if a not in ended_set)])
         self._join([a for a in ended if a not in self.terminations])
+        # An agent that ends without a final observation (never observed, say) still gets its dead step.
+        self._join([a for table in (terminateds, truncateds) for a, flag in table.items()
+                    if flag and a in self._possible_set])
         for agent_id, reward in rewards.items():
             if agent_id in self.rewards:
                 self.rewards[agent_id] += reward
@@ -221,8 +234,10 @@ class MultiAgentAECEnv(AECEnv):
                 )
             elif agent_id != ALL:
                 self._waiting_rewards[agent_id] = self._waiting_rewards.get(agent_id, 0) + reward
+        if all_terminated or all_truncated:  # the last chance for rewards waiting for an agent to join
+            self._join([a for a in self._waiting_rewards if a in self._possible_set])
         self._accumulate_rewards()
-        self._take_infos(infos)
+        self._take_infos(infos, obs)
         ended += [a for a in self.agents if (terminateds.get(a) or truncateds.get(a)) and a not in ended_set]
         if all_terminated or all_truncated:
             ended += [a for a in self.agents if a not in ended_set and a not in ended]
@@ -236,10 +251,10 @@ class MultiAgentAECEnv(AECEnv):
         gone = set(ended)
         self._dead = deque(ended)
         self._pending = deque(a for a in obs if a not in gone)
-        if not self._dead and not self._pending:
+        if not self._pending and (not self._dead or any(a not in gone for a in self.agents)):
             raise EnvContractError(
                 f"{self.env} asked no agent to act after a step without ending the episode "
-                f"(agents: {self.agents})"
+                f"(agents: {self.agents}{f'; ending now: {ended}' if ended else ''})"
             )
         self._select()
 
@@ -263,9 +278,13 @@ class MultiAgentAECEnv(AECEnv):
         common, self._new_common_infos = self._new_common_infos, None
         return common
 
-    def _take_infos(self, infos: Mapping[AgentID, Any]) -> None:
+    def _take_infos(self, infos: Mapping[AgentID, Any], observed: Mapping[AgentID, Any]) -> None:
+        """This call's infos; an agent observed now without one gets ``{}`` (not an older one)."""
         self.common_infos = infos.get(COMMON, {})
         self._new_common_infos = self.common_infos or None
+        for agent_id in observed:
+            if agent_id in self.infos:
+                self.infos[agent_id] = {}
         for agent_id, info in infos.items():
             if agent_id in self.infos:
                 self.infos[agent_id] = info

@@ -16,6 +16,7 @@ from bridges.pettingzoo_export import MultiAgentAECEnv, MultiAgentParallelEnv
 from marl_core.conformance import check_env
 from marl_core.env import ALL, MultiAgentEnv
 from marl_core.errors import (
+    EnvContractError,
     IllegalActionError,
     InvalidActionError,
     MissingActionError,
@@ -267,6 +268,112 @@ def test_a_reward_paid_before_an_agent_joins_reaches_it_when_it_joins():
         seen[agent_id] = seen.get(agent_id, 0.0) + reward
         env.step(None if terminated or truncated else 0)
     assert seen == {"a": 3.0, "b": 6.0}
+
+
+def _aec_returns(env) -> dict[str, float]:
+    """Each agent's summed rewards, played with PettingZoo's own loop (action 0 for everyone)."""
+    env.reset(seed=0)
+    seen: dict[str, float] = {}
+    for agent_id in env.agent_iter():
+        _, reward, terminated, truncated, _ = env.last()
+        seen[agent_id] = seen.get(agent_id, 0.0) + reward
+        env.step(None if terminated or truncated else 0)
+    return seen
+
+
+class PaidButNeverJoins(PaysBeforeJoining):
+    """``b`` is paid 5.0 at step 1 but never observed; the episode ends at step 3, on ``"__all__"``
+    only or, with ``ends_b``, with ``b`` terminated (still unobserved) at step 2."""
+
+    def __init__(self, config=None, ends_b=False):
+        super().__init__(config)
+        self.ends_b = ends_b
+
+    def step(self, action_dict):
+        self.t += 1
+        rewards = {"a": 1.0, **({"b": 5.0} if self.t == 1 else {})}
+        done = self.t >= 3
+        obs = {"a": np.full(1, self.t, np.float32)}
+        return obs, rewards, {ALL: done, **({"b": True} if self.ends_b and self.t == 2 else {})}, {ALL: False}, {}
+
+
+@pytest.mark.parametrize("ends_b", [False, True], ids=["episode-ends", "b-ends-unobserved"])
+def test_a_reward_for_an_agent_never_observed_reaches_it_in_a_dead_step(ends_b):
+    # The 5.0 waited for b to join, which it never did: lost, with a log line.
+    assert rollout(PaidButNeverJoins(ends_b=ends_b), seed=0).returns == {"a": 3.0, "b": 5.0}
+    assert _aec_returns(to_aec(PaidButNeverJoins(ends_b=ends_b))) == {"a": 3.0, "b": 5.0}
+    env = to_aec(PaidButNeverJoins(ends_b=ends_b))
+    env.reset(seed=0)
+    env.step(0)
+    env.step(0)
+    if ends_b:  # b's dead step comes at once, with its reward
+        assert env.agent_selection == "b" and env.terminations["b"] is True
+        assert env.last()[1] == 5.0
+
+
+class InfoAtResetOnly(RockPaperScissors):
+    def reset(self, *, seed=None, options=None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"player1": {"event": "spawned"}}
+
+
+def test_an_info_belongs_to_the_call_that_gave_it():
+    # player1's reset info was in last() at every later turn, and PettingZooEnv(to_aec(env)) handed
+    # it back as if each step had given it.
+    env = to_aec(InfoAtResetOnly())
+    env.reset(seed=0)
+    assert env.last()[4] == {"event": "spawned"}
+    env.step(0)
+    env.step(1)
+    assert env.agent_selection == "player1" and env.last()[4] == {}
+    bridged = PettingZooEnv(to_aec(InfoAtResetOnly()))
+    assert bridged.reset(seed=0)[1] == {"player1": {"event": "spawned"}}
+    bridged.step({"player1": 0})
+    assert bridged.step({"player2": 0})[4] == {"player1": {}}
+
+
+class EndsOneAndAsksNobody(RockPaperScissors):
+    """player1 ends at step 1 (final observation) while player2, alive, is not asked to act."""
+
+    def step(self, action_dict):
+        obs, rewards, _, _, infos = super().step(action_dict)
+        self.agents = ["player2"]
+        return {"player1": obs["player1"]}, rewards, {"player1": True, ALL: False}, {ALL: False}, infos
+
+
+class BringsBackAnEndedAgent(PaysBeforeJoining):
+    """``a`` and ``b`` act; ``b`` ends at step 1 and is asked to act again at step 2."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.agents = ["a", "b"]
+        return {x: np.zeros(1, np.float32) for x in self.agents}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        obs = {x: np.full(1, self.t, np.float32) for x in ("a", "b")}
+        if self.t == 1:
+            self.agents = ["a"]
+        return obs, {}, {ALL: False, **({"b": True} if self.t == 1 else {})}, {ALL: False}, {}
+
+
+def test_a_step_that_asks_nobody_to_act_or_brings_an_agent_back_is_named():
+    # The first left agent_selection on the removed agent: KeyError('player1') in PettingZoo's last().
+    env = to_aec(EndsOneAndAsksNobody())
+    env.reset(seed=0)
+    env.step(0)
+    with pytest.raises(EnvContractError, match=r"asked no agent to act after a step without ending the episode "
+                                               r"\(agents: \['player1', 'player2'\]; ending now: \['player1'\]\)"):
+        env.step(0)
+    # The second was a bare KeyError.
+    env = to_aec(BringsBackAnEndedAgent())
+    env.reset(seed=0)
+    env.step(0)
+    env.step(0)
+    assert env.agent_selection == "b" and env.terminations["b"]
+    env.step(None)  # b's dead step
+    with pytest.raises(EnvContractError, match=r"observed \['b'\] again after they ended"):
+        env.step(0)
 
 
 @pytest.mark.parametrize("name", ["turn_based", "simultaneous"])
