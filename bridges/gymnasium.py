@@ -208,11 +208,15 @@ def _refuse_multi_agent(env: gym.Env) -> None:
             f"from_gymnasium takes a single-agent env, but {where} a multi-agent env ({kind}): {use}"
             + (" on env.unwrapped (gymnasium wrappers do not apply to multi-agent envs)" if inner is not env else "")
         )
+    # RLlib's old style: a gymnasium.Env with possible_agents whose spaces are Dicts keyed by them.
     agents = getattr(inner, "possible_agents", None)
-    if passes_through and isinstance(agents, (list, tuple)) and agents:  # a multi-agent env on gymnasium.Env
+    keyed = [getattr(env, name, None) for name in ("observation_space", "action_space")]
+    if passes_through and isinstance(agents, (list, tuple)) and agents and any(
+        isinstance(space, gym.spaces.Dict) and set(agents) <= set(space.spaces) for space in keyed
+    ):
         raise UnsupportedEnvError(
             f"from_gymnasium takes a single-agent env, but {type(inner).__qualname__} is a gymnasium.Env with "
-            f"possible_agents {list(agents)[:12]!r}: a multi-agent env needs per-agent spaces; subclass "
+            f"possible_agents {list(agents)[:12]!r} and spaces keyed by them: a multi-agent env; subclass "
             "marl_core.MultiAgentEnv and set observation_spaces and action_spaces (dicts keyed by agent id), or "
             "define get_observation_space(agent_id) and get_action_space(agent_id)"
         )
@@ -340,7 +344,8 @@ def from_gymnasium(
     Raises:
         SpaceError: ``env`` is not a ``gymnasium.Env``, or has no gymnasium spaces.
         UnsupportedEnvError: ``env`` is a multi-agent env (ours, or RLlib's, inside gymnasium
-            wrappers or not); the message names its bridge.
+            wrappers or not; or a ``gymnasium.Env`` with ``possible_agents`` and spaces that are
+            Dicts keyed by them); the message names its bridge or says what it needs.
     """
     if isinstance(env, SingleAgentEnv) and mask_info_key is None and agent_id in (None, env.agent_id):
         return env.env

@@ -354,8 +354,9 @@ class PettingZooEnv(_PettingZooBase):
                 self._late_info_mask({agent_id: info})
             if info_masks and agent_id in info_masks:
                 observation, info = _with_mask(observation, info, info_masks[agent_id])
-            obs[agent_id] = observation
-            infos[agent_id] = info
+            if observation is not None or not (terminated or truncated):  # None: no final observation
+                obs[agent_id] = observation
+                infos[agent_id] = info
             terminateds[agent_id] = terminated
             truncateds[agent_id] = truncated
             if not (terminated or truncated):

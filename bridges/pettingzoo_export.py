@@ -219,9 +219,9 @@ class MultiAgentAECEnv(AECEnv):
         # Joining agents receive what waited for them in this step's rewards (so in last() too).
         self._join([*self.env.agents, *(a for a in obs if a not in ended_set)])
         self._join([a for a in ended if a not in self.terminations])
-        # An agent that ends without a final observation (never observed, say) still gets its dead step.
+        # An agent never observed that ends with a reward to receive gets a dead step to carry it.
         self._join([a for table in (terminateds, truncateds) for a, flag in table.items()
-                    if flag and a in self._possible_set])
+                    if flag and a in self._possible_set and (a in self._waiting_rewards or a in rewards)])
         for agent_id, reward in rewards.items():
             if agent_id in self.rewards:
                 self.rewards[agent_id] += reward

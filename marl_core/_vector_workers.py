@@ -27,21 +27,32 @@ logger = logging.getLogger(__name__)
 
 
 class ResetFailure:
-    """What a same-step autoreset returns in place of ``(obs, infos)`` when the reset raised: the
-    :func:`failure_of` the error, and in the process that ran the reset the error itself (a worker
-    sends the failure only)."""
+    """What a same-step autoreset returns in place of ``(obs, infos)`` when the reset raised: in
+    the process that ran the reset, the error itself; elsewhere (a worker sends it) the error's
+    :func:`failure_of`, made when it is pickled."""
 
-    __slots__ = ("error", "failure")
+    __slots__ = ("_failure", "error")
 
     def __init__(self, error: Exception) -> None:
-        self.failure = failure_of(error)
         self.error: Exception | None = error
+        self._failure: Failure | None = None
+
+    @property
+    def failure(self) -> Failure:
+        if self._failure is None:
+            self._failure = failure_of(self.error)
+        return self._failure
+
+    @property
+    def text(self) -> str:
+        """The traceback, as text."""
+        return self.failure[2] if self.error is None else _traceback_text(self.error)
 
     def __getstate__(self) -> tuple[Failure]:
         return (self.failure,)
 
     def __setstate__(self, state: tuple[Failure]) -> None:
-        (self.failure,) = state
+        (self._failure,) = state
         self.error = None
 
 

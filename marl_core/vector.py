@@ -427,16 +427,17 @@ class VectorMultiAgentEnv:
         if not failed:
             return
         if self.on_error == "rebuild":
-            for index, first_obs in self._rebuild({i: f.failure[2] for i, f in failed.items()}).items():
+            for index, first_obs in self._rebuild({i: f.text for i, f in failed.items()}).items():
                 results[index] = (results[index][0], first_obs)
             return
         index = min(failed)
         others = f" (envs {sorted(failed)} failed)" if len(failed) > 1 else ""
-        what, failure, cause = f"env {index} raised", failed[index].failure, failed[index].error
+        what, cause = f"env {index} raised", failed[index].error
         during = " during reset() (the same-step autoreset after its episode ended)"
         if cause is not None:  # raised in this process: its own traceback is chained
-            error = VectorEnvError(f"{what} {failure[0]}{during}: {failure[1]}{others}", index)
+            error = VectorEnvError(f"{what} {type(cause).__name__}{during}: {cause}{others}", index)
         else:
+            failure = failed[index].failure
             error, cause = remote_error(what, index, failure, others, during), exception_of(failure)
         self._needs_reset_after(error)
         raise error from cause

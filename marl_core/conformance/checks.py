@@ -44,7 +44,7 @@ def reset_in(label: str) -> str:
 def a_type(value: Any) -> str:
     """``"a dict"``, ``"an int"``: the type of ``value`` with its article."""
     name = type(value).__name__
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+    return f"{'an' if name[:1].lower() in 'aeio' else 'a'} {name}"  # "a uint8", "a UserDict"
 
 
 def names(ids: Iterable[Any]) -> str:

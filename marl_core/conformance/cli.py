@@ -149,6 +149,7 @@ def load_target(spec: str) -> Any:
     module_name, sep, attr = spec.rpartition(":") if spec.count(":") > 1 else spec.partition(":")
     if not sep or not module_name or not attr:
         raise TargetImportError(f"expected MODULE:ATTR (e.g. mypkg.envs:MyEnv or my_env.py:MyEnv), received {spec!r}")
+    path = None
     if module_name.endswith(".py"):  # a file: imported as a module of its own directory
         path = Path(module_name).expanduser()
         if not path.is_file():
@@ -169,6 +170,10 @@ def load_target(spec: str) -> Any:
         raise TargetImportError(
             f"importing module {module_name!r} raised {describe(error)}\n{format_exception(error)}"
         ) from error
+    loaded = getattr(obj, "__file__", None)
+    if path is not None and (loaded is None or Path(loaded).resolve() != path.resolve()):
+        raise TargetImportError(f"cannot import {str(path)!r}: the module name {module_name!r} is taken by "
+                                f"{loaded or obj!r}; rename the file")
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

@@ -242,6 +242,30 @@ def test_a_single_agent_view_of_a_multi_agent_env_is_taken() -> None:
     assert rewards == {"agent_0": 1.0}
 
 
+class NamesItsHero(gym.Env):
+    """A single-agent env that lists its agent(s) in possible_agents, with plain spaces."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, agents: list[str]) -> None:
+        self.possible_agents = agents
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 1.0, True, False, {}
+
+
+@pytest.mark.parametrize("agents", [["hero"], ["player_0", "player_1"]])
+def test_a_single_agent_env_with_possible_agents_but_plain_spaces_is_taken(agents: list[str]) -> None:
+    env = from_gymnasium(NamesItsHero(agents))
+    env.reset(seed=0)
+    assert env.step({"agent_0": 1})[1] == {"agent_0": 1.0}
+
+
 def test_results_in_a_tuple_subclass_are_taken() -> None:
     from collections import namedtuple
 

@@ -299,7 +299,7 @@ class PaidButNeverJoins(PaysBeforeJoining):
 
 @pytest.mark.parametrize("ends_b", [False, True], ids=["episode-ends", "b-ends-unobserved"])
 def test_a_reward_for_an_agent_never_observed_reaches_it_in_a_dead_step(ends_b):
-    # The 5.0 waited for b to join, which it never did: lost, with a log line.
+    # The 5.0 waited for b to join, which it never did: it was lost (a log line said so).
     assert rollout(PaidButNeverJoins(ends_b=ends_b), seed=0).returns == {"a": 3.0, "b": 5.0}
     assert _aec_returns(to_aec(PaidButNeverJoins(ends_b=ends_b))) == {"a": 3.0, "b": 5.0}
     env = to_aec(PaidButNeverJoins(ends_b=ends_b))
@@ -309,6 +309,40 @@ def test_a_reward_for_an_agent_never_observed_reaches_it_in_a_dead_step(ends_b):
     if ends_b:  # b's dead step comes at once, with its reward
         assert env.agent_selection == "b" and env.terminations["b"] is True
         assert env.last()[1] == 5.0
+
+
+def test_an_agent_never_observed_has_no_final_observation_through_the_round_trip():
+    # PettingZooEnv(to_aec(env)) handed b a final observation of None, outside its space.
+    bridged = PettingZooEnv(to_aec(PaidButNeverJoins(ends_b=True)))
+    assert rollout(bridged, seed=0).returns == {"a": 3.0, "b": 5.0}
+    bridged.reset(seed=0)
+    bridged.step({"a": 0})
+    obs, rewards, terminateds, _, infos = bridged.step({"a": 0})
+    assert "b" not in obs and "b" not in infos and terminateds["b"] is True and rewards["b"] == 5.0
+    report = check_env(lambda: PettingZooEnv(to_aec(PaidButNeverJoins(ends_b=True))))
+    assert report.ok, report
+
+
+class FlagsEveryPossibleAgent(PaysBeforeJoining):
+    """Four possible agents, of which only ``a`` plays; the last step flags all four (an RLlib idiom)."""
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.possible_agents = ["a", "b", "c", "d"]
+        self.observation_spaces = {x: Box(0, 9, (1,), np.float32) for x in self.possible_agents}
+        self.action_spaces = {x: Discrete(2) for x in self.possible_agents}
+
+    def step(self, action_dict):
+        self.t += 1
+        done = self.t >= 3
+        flags = dict.fromkeys(self.possible_agents, True) if done else {}
+        return {"a": np.full(1, self.t, np.float32)}, {"a": 1.0}, {ALL: done, **flags}, {ALL: False}, {}
+
+
+def test_agents_that_never_took_part_get_no_dead_step():
+    env = to_aec(FlagsEveryPossibleAgent())
+    assert _aec_returns(env) == {"a": 3.0}
+    assert check_env(lambda: PettingZooEnv(to_aec(FlagsEveryPossibleAgent()))).ok
 
 
 class InfoAtResetOnly(RockPaperScissors):

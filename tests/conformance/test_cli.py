@@ -347,6 +347,10 @@ def test_a_file_path_target_and_what_the_checker_made_of_the_target(tmp_path, ca
     assert f"marl-check {target}:Mine: OK" in capsys.readouterr().out
     assert main([str(tmp_path / "nothing.py") + ":Mine"]) == 2
     assert f"cannot import '{tmp_path / 'nothing.py'}': no such file" in capsys.readouterr().err
+    # A file named like a module already imported loaded that module ("'signal' has no attribute 'Mine'").
+    (tmp_path / "signal.py").write_text(_USER_ENVS)
+    assert main([f"{tmp_path / 'signal.py'}:Mine"]) == 2
+    assert "the module name 'signal' is taken by" in capsys.readouterr().err
     # A gymnasium.Env with possible_agents was checked as a one-agent env, and failed on a traceback
     # inside the bridge; now it is refused, saying what it lacks and what to do.
     assert main([f"{target}:GymStyle"]) == 2

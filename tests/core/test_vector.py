@@ -341,6 +341,33 @@ def test_a_failing_same_step_reset_keeps_the_ended_episode_results(mode: str, nu
         assert [index for index, _ in venv.last_failures] == [1]
 
 
+class PicklingCounted(RuntimeError):
+    pickled = 0
+
+    def __reduce__(self):
+        PicklingCounted.pickled += 1
+        return super().__reduce__()
+
+
+class EndsThenResetRaisesCounted(EndsThenResetFails):
+    def reset(self, *, seed=None, options=None):
+        if self.resets == 1:
+            self.resets += 1
+            raise PicklingCounted("reset refused after the episode")
+        return super().reset(seed=seed, options=options)
+
+
+def test_a_failed_same_step_reset_in_sync_mode_is_not_pickled() -> None:
+    # Its exception was pickled (and unpickled) for nothing: an env it refers to went with it.
+    moves = [{"player1": 1, "player2": 0}]
+    with VectorMultiAgentEnv([EndsThenResetRaisesCounted], "sync", autoreset_mode="same_step") as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match="during reset") as error:
+            venv.step(moves)
+        assert isinstance(error.value.__cause__, PicklingCounted)
+    assert PicklingCounted.pickled == 0
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_an_env_error_names_the_call_that_raised(mode: str) -> None:
     # The messages said "env 1 raised RuntimeError: ..." whether step() or reset() raised.
