@@ -25,7 +25,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -87,13 +87,28 @@ def _declared_space(env: Any, kind: str, source_id: Hashable) -> gym.Space | Non
 
 def _declared_agents(env: Any) -> list[Hashable]:
     """The agent ids an RLlib env declares: ``possible_agents``, else ``agents``, else the old API
-    stack's ``_agent_ids`` set (sorted, so the order does not depend on hashing)."""
+    stack's ``_agent_ids`` set, else the keys of its per-agent ``observation_space`` and
+    ``action_space`` Dicts (old API stack too). A list RLlib made from the ``_agent_ids`` set
+    (``list(set)``) is sorted, so the order does not depend on hashing."""
+    old_ids = getattr(env, "_agent_ids", None) or ()
     for attr in ("possible_agents", "agents"):
         declared = getattr(env, attr, None)
         if declared:
-            return list(declared)
-    old_ids = getattr(env, "_agent_ids", None) or ()
-    return sorted(old_ids, key=lambda agent: (type(agent).__name__, str(agent)))
+            declared = list(declared)
+            return _sorted_ids(declared) if isinstance(old_ids, set) and declared == list(old_ids) else declared
+    if old_ids:
+        return _sorted_ids(old_ids)
+    observation_space = getattr(env, "observation_space", None)
+    action_space = getattr(env, "action_space", None)
+    if (isinstance(observation_space, gym.spaces.Dict) and isinstance(action_space, gym.spaces.Dict)
+            and set(observation_space.spaces) == set(action_space.spaces)):  # keys that are agent ids
+        return list(observation_space.spaces)
+    return []
+
+
+def _sorted_ids(ids: Iterable[Hashable]) -> list[Hashable]:
+    """Ids in a stable order: grouped by type, integers by value, others by text."""
+    return sorted(ids, key=lambda agent: (type(agent).__name__, int(agent) if isinstance(agent, (int, np.integer)) else str(agent)))
 
 
 class RLlibEnv(MultiAgentEnv):
@@ -225,7 +240,9 @@ class RLlibEnv(MultiAgentEnv):
         obs = self._convert(result[0], "reset observations")
         infos = self._convert(result[1], "reset infos", COMMON)
         source_alive = list(getattr(self.env, "agents", None) or [])
-        self.agents = [self._ours(a) for a in source_alive] or list(obs)
+        rank = {agent: index for index, agent in enumerate(self.possible_agents)}
+        # In possible_agents' order: the env's list may come from a set (RLlib's old API stack).
+        self.agents = sorted((self._ours(a) for a in source_alive), key=lambda a: rank.get(a, len(rank))) or list(obs)
         self.agents += [a for a in obs if a not in self.agents]
         self._acting = list(obs)
         self._running = True

@@ -1,7 +1,8 @@
 """Small envs that ship with marl_core, for the presets and the docs to run anywhere.
 
 ``RockPaperScissors`` is the two-player env of RLlib's multi-agent docs, on marl_core: both
-players move at once. ``examples/rock_paper_scissors.py`` plays it.
+players move at once. ``examples/rock_paper_scissors.py`` plays it. It is the docs' code but for
+one addition: ``step`` checks the action dict first, as DESIGN.md asks of every env.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import gymnasium as gym
 
 from marl_core.env import MultiAgentEnv
+from marl_core.errors import ResetNeededError
+from marl_core.spaces import check_action_dict
 
 __all__ = ["RockPaperScissors"]
 
@@ -63,6 +66,10 @@ class RockPaperScissors(MultiAgentEnv):
         }, {}  # <- empty infos dict
 
     def step(self, action_dict):
+        # Checked before anything changes (not in RLlib's docs): a bad action dict leaves the env as it was.
+        if self.num_moves >= 10:
+            raise ResetNeededError("RockPaperScissors: the episode ended after 10 moves; call reset()")
+        check_action_dict(self, action_dict, self.possible_agents)
         self.num_moves += 1
 
         move1 = action_dict["player1"]

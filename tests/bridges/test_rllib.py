@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -17,6 +20,7 @@ from bridges.compat.rllib_cases import CASES
 from bridges.rllib import RLlibEnv, RLlibMultiAgentEnvAdapter, from_rllib, string_id, to_rllib
 from marl_core import ALL, rollout
 from marl_core import make_multi_agent as marl_make_multi_agent
+from marl_core.conformance import check_env
 from marl_core.errors import (
     EnvContractError,
     InvalidActionError,
@@ -368,6 +372,64 @@ def test_an_old_api_env_with_one_shared_space_knows_only_its_agents() -> None:
     for unknown in ("nobody", "__all__"):
         with pytest.raises(UnknownAgentError, match=rf"unknown agent id \(no action space\) '{unknown}'"):
             env.get_action_space(unknown)
+
+
+class _OldApiDictSpaces(RLlibMultiAgentEnv):
+    """RLlib's old API stack: the agents are only the keys of Dict spaces; turns alternate."""
+
+    def __init__(self, config=None):
+        self.observation_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2), "b": gym.spaces.Discrete(3)})
+        self.action_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2), "b": gym.spaces.Discrete(3)})
+        super().__init__()
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return {"a": 0}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        done = self.t >= 4
+        obs = {"a": 0, "b": 0} if done else {("b" if "a" in action_dict else "a"): 0}
+        return obs, {"a": 1.0, "b": 2.0}, {"__all__": done}, {}, {}
+
+
+def test_an_old_api_env_with_per_agent_dict_spaces_declares_its_agents() -> None:
+    # possible_agents was [] and grew as agents showed up; observation_spaces stayed None, so
+    # check_env found ids.agents-attr and ids.known errors that were the bridge's.
+    env = from_rllib(_OldApiDictSpaces())
+    assert env.possible_agents == ["a", "b"]
+    assert env.observation_spaces == {"a": gym.spaces.Discrete(2), "b": gym.spaces.Discrete(3)}
+    report = check_env(lambda: from_rllib(_OldApiDictSpaces()))
+    assert report.ok and not report.warnings, report
+    # A shared masked Dict space (keys that are not agents) is not read as agents.
+    assert from_rllib(_SharedDictSpace()).possible_agents == []
+
+
+class _SharedDictSpace(RLlibMultiAgentEnv):
+    def __init__(self, config=None):
+        self.observation_space = gym.spaces.Dict({"observation": gym.spaces.Discrete(2),
+                                                  "action_mask": gym.spaces.MultiBinary(2)})
+        self.action_space = gym.spaces.Discrete(2)
+        super().__init__()
+
+
+def test_agents_from_an_old_api_id_set_come_in_the_same_order_in_every_process() -> None:
+    # RLlib's MultiAgentEnv.__init__ made possible_agents list(_agent_ids), a set: the order
+    # changed with PYTHONHASHSEED (so did evaluation seats and self-play sides).
+    script = ("from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv\n"
+              "from pettingzoo.butterfly import pistonball_v6\n"
+              "from bridges.rllib import from_rllib\n"
+              "env = from_rllib(ParallelPettingZooEnv(pistonball_v6.parallel_env(n_pistons=4)))\n"
+              "env.reset(seed=0)\n"
+              "print(env.possible_agents, env.agents)\n")
+    seen = set()
+    for hash_seed in ("1", "2", "3"):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen.add(done.stdout.strip().splitlines()[-1])
+    pistons = [f"piston_{i}" for i in range(4)]
+    assert seen == {f"{pistons} {pistons}"}
 
 
 class _CommonObservation(RLlibRPS):

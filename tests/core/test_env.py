@@ -420,3 +420,29 @@ def test_examples_run_as_scripts(script: str) -> None:
         [sys.executable, str(REPO / "examples" / script)], capture_output=True, text=True, cwd=REPO, check=True
     )
     assert "random play: returns" in out.stdout
+
+
+def test_the_shipped_rock_paper_scissors_refuses_bad_action_dicts_and_stays_as_it_was() -> None:
+    # The docs' code counted the move, then raised a bare KeyError (or dropped an extra agent's
+    # action, or played on past its end).
+    from marl_core.envs import RockPaperScissors
+    from marl_core.errors import (
+        InvalidActionError,
+        MissingActionError,
+        ResetNeededError,
+        UnexpectedActionError,
+    )
+
+    env = RockPaperScissors()
+    env.reset(seed=0)
+    bad = [({"player1": 0}, MissingActionError), ({"player1": 7, "player2": 0}, InvalidActionError),
+           ({"player1": 0, "player2": 1, "ghost": 2}, UnexpectedActionError)]
+    for actions, error in bad:
+        with pytest.raises(error):
+            env.step(actions)
+    assert env.num_moves == 0
+    for _ in range(10):
+        env.step({"player1": 0, "player2": 1})
+    with pytest.raises(ResetNeededError, match="the episode ended after 10 moves"):
+        env.step({"player1": 0, "player2": 1})
+    assert env.num_moves == 10
