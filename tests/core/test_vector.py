@@ -665,16 +665,22 @@ def test_a_failing_factory_closes_the_envs_built_before_it() -> None:
     assert ClosingCount.closed[0] == 2
 
 
-class ScalarBoxEnv(RockPaperScissors):
-    """One agent pushing with a shape-() Box action."""
+class ScalarBoxEnv(MultiAgentEnv):
+    """Rock-paper-scissors played with shape-() Box actions (rock below 0, paper above)."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.game = RockPaperScissors()
+        self.agents = self.possible_agents = list(self.game.possible_agents)
+        self.observation_spaces = self.game.observation_spaces
         self.action_spaces = {a: gym.spaces.Box(-1.0, 1.0, (), np.float32) for a in self.possible_agents}
+
+    def reset(self, *, seed=None, options=None):
+        return self.game.reset(seed=seed, options=options)
 
     def step(self, action_dict):
         check_action_dict(self, action_dict, self.agents)
-        return super().step({a: int(action > 0) for a, action in action_dict.items()})
+        return self.game.step({a: int(action > 0) for a, action in action_dict.items()})
 
 
 def test_scatter_gives_a_shape_0_box_zero_dimensional_arrays() -> None:

@@ -431,7 +431,7 @@ def test_save_and_restore_round_trip(tmp_path):
     algo.train()
     path = algo.save(tmp_path / "ck")
     saved = json.loads((path / "config.json").read_text())
-    assert saved["env"] == "examples.rock_paper_scissors:RockPaperScissors"
+    assert saved["env"] == "marl_core.envs:RockPaperScissors"  # importable from any directory
     assert saved["policies"]["beat_last"] == {"kind": "fixed", "ref": "marl_core.ppo.presets:beat_last_move"}
     next_result = algo.train()
     algo.stop()
