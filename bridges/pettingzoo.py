@@ -247,7 +247,9 @@ class PettingZooEnv(_PettingZooBase):
           observation, at the point where PettingZoo gives it its last turn; the bridge then makes
           the dead step (``step(None)``) itself. Flattening the observation dicts of an episode
           gives exactly the ``(agent, observation)`` sequence of PettingZoo's
-          ``for agent in env.agent_iter(): env.last()`` loop.
+          ``for agent in env.agent_iter(): env.last()`` loop, but for a dead step whose
+          observation is None: that agent has no final observation, so only its flags (and
+          rewards) say it ended, and its info, if any, goes under ``"__common__"``.
         - **Rewards:** every step returns ``env.rewards`` summed over the agent's step and the
           dead steps that follow, for every agent it names, so rewards reach agents as they
           happen (not at their next turn) and each agent's sum equals the sum of what ``last()``
@@ -331,7 +333,8 @@ class PettingZooEnv(_PettingZooBase):
     def _add_common_infos(self, infos: MultiAgentDict) -> None:
         common = self._common_source.take_common_infos()  # type: ignore[union-attr]
         if common is not None:
-            infos[COMMON] = common
+            kept = infos.get(COMMON)  # infos of agents that ended without a final observation
+            infos[COMMON] = {**kept, **common} if isinstance(kept, Mapping) and isinstance(common, Mapping) else common
 
     def _advance(
         self,
@@ -352,9 +355,13 @@ class PettingZooEnv(_PettingZooBase):
             info = env.infos[agent_id]
             if self._watch_info_masks and info:
                 self._late_info_mask({agent_id: info})
-            if info_masks and agent_id in info_masks:
-                observation, info = _with_mask(observation, info, info_masks[agent_id])
-            if observation is not None or not (terminated or truncated):  # None: no final observation
+            if observation is None and (terminated or truncated):  # no final observation to give
+                if info:  # nothing is lost: its info goes under "__common__"
+                    common = infos.get(COMMON)
+                    infos[COMMON] = {**(common if isinstance(common, Mapping) else {}), agent_id: info}
+            else:
+                if info_masks and agent_id in info_masks:
+                    observation, info = _with_mask(observation, info, info_masks[agent_id])
                 obs[agent_id] = observation
                 infos[agent_id] = info
             terminateds[agent_id] = terminated

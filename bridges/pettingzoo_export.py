@@ -221,7 +221,7 @@ class MultiAgentAECEnv(AECEnv):
         self._join([a for a in ended if a not in self.terminations])
         # An agent never observed that ends with a reward to receive gets a dead step to carry it.
         self._join([a for table in (terminateds, truncateds) for a, flag in table.items()
-                    if flag and a in self._possible_set and (a in self._waiting_rewards or a in rewards)])
+                    if flag and a in self._possible_set and (a in self._waiting_rewards or rewards.get(a))])
         for agent_id, reward in rewards.items():
             if agent_id in self.rewards:
                 self.rewards[agent_id] += reward
@@ -232,7 +232,7 @@ class MultiAgentAECEnv(AECEnv):
                     agent_id,
                     reward,
                 )
-            elif agent_id != ALL:
+            elif agent_id != ALL and reward:  # a zero is nothing to carry
                 self._waiting_rewards[agent_id] = self._waiting_rewards.get(agent_id, 0) + reward
         if all_terminated or all_truncated:  # the last chance for rewards waiting for an agent to join
             self._join([a for a in self._waiting_rewards if a in self._possible_set])

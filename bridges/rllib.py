@@ -25,7 +25,8 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Iterable, Mapping
+import re
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -88,16 +89,21 @@ def _declared_space(env: Any, kind: str, source_id: Hashable) -> gym.Space | Non
 def _declared_agents(env: Any) -> list[Hashable]:
     """The agent ids an RLlib env declares: ``possible_agents``, else ``agents``, else the old API
     stack's ``_agent_ids`` set, else the keys of its per-agent ``observation_space`` and
-    ``action_space`` Dicts (old API stack too). A list RLlib made from the ``_agent_ids`` set
-    (``list(set)``) is sorted, so the order does not depend on hashing."""
+    ``action_space`` Dicts (old API stack too).
+
+    A list holding exactly the ``_agent_ids`` set (RLlib's constructor makes ``list(set)``) comes
+    in an order that does not depend on hashing: the order of the PettingZoo env that RLlib's
+    PettingZoo wrappers wrap, else sorted (numbers inside ids by value: ``piston_2`` before
+    ``piston_10``).
+    """
     old_ids = getattr(env, "_agent_ids", None) or ()
     for attr in ("possible_agents", "agents"):
         declared = getattr(env, attr, None)
         if declared:
             declared = list(declared)
-            return _sorted_ids(declared) if isinstance(old_ids, set) and declared == list(old_ids) else declared
+            return _in_stable_order(env, declared) if isinstance(old_ids, set) and set(declared) == old_ids else declared
     if old_ids:
-        return _sorted_ids(old_ids)
+        return _in_stable_order(env, list(old_ids))
     observation_space = getattr(env, "observation_space", None)
     action_space = getattr(env, "action_space", None)
     if (isinstance(observation_space, gym.spaces.Dict) and isinstance(action_space, gym.spaces.Dict)
@@ -106,9 +112,21 @@ def _declared_agents(env: Any) -> list[Hashable]:
     return []
 
 
-def _sorted_ids(ids: Iterable[Hashable]) -> list[Hashable]:
-    """Ids in a stable order: grouped by type, integers by value, others by text."""
-    return sorted(ids, key=lambda agent: (type(agent).__name__, int(agent) if isinstance(agent, (int, np.integer)) else str(agent)))
+def _in_stable_order(env: Any, ids: list[Hashable]) -> list[Hashable]:
+    """``ids`` (a set's members) in the wrapped PettingZoo env's order, else sorted."""
+    for inner_attr in ("par_env", "env"):  # RLlib's ParallelPettingZooEnv, PettingZooEnv
+        inner = getattr(getattr(env, inner_attr, None), "possible_agents", None)
+        if isinstance(inner, (list, tuple)) and sorted(map(repr, inner)) == sorted(map(repr, ids)):
+            return list(inner)
+    return sorted(ids, key=_id_order)
+
+
+def _id_order(agent: Hashable) -> tuple[Any, ...]:
+    """Groups ids by type; integers by value, others by their text with numbers in it by value."""
+    if isinstance(agent, (int, np.integer)) and not isinstance(agent, bool):
+        return ("int", int(agent))
+    parts = re.split(r"(\d+)", str(agent))
+    return (type(agent).__name__, tuple(int(part) if index % 2 else part for index, part in enumerate(parts)))
 
 
 class RLlibEnv(MultiAgentEnv):

@@ -39,8 +39,14 @@ def shape_of(result: Any) -> str:
     types (``"a tuple of 4 (dict, dict, dict, dict)"``), else its type (``"an int"``)."""
     if isinstance(result, (tuple, list)):
         return f"a {type(result).__name__} of {len(result)} ({', '.join(type(part).__name__ for part in result)})"
-    noun = type(result).__name__
-    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+    return a_type(result)
+
+
+def a_type(value: Any) -> str:
+    """The type of ``value`` with its article, for messages: ``"a dict"``, ``"an int"``,
+    ``"a uint8"`` (the article follows the first letter: a, e, i, o take "an")."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeio' else 'a'} {name}"
 
 
 def _names(agent_ids: Iterable[Any]) -> str:

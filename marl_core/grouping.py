@@ -93,11 +93,13 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
           "zero" of its space (zeros clipped into Box bounds, the first value of a Discrete, the
           shortest string of a Text space's smallest character).
         - **Actions:** a group's action is a tuple with one slot per member (a list, or a numpy
-          array with one row per member, as gymnasium's ``Tuple`` takes). The slots of the
-          members asked to act are checked against their spaces and their slots' action masks
-          before the env steps (:class:`~marl_core.errors.InvalidActionError` or
-          :class:`~marl_core.errors.IllegalActionError` naming the group and the slot) and sent
-          to the env; the others (members not asked, ended ones) are ignored.
+          array with one row per member, as gymnasium's ``Tuple`` takes): a value of the
+          group's Tuple space, every slot in its member's space. The slots of the members asked
+          to act are checked against their action masks too, before the env steps
+          (:class:`~marl_core.errors.InvalidActionError` or
+          :class:`~marl_core.errors.IllegalActionError` naming the group and the slot), and sent
+          to the env; the others (members not asked, ended ones) hold any value of their space,
+          which is ignored.
         - **Rewards:** a group's reward in a step is the sum of its members' rewards in that
           step (a member without a reward counts 0), present whenever any member got one.
           ``infos[group]["individual_rewards"]`` maps every member to its reward summed since
@@ -281,12 +283,14 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
             space = self._action_group_spaces[agent_id]
             slots = tuple_slots(space, action)
             for slot, (member, member_action) in enumerate(zip(members, slots, strict=True)):
-                if member in asked:  # checked before anything steps; the other slots are ignored
-                    reason = why_action_not_contained(space.spaces[slot], member_action, f"[{slot}]")
-                    if reason is not None:
-                        raise InvalidActionError(
-                            agent_id, f"an action in {space}", action, f"member {member!r}, {reason}"
-                        )
+                # Every slot is in its space (the action is a value of the Tuple space, as every
+                # consumer checks it); only the asked members' are masked and reach the env.
+                reason = why_action_not_contained(space.spaces[slot], member_action, f"[{slot}]")
+                if reason is not None:
+                    raise InvalidActionError(
+                        agent_id, f"an action in {space}", action, f"member {member!r}, {reason}"
+                    )
+                if member in asked:
                     mask = action_masks_of(self._slots[agent_id][slot])
                     if mask is not None:  # legal as the group's observation showed it, named as the group
                         _check_masks(agent_id, space.spaces[slot], member_action, mask, action, f"[{slot}]")

@@ -22,6 +22,7 @@ from marl_core.errors import (
     MissingActionError,
     SpaceError,
     UnexpectedActionError,
+    a_type,
 )
 
 if TYPE_CHECKING:
@@ -143,7 +144,7 @@ def _(space: spaces.Box, value: Any, path: str) -> str | None:
     if not isinstance(value, np.ndarray):
         if isinstance(value, (list, tuple)) or np.isscalar(value):
             return (
-                f"{_where(path)}a {type(value).__name__} where the space needs a numpy array of "
+                f"{_where(path)}{a_type(value)} where the space needs a numpy array of "
                 f"dtype {space.dtype} and shape {space.shape}"
             )
         return f"{_where(path)}{type(value).__name__} where the space needs a numpy array"
@@ -178,7 +179,7 @@ def _(space: spaces.Box, value: Any, path: str) -> str | None:
 @_why.register
 def _(space: spaces.Discrete, value: Any, path: str) -> str | None:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, np.ndarray)):
-        return f"{_where(path)}a {type(value).__name__} ({value!r}) where the space needs an integer in {space}"
+        return f"{_where(path)}{a_type(value)} ({value!r}) where the space needs an integer in {space}"
     if isinstance(value, np.ndarray) and (value.shape != () or not np.issubdtype(value.dtype, np.integer)):
         return f"{_where(path)}an array of shape {value.shape} and dtype {value.dtype} where {space} needs an integer"
     if isinstance(value, (np.integer, np.ndarray)) and not np.can_cast(value.dtype, space.dtype):
@@ -212,7 +213,7 @@ def _(space: spaces.MultiDiscrete, value: Any, path: str) -> str | None:
 @_why.register
 def _(space: spaces.Dict, value: Any, path: str) -> str | None:
     if not isinstance(value, Mapping):
-        return f"{_where(path)}a {type(value).__name__} where the space needs a dict"
+        return f"{_where(path)}{a_type(value)} where the space needs a dict"
     missing = [k for k in space.spaces if k not in value]
     extra = [k for k in value if k not in space.spaces]
     if missing or extra:
@@ -231,7 +232,7 @@ def _(space: spaces.Tuple, value: Any, path: str) -> str | None:
     if isinstance(value, np.ndarray) and value.ndim >= 1:
         return f"{_where(path)}an array of {len(value)} rows where the space needs a tuple of {len(space)}"
     if not isinstance(value, tuple):
-        return f"{_where(path)}a {type(value).__name__} where the space needs a tuple of {len(space)}"
+        return f"{_where(path)}{a_type(value)} where the space needs a tuple of {len(space)}"
     if len(value) != len(space):
         return f"{_where(path)}a tuple of {len(value)} where the space needs {len(space)}"
     for index, (sub, item) in enumerate(zip(space.spaces, value, strict=True)):

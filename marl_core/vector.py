@@ -51,6 +51,7 @@ from marl_core.errors import (
     ResetNeededError,
     SpaceError,
     VectorEnvError,
+    a_type,
 )
 from marl_core.spaces import SlotMasks, action_masks_of, check_acting, check_action, surely_valid_action
 
@@ -579,7 +580,7 @@ def _describe(value: Any) -> str:
         return f"a dict with keys {list(value)}"
     if isinstance(value, tuple):
         return f"a tuple of {len(value)}"
-    return f"a {type(value).__name__}"
+    return a_type(value)
 
 
 def _shapes_differ(observations: Sequence[Any]) -> SpaceError:
@@ -593,7 +594,7 @@ def _shape_text(observation: Any) -> str:
     try:
         return str(np.shape(observation))
     except ValueError:
-        return f"a {type(observation).__name__} of {len(observation)} parts of different shapes"
+        return f"{a_type(observation)} of {len(observation)} parts of different shapes"
 
 
 def gather(

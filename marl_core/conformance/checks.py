@@ -18,7 +18,7 @@ from gymnasium import spaces
 
 from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable, shown
 from marl_core.env import ALL, COMMON
-from marl_core.errors import shape_of
+from marl_core.errors import a_type, shape_of
 from marl_core.spaces import (
     MASK_KEY,
     OBS_KEY,
@@ -39,12 +39,6 @@ NO_ARGUMENTS = "reset() without arguments"
 def reset_in(label: str) -> str:
     """How messages name the reset that starts the episode ``label``."""
     return label if label == NO_ARGUMENTS else f"reset() in {label}"
-
-
-def a_type(value: Any) -> str:
-    """``"a dict"``, ``"an int"``: the type of ``value`` with its article."""
-    name = type(value).__name__
-    return f"{'an' if name[:1].lower() in 'aeio' else 'a'} {name}"  # "a uint8", "a UserDict"
 
 
 def names(ids: Iterable[Any]) -> str:

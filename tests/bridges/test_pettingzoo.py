@@ -398,3 +398,70 @@ def test_reset_seed_also_seeds_the_bridges_own_generator():
         assert np.array_equal(drawn, seeding.np_random(8)[0].integers(1 << 30, size=4))
         env.reset()  # no seed: the generator goes on
         assert not np.array_equal(env.np_random.integers(1 << 30, size=4), drawn)
+
+
+class NoneWhenDead(AECEnv):
+    """A native AEC env whose ``observe()`` is None for an agent that has ended (PettingZoo types
+    it ``ObsType | None``). ``b`` ends at the first move, with an info; ``a`` plays three moves.
+    Live agents carry their action mask in ``info``."""
+
+    metadata = {"name": "none_when_dead_v0", "is_parallelizable": False}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        self._obs_space = spaces.Box(0.0, 9.0, (1,), np.float32)
+        self._act_space = spaces.Discrete(2)
+
+    def observation_space(self, agent):
+        return self._obs_space
+
+    def action_space(self, agent):
+        return self._act_space
+
+    def observe(self, agent):
+        return None if self.terminations[agent] else np.full(1, self.t, np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        self.rewards = dict.fromkeys(self.agents, 0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {a: {"action_mask": np.ones(2, np.int8)} for a in self.agents}
+        self.agent_selection = "a"
+
+    def step(self, action):
+        if self.terminations[self.agent_selection]:
+            self._was_dead_step(action)
+            return
+        self.t += 1
+        self._cumulative_rewards["a"] = 0
+        self.rewards = dict.fromkeys(self.agents, 0)
+        self.rewards["a"] = 1
+        if self.t == 1:
+            self.terminations["b"] = True
+            self.infos["b"] = {"tag": "b"}
+        if self.t >= 3:
+            self.terminations["a"] = True
+        self._accumulate_rewards()
+        self.agent_selection = "a"
+        self._deads_step_first()
+
+
+def test_an_agent_without_a_final_observation_ends_without_one():
+    # A final observation of None went out (wrapped in a Dict with its info mask, too): outside
+    # the agent's space, a checker error on every such env.
+    env = PettingZooEnv(NoneWhenDead(), mask_in_info=True)
+    obs, _ = env.reset(seed=0)
+    assert list(obs) == ["a"] and obs["a"]["action_mask"].tolist() == [1, 1]
+    obs, rewards, terminateds, _, infos = env.step({"a": 0})
+    assert list(obs) == ["a"] and terminateds["b"] is True and terminateds[ALL] is False
+    assert infos[COMMON] == {"b": {"tag": "b"}} and "b" not in infos  # its info is kept, under "__common__"
+    env.step({"a": 0})
+    obs, rewards, terminateds, _, _ = env.step({"a": 0})
+    assert obs == {} and rewards == {"a": 1} and terminateds == {"a": True, ALL: True}
+    report = check_env(lambda: PettingZooEnv(NoneWhenDead(), mask_in_info=True))
+    assert report.ok, report
+    assert rollout(PettingZooEnv(NoneWhenDead(), mask_in_info=True), seed=0).returns == {"a": 3.0, "b": 0.0}

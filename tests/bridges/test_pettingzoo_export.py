@@ -339,10 +339,21 @@ class FlagsEveryPossibleAgent(PaysBeforeJoining):
         return {"a": np.full(1, self.t, np.float32)}, {"a": 1.0}, {ALL: done, **flags}, {ALL: False}, {}
 
 
-def test_agents_that_never_took_part_get_no_dead_step():
-    env = to_aec(FlagsEveryPossibleAgent())
-    assert _aec_returns(env) == {"a": 3.0}
-    assert check_env(lambda: PettingZooEnv(to_aec(FlagsEveryPossibleAgent()))).ok
+class FlagsAndZeroPaysEveryPossibleAgent(FlagsEveryPossibleAgent):
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        return obs, {**dict.fromkeys(self.possible_agents, 0.0), **rewards}, terminateds, truncateds, infos
+
+
+@api_warnings
+@pytest.mark.parametrize("source", [FlagsEveryPossibleAgent, FlagsAndZeroPaysEveryPossibleAgent])
+def test_agents_that_never_took_part_get_no_dead_step(source):
+    # They got dead steps observing None (a zero reward counted as one to carry).
+    assert _aec_returns(to_aec(source())) == {"a": 3.0}
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        api_test(to_aec(source()), num_cycles=10)
+    assert "Passed API test" in printed.getvalue()
+    assert check_env(lambda: PettingZooEnv(to_aec(source()))).ok
 
 
 class InfoAtResetOnly(RockPaperScissors):

@@ -6,6 +6,7 @@ import importlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -413,23 +414,34 @@ class _SharedDictSpace(RLlibMultiAgentEnv):
         super().__init__()
 
 
+class _OldApiIdSet(RLlibMultiAgentEnv):
+    """RLlib's old API stack: agents declared only as an id set."""
+
+    def __init__(self, config=None):
+        self._agent_ids = {"seat_10", "seat_2", "seat_1"}
+        self.observation_space = self.action_space = gym.spaces.Discrete(2)
+        super().__init__()
+
+
 def test_agents_from_an_old_api_id_set_come_in_the_same_order_in_every_process() -> None:
     # RLlib's MultiAgentEnv.__init__ made possible_agents list(_agent_ids), a set: the order
     # changed with PYTHONHASHSEED (so did evaluation seats and self-play sides).
     script = ("from ray.rllib.env.wrappers.pettingzoo_env import ParallelPettingZooEnv\n"
               "from pettingzoo.butterfly import pistonball_v6\n"
               "from bridges.rllib import from_rllib\n"
-              "env = from_rllib(ParallelPettingZooEnv(pistonball_v6.parallel_env(n_pistons=4)))\n"
+              "from tests.bridges.test_rllib import _OldApiIdSet\n"
+              "env = from_rllib(ParallelPettingZooEnv(pistonball_v6.parallel_env(n_pistons=12)))\n"
               "env.reset(seed=0)\n"
-              "print(env.possible_agents, env.agents)\n")
+              "print(env.possible_agents == env.agents, env.possible_agents, from_rllib(_OldApiIdSet()).possible_agents)\n")
     seen = set()
     for hash_seed in ("1", "2", "3"):
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "PYTHONHASHSEED": hash_seed})
+                              env={**os.environ, "PYTHONHASHSEED": hash_seed}, cwd=Path(__file__).resolve().parents[2])
         assert done.returncode == 0, done.stderr[-2000:]
         seen.add(done.stdout.strip().splitlines()[-1])
-    pistons = [f"piston_{i}" for i in range(4)]
-    assert seen == {f"{pistons} {pistons}"}
+    # PettingZoo's own order for its wrappers (not piston_0, piston_1, piston_10, ...); numbers by value otherwise.
+    pistons = [f"piston_{i}" for i in range(12)]
+    assert seen == {f"True {pistons} ['seat_1', 'seat_2', 'seat_10']"}
 
 
 class _CommonObservation(RLlibRPS):

@@ -62,9 +62,10 @@ def test_messages_name_types_with_their_article() -> None:
     assert "is 0 (an int); expected a bool" in finding.message
     (finding,) = check_env(broken_envs.ResetReturnsObsOnly).findings
     assert finding.message.startswith("reset() without arguments returned a dict")
-    from marl_core.conformance.checks import a_type
+    from marl_core.errors import a_type
 
     assert [a_type(value) for value in (1, np.uint8(1), {}, "x")] == ["an int", "a uint8", "a dict", "a str"]
+    assert a_type(True) == "a bool"
 
 
 class MaskTooLongEnforced(broken_envs.MaskTooLong):

@@ -354,7 +354,11 @@ def test_members_that_join_late_and_end_early() -> None:
     # The runner has not joined: its slot holds the zero of its space, its action is not sent.
     np.testing.assert_array_equal(obs["team"][1], np.zeros(1, np.float32))
     assert infos["team"]["member_infos"] == {"scout": {"joined": 0}}
-    obs, *_ = env.step({"team": (2, "ignored: runner not asked")})
+    # Its slot takes any value of its space, ignored; one outside it is refused (as the vector
+    # env and the PettingZoo exports refuse it: the action is a value of the Tuple space).
+    with pytest.raises(InvalidActionError, match=r"member 'runner', at \[1\]: a NoneType"):
+        env.step({"team": (2, None)})
+    obs, *_ = env.step({"team": (2, 0)})
     np.testing.assert_array_equal(obs["team"][0], scout_start + 1)
     obs, _, _, _, infos = env.step({"team": (1, 0)})  # step 2: the runner joins
     assert infos["team"]["member_infos"] == {"runner": {"joined": 2}}
@@ -364,11 +368,11 @@ def test_members_that_join_late_and_end_early() -> None:
     scout_final = obs["team"][0].copy()
     np.testing.assert_array_equal(scout_final, scout_start)
     assert terminateds["team"] is False and truncateds["team"] is False
-    # The scout's slot keeps its final observation and whatever sits in its action slot is ignored.
-    obs, *_ = env.step({"team": (None, 2), "keeper": 1})
+    # The scout's slot keeps its final observation and the value in its action slot is ignored.
+    obs, *_ = env.step({"team": (1, 2), "keeper": 1})
     np.testing.assert_array_equal(obs["team"][0], scout_final)
     np.testing.assert_array_equal(obs["team"][1], np.array([3.0], np.float32))  # 0 at step 2, then +1 x 3
-    obs, rewards, terminateds, truncateds, _ = env.step({"team": (99, 1), "keeper": 1})  # step 6: runner truncated
+    obs, rewards, terminateds, truncateds, _ = env.step({"team": (2, 1), "keeper": 1})  # step 6: runner truncated
     assert "team" in obs and truncateds["team"] is True and terminateds["team"] is False
     assert env.agents == ["keeper"]
     with pytest.raises(UnexpectedActionError, match="'team'"):

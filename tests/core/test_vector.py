@@ -955,9 +955,9 @@ def test_stack_is_leaf_wise() -> None:
         ([], "at least one observation"),
         ([{"a": 1}, {"b": 1}], r"row 1 is a dict with keys \['b'\]"),
         ([(1, 2), (1,)], "row 1 is a tuple of 1, row 0 a tuple of 2"),
-        ([{"a": 1}, 5], "row 1 is a int"),
+        ([{"a": 1}, 5], "row 1 is an int"),
         ([np.float32(1), {"x": 1}], r"row 1 is a dict with keys \['x'\], row 0 a float32"),
-        ([0, None], "row 1 is a NoneType, row 0 a int"),
+        ([0, None], "row 1 is a NoneType, row 0 an int"),
         ([np.zeros(2), np.zeros(3)], r"different shapes \[\(2,\), \(3,\)\]"),
         # A Tuple observation sent as a list: numpy cannot give its shape (this error path crashed).
         ([[np.zeros(2), 3], [np.zeros(2), 4]], r"different shapes \[a list of 2 parts of different shapes\]"),
