@@ -50,6 +50,7 @@ from marl_core.errors import (
     MissingActionError,
     ResetNeededError,
     UnsupportedEnvError,
+    a_type,
 )
 from marl_core.spaces import MASK_KEY, OBS_KEY, check_acting, masked_space
 
@@ -608,7 +609,7 @@ class OpenSpielEnv(MultiAgentEnv):
         if type(action) is not int:
             expected = f"an integer action in {spaces.Discrete(self._num_actions)}"
             if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer, np.ndarray)):
-                raise InvalidActionError(self._ids[player], expected, action, f"a {type(action).__name__}")
+                raise InvalidActionError(self._ids[player], expected, action, a_type(action))
             if isinstance(action, np.ndarray) and (action.shape != () or not np.issubdtype(action.dtype, np.integer)):
                 raise InvalidActionError(
                     self._ids[player], expected, action, f"an array of shape {action.shape} and dtype {action.dtype}"

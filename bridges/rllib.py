@@ -137,7 +137,11 @@ class RLlibEnv(MultiAgentEnv):
 
     Semantics:
         - **Agent ids:** ``possible_agents`` are the env's (or, on RLlib's old API stack, its
-          ``_agent_ids``); ids first seen later are appended. String ids stay as they are; integer ids ``i`` become ``"agent_i"`` (as in
+          ``_agent_ids``, or the keys of its per-agent Dict spaces); ids first seen later are
+          appended. A list holding exactly the ``_agent_ids`` set (RLlib's constructor makes
+          one with ``list(set)``, in an order that changes from process to process) comes in
+          the wrapped PettingZoo env's order for RLlib's PettingZoo wrappers, else sorted, so
+          every process seats the agents alike. String ids stay as they are; integer ids ``i`` become ``"agent_i"`` (as in
           :func:`marl_core.make_multi_agent`), other ids ``str(id)``. Two ids that would collide
           raise :class:`~marl_core.errors.EnvContractError`.
         - **Rewards:** every reward the env emits is passed on as a float, for any agent, acting

@@ -44,9 +44,13 @@ def shape_of(result: Any) -> str:
 
 def a_type(value: Any) -> str:
     """The type of ``value`` with its article, for messages: ``"a dict"``, ``"an int"``,
-    ``"a uint8"`` (the article follows the first letter: a, e, i, o take "an")."""
-    name = type(value).__name__
-    return f"{'an' if name[:1].lower() in 'aeio' else 'a'} {name}"
+    ``"a uint8"`` (see :func:`with_article`)."""
+    return with_article(type(value).__name__)
+
+
+def with_article(noun: str) -> str:
+    """``noun`` after "a" or "an": the article follows its first letter (a, e, i, o take "an")."""
+    return f"{'an' if noun[:1].lower() in 'aeio' else 'a'} {noun}"
 
 
 def _names(agent_ids: Iterable[Any]) -> str:

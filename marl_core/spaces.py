@@ -23,6 +23,7 @@ from marl_core.errors import (
     SpaceError,
     UnexpectedActionError,
     a_type,
+    with_article,
 )
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def _(space: spaces.Box, value: Any, path: str) -> str | None:
                 f"{_where(path)}{a_type(value)} where the space needs a numpy array of "
                 f"dtype {space.dtype} and shape {space.shape}"
             )
-        return f"{_where(path)}{type(value).__name__} where the space needs a numpy array"
+        return f"{_where(path)}{a_type(value)} where the space needs a numpy array"
     if value.shape != space.shape:
         return f"{_where(path)}shape {value.shape} but the space needs {space.shape}"
     if not np.can_cast(value.dtype, space.dtype):
@@ -184,7 +185,7 @@ def _(space: spaces.Discrete, value: Any, path: str) -> str | None:
         return f"{_where(path)}an array of shape {value.shape} and dtype {value.dtype} where {space} needs an integer"
     if isinstance(value, (np.integer, np.ndarray)) and not np.can_cast(value.dtype, space.dtype):
         return (
-            f"{_where(path)}a {value.dtype} ({value!r}), which does not cast safely to {space}'s dtype "
+            f"{_where(path)}{with_article(str(value.dtype))} ({value!r}), which does not cast safely to {space}'s dtype "
             f"{space.dtype}"
         )
     try:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError
+from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError, a_type
 from marl_core.ppo.actions import name_stuck_rows
 from marl_core.ppo.batching import concat_obs, stack_obs
 from marl_core.ppo.config import PolicySpec, PPOConfig, map_agent
@@ -144,7 +144,7 @@ class PPO:
                               f"{dict(config.env_config)!r}: {error}") from error
         missing = [name for name in _ENV_API if not hasattr(probe, name)]
         if missing:
-            raise ConfigError(f"the env {env!r} built a {type(probe).__name__} without {missing}, expected a "
+            raise ConfigError(f"the env {env!r} built {a_type(probe)} without {missing}, expected a "
                               f"MultiAgentEnv (a foreign env goes through bridges.wrap(obj) first)")
         try:
             self._agents = list(probe.possible_agents)

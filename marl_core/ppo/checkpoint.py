@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from marl_core.errors import CheckpointError, ConfigError, MultiAgentEnvError
+from marl_core.errors import CheckpointError, ConfigError, MultiAgentEnvError, a_type
 from marl_core.ppo.config import PPOConfig, reference_of, restore_error
 from marl_core.ppo.model import TorchPolicy
 
@@ -186,7 +186,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                               f"{error}") from error
     if not isinstance(state, dict):
         raise CheckpointError(
-            f"{state_file} holds a {type(state).__name__}, not a checkpoint's state (a damaged checkpoint?)"
+            f"{state_file} holds {a_type(state)}, not a checkpoint's state (a damaged checkpoint?)"
         )
     if state.get("format") != FORMAT_VERSION:
         raise CheckpointError(f"checkpoint format {state.get('format')!r}; this version reads {FORMAT_VERSION}")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 
 import numpy as np
 
-from marl_core.errors import CheckpointError, ConfigError
+from marl_core.errors import CheckpointError, ConfigError, a_type
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -632,7 +632,7 @@ def _import_path(reference: str, key: str) -> Any:
             f"{key} {reference!r} does not import: {type(error).__name__}: {error}{hint}"
         ) from error
     if not callable(target):
-        raise ConfigError(f"{key} must name a function, received {reference!r} (a {type(target).__name__})")
+        raise ConfigError(f"{key} must name a function, received {reference!r} ({a_type(target)})")
     return target
 
 

@@ -66,6 +66,11 @@ def test_messages_name_types_with_their_article() -> None:
 
     assert [a_type(value) for value in (1, np.uint8(1), {}, "x")] == ["an int", "a uint8", "a dict", "a str"]
     assert a_type(True) == "a bool"
+    from marl_core.spaces import why_action_not_contained
+
+    # "a int64 (...)" and "object where the space needs ..." before.
+    assert why_action_not_contained(spaces.Discrete(3, dtype=np.int32), np.int64(1)).startswith("an int64 (")
+    assert why_action_not_contained(spaces.Box(0, 1, (2,)), object()) == "an object where the space needs a numpy array"
 
 
 class MaskTooLongEnforced(broken_envs.MaskTooLong):
