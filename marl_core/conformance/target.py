@@ -103,18 +103,17 @@ def _arguments(factory: Callable[..., Any]) -> tuple[Any, ...]:
     """What :func:`resolve` calls ``factory`` with: nothing, or an empty config (as RLlib does)."""
     try:
         inspect.signature(factory).bind()
-        return ()
-    except TypeError:
-        pass
+    except TypeError:  # it needs arguments: one config at most
+        if accepts_config(factory):
+            return ({},)
+        raise TargetBuildError(
+            f"cannot call {_name_of(factory)}: it needs arguments (signature "
+            f"{inspect.signature(factory)}); pass a zero-argument factory, e.g. "
+            f"`lambda: {getattr(factory, '__name__', 'make_env')}(...)`"
+        ) from None
     except ValueError:  # no signature (builtins): try the plain call
         return ()
-    if accepts_config(factory):
-        return ({},)
-    raise TargetBuildError(
-        f"cannot call {_name_of(factory)}: it needs arguments (signature "
-        f"{inspect.signature(factory)}); pass a zero-argument factory, e.g. "
-        f"`lambda: {getattr(factory, '__name__', 'make_env')}(...)`"
-    )
+    return ()
 
 
 def _call_factory(factory: Callable[..., Any]) -> Any:

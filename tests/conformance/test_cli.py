@@ -306,7 +306,7 @@ from marl_core.envs import RockPaperScissors
 
 
 class Mine(RockPaperScissors):
-    pass
+    """A user's env, in a file of its own."""
 
 
 class GymStyle(gym.Env):
