@@ -138,7 +138,7 @@ def pistonball_env(config: dict[str, Any]) -> Any:
         raise ConfigError(f"pistonball env_config has unknown keys {unknown}; it reads {list(PISTONBALL_ENV_RULES)}")
     _check_fields(config, "pistonball env_config ", PISTONBALL_ENV_RULES)
     import supersuit as ss
-    from pettingzoo.butterfly import pistonball_v6
+    from pettingzoo.butterfly.pistonball import pistonball as pistonball_v6  # no deprecation warning
 
     from bridges.pettingzoo import ParallelPettingZooEnv
 
