@@ -571,7 +571,8 @@ class _Position:
         size, agent_id = self.spec.sizes[player], self.spec.agents[player]
         if not 0 <= action < size:  # a negative one would reach the env as another action
             raise InvalidActionError(agent_id, f"an OpenSpiel action in 0..{size - 1}", action)
-        if action_mask_of(self.last_obs[player]) is not None and action not in self.legal_actions(player):
+        mask = action_mask_of(self.last_obs[player])
+        if mask is not None and not (action < mask.size and mask.flat[action]):  # legal_actions' rule, in O(1)
             raise IllegalActionError(agent_id, action, self.legal_actions(player))
 
     def _names(self, players: Sequence[int]) -> list[AgentID]:
