@@ -138,6 +138,9 @@ class _PettingZooBase(MultiAgentEnv):
         _check_kind(env, self._API)
         self.env = env
         self._running = False
+        # A MultiAgentEnv exported with to_aec or to_parallel keeps its "__common__" infos aside.
+        base = getattr(env, "unwrapped", env)
+        self._common_source = base if callable(getattr(base, "take_common_infos", None)) else None
         super().__init__()
         self.metadata = dict(getattr(env, "metadata", {}) or {})
         possible = getattr(env, "possible_agents", None)
@@ -161,6 +164,15 @@ class _PettingZooBase(MultiAgentEnv):
         self._watch_info_masks = detected and not mask_in_info and bool(
             _masked_info_agents(self.possible_agents, env.observation_space, env.action_space)
         )
+
+    def _with_common_infos(self, infos: MultiAgentDict) -> MultiAgentDict:
+        """``infos`` with the exported MultiAgentEnv's new ``"__common__"`` infos, in a new dict."""
+        common = self._common_source.take_common_infos()  # type: ignore[union-attr]
+        if common is None:
+            return infos
+        kept = infos.get(COMMON)  # infos of agents that ended without a final observation
+        merged = {**kept, **common} if isinstance(kept, Mapping) and isinstance(common, Mapping) else common
+        return {**infos, COMMON: merged}
 
     def _late_info_mask(self, infos: Mapping[AgentID, Any]) -> None:
         """Warn (once) when ``infos`` holds a mask that the spaces, fixed without one, leave unchecked."""
@@ -270,9 +282,6 @@ class PettingZooEnv(_PettingZooBase):
     def __init__(self, env: Any, *, check_legal: bool = True, mask_in_info: bool | None = None) -> None:
         self._acting: AgentID | None = None
         self._mask: np.ndarray | None = None
-        # A MultiAgentEnv exported with to_aec keeps its "__common__" infos aside: pass them on.
-        base = getattr(env, "unwrapped", env)
-        self._common_source = base if callable(getattr(base, "take_common_infos", None)) else None
         super().__init__(env, check_legal=check_legal, mask_in_info=mask_in_info)
 
     def _reset_env(
@@ -300,7 +309,7 @@ class PettingZooEnv(_PettingZooBase):
                 f"{self.env} has no agent to act after reset() (agents: {list(self.env.agents)})"
             )
         if self._common_source is not None:
-            self._add_common_infos(infos)
+            infos = self._with_common_infos(infos)
         return obs, infos
 
     def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
@@ -327,14 +336,8 @@ class PettingZooEnv(_PettingZooBase):
         done = self._advance(obs, rewards, terminateds, truncateds, infos)
         terminateds[ALL], truncateds[ALL] = _end_flags(done, terminateds, truncateds)
         if self._common_source is not None:
-            self._add_common_infos(infos)
+            infos = self._with_common_infos(infos)
         return obs, rewards, terminateds, truncateds, infos
-
-    def _add_common_infos(self, infos: MultiAgentDict) -> None:
-        common = self._common_source.take_common_infos()  # type: ignore[union-attr]
-        if common is not None:
-            kept = infos.get(COMMON)  # infos of agents that ended without a final observation
-            infos[COMMON] = {**kept, **common} if isinstance(kept, Mapping) and isinstance(common, Mapping) else common
 
     def _advance(
         self,
@@ -407,6 +410,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
         - The dicts the env returned are never modified: ``"__all__"`` goes into new dicts, and
           infos of agents without an observation move under ``"__common__"`` in a new dict. When
           nothing needs to move, the env's own observation, reward and info dicts are returned.
+          Around a MultiAgentEnv exported with :func:`to_parallel`, its ``"__common__"`` infos
+          come back under ``"__common__"``.
         - Actions are checked before they reach the env (agents, space, mask); the env receives
           a copy of the action dict, except PettingZoo's ``aec_to_parallel_wrapper``, which only
           reads it.
@@ -421,7 +426,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
         self._masks: dict[AgentID, np.ndarray] = {}
         super().__init__(env, check_legal=check_legal, mask_in_info=mask_in_info)
         self._track_masks = bool(self._info_masks) or any(is_masked(s) for s in self.observation_spaces.values())
-        self._plain = not (self._info_masks or self._track_masks)
+        # Masks and an exported MultiAgentEnv's "__common__" infos need the full step.
+        self._plain = not (self._info_masks or self._track_masks or self._common_source)
 
     def _reset_env(
         self, seed: int | None, options: dict[str, Any] | None
@@ -440,6 +446,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
         obs, infos = self._adopt(raw_obs or {}, raw_infos or {}, {}, {})
         if not self._acting_list:
             raise EnvContractError(f"{self.env} has no agent to act after reset()")
+        if self._common_source is not None:
+            infos = self._with_common_infos(infos)
         return obs, infos
 
     def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
@@ -485,6 +493,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
     ) -> StepResult:
         """The step result from what the env returned, whoever acts next."""
         obs, infos = self._adopt(obs, infos, terms, truncs)
+        if self._common_source is not None:
+            infos = self._with_common_infos(infos)
         if self._acting_list:
             return obs, rewards, {**terms, ALL: False}, {**truncs, ALL: False}, infos
         all_terminated, all_truncated = _end_flags(True, terms, truncs)

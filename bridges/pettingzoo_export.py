@@ -74,6 +74,32 @@ class _SpacesOf:
         return space
 
 
+class _CommonInfos:
+    """Keeps a MultiAgentEnv's ``"__common__"`` infos aside: PettingZoo's infos hold agents only."""
+
+    common_infos: Any = {}
+    _new_common_infos: Any = None
+
+    def take_common_infos(self) -> Any:
+        """The ``"__common__"`` infos of the MultiAgentEnv's last reset or step if they were not
+        taken yet, else None (for the bridges of :mod:`bridges.pettingzoo`, which pass them on
+        once)."""
+        common, self._new_common_infos = self._new_common_infos, None
+        return common
+
+    def _keep_common_infos(self, infos: Mapping[AgentID, Any]) -> None:
+        self.common_infos = infos.get(COMMON, {})
+        self._new_common_infos = self.common_infos or None
+
+
+def _check_not_back(env: MultiAgentEnv, gone: set[AgentID], obs: Mapping[AgentID, Any]) -> None:
+    """An agent that ended never comes back in the same episode."""
+    if gone and not gone.isdisjoint(obs):
+        back = [a for a in obs if a in gone]
+        raise EnvContractError(f"{env} observed {back} again after they ended (an agent that terminated or "
+                               "truncated never comes back in the same episode)")
+
+
 def _metadata(env: MultiAgentEnv, parallelizable: bool) -> dict[str, Any]:
     """The env's metadata with ``is_parallelizable``: ``parallelizable`` unless the env says so
     itself (a PettingZoo parallel env's flag survives the round trip through ``to_aec``)."""
@@ -82,7 +108,7 @@ def _metadata(env: MultiAgentEnv, parallelizable: bool) -> dict[str, Any]:
     return metadata
 
 
-class MultiAgentAECEnv(AECEnv):
+class MultiAgentAECEnv(_CommonInfos, AECEnv):
     """A MultiAgentEnv as a PettingZoo ``AECEnv`` (build it with :func:`to_aec`).
 
     Semantics:
@@ -207,10 +233,7 @@ class MultiAgentAECEnv(AECEnv):
     ) -> None:
         all_terminated = bool(terminateds.get(ALL, False))
         all_truncated = bool(truncateds.get(ALL, False))
-        if self._gone and not self._gone.isdisjoint(obs):
-            back = [a for a in obs if a in self._gone]
-            raise EnvContractError(f"{self.env} observed {back} again after they ended (an agent that terminated or "
-                                   "truncated never comes back in the same episode)")
+        _check_not_back(self.env, self._gone, obs)
         ended = [a for a in obs if terminateds.get(a) or truncateds.get(a)]
         ended_set = set(ended)
         self._observations.update(obs)
@@ -271,17 +294,9 @@ class MultiAgentAECEnv(AECEnv):
             self.truncations[agent_id] = False
             self.infos[agent_id] = {}
 
-    def take_common_infos(self) -> Any:
-        """The ``"__common__"`` infos of the MultiAgentEnv's last reset or step if they were not
-        taken yet, else None (for :class:`~bridges.pettingzoo.PettingZooEnv`, which passes them on
-        once)."""
-        common, self._new_common_infos = self._new_common_infos, None
-        return common
-
     def _take_infos(self, infos: Mapping[AgentID, Any], observed: Mapping[AgentID, Any]) -> None:
         """This call's infos; an agent observed now without one gets ``{}`` (not an older one)."""
-        self.common_infos = infos.get(COMMON, {})
-        self._new_common_infos = self.common_infos or None
+        self._keep_common_infos(infos)
         for agent_id in observed:
             if agent_id in self.infos:
                 self.infos[agent_id] = {}
@@ -318,7 +333,7 @@ class MultiAgentAECEnv(AECEnv):
         return str(self.metadata.get("name", type(self.env).__name__))
 
 
-class MultiAgentParallelEnv(ParallelEnv):
+class MultiAgentParallelEnv(_CommonInfos, ParallelEnv):
     """A MultiAgentEnv in which every live agent acts at every step, as a PettingZoo
     ``ParallelEnv`` (build it with :func:`to_parallel`).
 
@@ -326,14 +341,23 @@ class MultiAgentParallelEnv(ParallelEnv):
         - **Who acts:** every agent in ``agents``; when the MultiAgentEnv asks only some of its
           live agents to act (a turn-based env), ``reset`` or ``step`` raises
           :class:`~marl_core.errors.UnsupportedEnvError` naming the agents left out.
-        - **Rewards** pass unchanged (0 for an acting agent the MultiAgentEnv named no reward for).
+        - **Rewards** pass unchanged (0 for an acting agent the MultiAgentEnv named no reward for),
+          keyed by the agents of the step, as PettingZoo requires. A reward for an agent that has
+          not joined yet waits until it joins, so each agent's sum is unchanged. Only a reward
+          that cannot wait is in ``rewards`` under an agent outside the step (PettingZoo's
+          ``parallel_api_test`` warns of it): one for an agent that has ended, or that ends, or
+          whose episode ends, before it was ever observed.
         - **Dead agents and "__all__":** ``"__all__"`` is removed; on it, every live agent gets the
           flag; an ended agent without a final observation gets its latest one.
         - **Seeding and chance:** ``reset(seed=s)`` resets the MultiAgentEnv with ``seed=s``.
-        - **Masks** pass through in the Dict observations; ``"__common__"`` infos stay in infos.
-          With ``check_legal`` (the default), ``step`` refuses an action that the agent's mask
-          (or, for a grouped agent, a member's mask in its slot) forbids, before the
-          MultiAgentEnv steps.
+        - **Masks** pass through in the Dict observations. With ``check_legal`` (the default),
+          ``step`` refuses an action that the agent's mask (or, for a grouped agent, a member's
+          mask in its slot) forbids, before the MultiAgentEnv steps.
+        - **Infos** are keyed by the agents of the step; ``common_infos`` holds the
+          ``"__common__"`` infos of the last reset or step (``{}`` when it gave none).
+          :class:`~bridges.pettingzoo.ParallelPettingZooEnv` puts them back under ``"__common__"``.
+        - An env that observes an agent again after it ended breaks its contract: an
+          :class:`~marl_core.errors.EnvContractError`.
     """
 
     def __init__(self, env: MultiAgentEnv, *, check_legal: bool = True) -> None:
@@ -342,9 +366,12 @@ class MultiAgentParallelEnv(ParallelEnv):
         self.metadata = _metadata(env, parallelizable=True)
         self.render_mode = getattr(env, "render_mode", None)
         self.possible_agents = list(env.possible_agents)
+        self._possible_set = set(self.possible_agents)
         self._spaces = _SpacesOf(env)
         self.agents: list[AgentID] = []
         self._observations: dict[AgentID, Any] = {}
+        self._waiting_rewards: dict[AgentID, Any] = {}
+        self._gone: set[AgentID] = set()
 
     def observation_space(self, agent: AgentID) -> gym.Space:
         return self._spaces.observation_space(agent)
@@ -359,6 +386,8 @@ class MultiAgentParallelEnv(ParallelEnv):
         obs, infos = self.env.reset(seed=seed, options=options)
         self._require_all_act(obs, set())
         self._observations = dict(obs)
+        self._waiting_rewards = {}
+        self._gone = set()
         self.agents = list(obs)
         return dict(obs), self._infos(infos, self.agents)
 
@@ -374,14 +403,14 @@ class MultiAgentParallelEnv(ParallelEnv):
             mask = action_masks_of(observations.get(agent_id)) if self.check_legal else None
             check_action(agent_id, self.action_space(agent_id), actions[agent_id], mask)
         obs, rewards, terminateds, truncateds, infos = self.env.step(dict(actions))
+        _check_not_back(self.env, self._gone, obs)
         all_terminated = bool(terminateds.get(ALL, False))
         all_truncated = bool(truncateds.get(ALL, False))
         done = all_terminated or all_truncated
         terminations: dict[AgentID, bool] = {}
         truncations: dict[AgentID, bool] = {}
         ended: set[AgentID] = set()
-        joined = [a for a in obs if a not in acting]
-        for agent_id in [*acting, *joined]:
+        for agent_id in [*acting, *(a for a in obs if a not in acting)]:
             terminated = bool(terminateds.get(agent_id, False))
             truncated = bool(truncateds.get(agent_id, False))
             if done and not (terminated or truncated):
@@ -392,10 +421,39 @@ class MultiAgentParallelEnv(ParallelEnv):
         self._require_all_act(obs, ended)
         self._observations.update(obs)
         observations = {a: self._observations.get(a) for a in terminations}
-        out_rewards = {a: rewards.get(a, 0) for a in terminations}
-        out_rewards.update((a, r) for a, r in rewards.items() if a not in out_rewards and a != ALL)
         self.agents = [a for a in terminations if a not in ended]
+        self._gone |= ended
+        out_rewards = self._rewards(rewards, terminations, terminateds, truncateds, done)
         return observations, out_rewards, terminations, truncations, self._infos(infos, list(terminations))
+
+    def _rewards(
+        self,
+        rewards: Mapping[AgentID, Any],
+        stepped: Mapping[AgentID, Any],
+        terminateds: Mapping[AgentID, Any],
+        truncateds: Mapping[AgentID, Any],
+        done: bool,
+    ) -> dict[AgentID, Any]:
+        """The rewards of the agents of this step, with what waited for them. A reward for an agent
+        not observed yet waits for it; one that can wait no longer goes out under its id."""
+        waiting = self._waiting_rewards
+        out = {a: rewards.get(a, 0) for a in stepped}
+        if waiting:
+            for agent_id in waiting.keys() & out.keys():
+                out[agent_id] += waiting.pop(agent_id)
+        if not rewards.keys() <= out.keys():
+            for agent_id, reward in rewards.items():
+                if agent_id in out or agent_id == ALL:
+                    continue
+                if agent_id in self._gone:  # it will not be in a step again
+                    out[agent_id] = reward
+                elif reward:  # a zero is nothing to carry
+                    waiting[agent_id] = waiting.get(agent_id, 0) + reward
+        if waiting:  # the agent ends without ever being observed, or the episode ends
+            for agent_id in [a for a in waiting if done or terminateds.get(a) or truncateds.get(a)]:
+                out[agent_id] = waiting.pop(agent_id)
+                self._gone.add(agent_id)
+        return out
 
     def _require_all_act(self, obs: Mapping[AgentID, Any], ended: set[AgentID]) -> None:
         left_out = [a for a in self.env.agents if a not in obs and a not in ended]
@@ -408,12 +466,9 @@ class MultiAgentParallelEnv(ParallelEnv):
                 f"turns: use to_aec() instead"
             )
 
-    @staticmethod
-    def _infos(infos: Mapping[AgentID, Any], agents: list[AgentID]) -> dict[AgentID, Any]:
-        out = {a: infos.get(a, {}) for a in agents}
-        if COMMON in infos:
-            out[COMMON] = infos[COMMON]
-        return out
+    def _infos(self, infos: Mapping[AgentID, Any], agents: list[AgentID]) -> dict[AgentID, Any]:
+        self._keep_common_infos(infos)
+        return {a: infos.get(a, {}) for a in agents}
 
     def render(self) -> Any:
         return self.env.render()

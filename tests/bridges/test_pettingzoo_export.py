@@ -10,6 +10,7 @@ import pytest
 from gymnasium.spaces import Box, Discrete
 from gymnasium.utils.env_checker import data_equivalence
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
+from pettingzoo.utils.conversions import parallel_to_aec
 
 from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, to_aec, to_parallel
 from bridges.pettingzoo_export import MultiAgentAECEnv, MultiAgentParallelEnv
@@ -25,7 +26,7 @@ from marl_core.errors import (
     UnsupportedEnvError,
 )
 from marl_core.rollout import play, rollout
-from marl_core.spaces import is_masked
+from marl_core.spaces import is_masked, sample_action_for
 from tests.fixtures.envs import CORRECT_ENVS, IrregularOrderEnv, JoinLeaveEnv, RockPaperScissors, TicTacToe
 
 api_warnings = pytest.mark.filterwarnings("ignore::UserWarning:pettingzoo.test")
@@ -414,8 +415,9 @@ def test_a_step_that_asks_nobody_to_act_or_brings_an_agent_back_is_named():
         env.step(0)
 
 
-@pytest.mark.parametrize("name", ["turn_based", "simultaneous"])
-def test_common_infos_come_back_through_pettingzoo_env_once_per_step_of_the_env(name):
+def _counts_in_common(name):
+    """The fixture env ``name`` giving ``{"__common__": {"calls": n}}`` at its n-th reset or step."""
+
     class CountsInCommon(CORRECT_ENVS[name]):
         def reset(self, *, seed=None, options=None):
             obs, infos = super().reset(seed=seed, options=options)
@@ -427,10 +429,104 @@ def test_common_infos_come_back_through_pettingzoo_env_once_per_step_of_the_env(
             self.calls += 1
             return (*result, {**infos, "__common__": {"calls": self.calls}})
 
-    direct = [t.infos.get("__common__") for t in play(CountsInCommon(), seed=0)]
-    through = [t.infos.get("__common__") for t in play(PettingZooEnv(to_aec(CountsInCommon())), seed=0)]
+    return CountsInCommon
+
+
+@pytest.mark.parametrize("name", ["turn_based", "simultaneous"])
+def test_common_infos_come_back_through_pettingzoo_env_once_per_step_of_the_env(name):
+    counts_in_common = _counts_in_common(name)
+    direct = [t.infos.get("__common__") for t in play(counts_in_common(), seed=0)]
+    through = [t.infos.get("__common__") for t in play(PettingZooEnv(to_aec(counts_in_common())), seed=0)]
     assert [c for c in through if c is not None] == direct
     assert direct == [{"calls": n} for n in range(len(direct))]
+
+
+@pytest.mark.parametrize("name", SIMULTANEOUS)
+def test_to_parallel_keeps_common_infos_aside_and_parallel_pettingzoo_env_gives_them_back(name):
+    # They were in infos under "__common__", which PettingZoo's parallel_to_aec took for an agent.
+    counts_in_common = _counts_in_common(name)
+    env = to_parallel(counts_in_common())
+    obs, infos = env.reset(seed=0)
+    assert "__common__" not in infos and env.common_infos == {"calls": 0}
+    rng = np.random.default_rng(0)
+    _, _, _, _, infos = env.step({a: sample_action_for(env.action_space(a), obs[a], rng) for a in env.agents})
+    assert "__common__" not in infos and env.common_infos == {"calls": 1}
+    direct = [t.infos.get("__common__") for t in play(counts_in_common(), seed=0)]
+    through = [t.infos.get("__common__") for t in play(ParallelPettingZooEnv(to_parallel(counts_in_common())), seed=0)]
+    assert through == direct == [{"calls": n} for n in range(len(direct))]
+
+
+@api_warnings
+def test_pettingzoo_converts_a_to_parallel_export_with_common_infos_and_passes_its_api_test():
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        api_test(parallel_to_aec(to_parallel(_counts_in_common("join_leave")())), num_cycles=50)
+        parallel_api_test(to_parallel(_counts_in_common("join_leave")()), num_cycles=50)
+    assert "Passed API test" in printed.getvalue() and "Passed Parallel API test" in printed.getvalue()
+
+
+def _parallel_returns(env, strict: bool = True) -> dict[str, float]:
+    """Each agent's summed rewards, played with PettingZoo's parallel loop (action 0 for everyone);
+    ``strict`` checks that every step's dicts are keyed by the agents of the step."""
+    env.reset(seed=0)
+    seen: dict[str, float] = {}
+    while env.agents:
+        obs, rewards, terminations, truncations, infos = env.step(dict.fromkeys(env.agents, 0))
+        assert obs.keys() == terminations.keys() == truncations.keys() == infos.keys()
+        assert rewards.keys() == obs.keys() or not strict
+        for agent_id, reward in rewards.items():
+            seen[agent_id] = seen.get(agent_id, 0.0) + reward
+    return seen
+
+
+@api_warnings
+@pytest.mark.parametrize("make", [PaysBeforeJoining, FlagsAndZeroPaysEveryPossibleAgent])
+def test_to_parallel_keeps_a_reward_for_an_agent_not_observed_yet_until_it_joins(make):
+    # It went out under the agent's id at once (PettingZoo's parallel_to_aec then failed its
+    # api_test: "agents should not be given a reward if they were terminated or truncated").
+    expected = {a: r for a, r in rollout(make(), seed=0).returns.items() if r}
+    assert _parallel_returns(to_parallel(make())) == expected
+    assert rollout(ParallelPettingZooEnv(to_parallel(make())), seed=0).returns == expected
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        api_test(parallel_to_aec(to_parallel(make())), num_cycles=10)
+    assert "Passed API test" in printed.getvalue()
+
+
+@pytest.mark.parametrize("ends_b", [False, True], ids=["episode-ends", "b-ends-unobserved"])
+def test_to_parallel_hands_out_a_reward_that_cannot_wait_under_its_agent(ends_b):
+    env = to_parallel(PaidButNeverJoins(ends_b=ends_b))
+    env.reset(seed=0)
+    assert env.step({"a": 0})[1] == {"a": 1.0}  # b's 5.0 waits
+    obs, rewards, terminations, _, _ = env.step({"a": 0})
+    assert list(obs) == ["a"] and terminations == {"a": False}
+    assert rewards == ({"a": 1.0, "b": 5.0} if ends_b else {"a": 1.0})
+    assert _parallel_returns(to_parallel(PaidButNeverJoins(ends_b=ends_b)), strict=False) == {"a": 3.0, "b": 5.0}
+    bridged = lambda: ParallelPettingZooEnv(to_parallel(PaidButNeverJoins(ends_b=ends_b)))  # noqa: E731
+    assert rollout(bridged(), seed=0).returns == {"a": 3.0, "b": 5.0}
+    assert check_env(bridged).ok
+
+
+class PaysAfterLeaving(PaysBeforeJoining):
+    """``a`` and ``b`` act; ``b`` terminates at step 1 and is paid 2.0 at step 2 (too late)."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a", "b"]
+        return {x: np.zeros(1, np.float32) for x in self.agents}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        obs = {x: np.full(1, self.t, np.float32) for x in action_dict}
+        rewards = {**dict.fromkeys(action_dict, 1.0), **({"b": 2.0} if self.t == 2 else {})}
+        self.agents = ["a"]
+        done = self.t >= 3
+        return obs, rewards, {ALL: done, "a": done, "b": self.t == 1}, {ALL: False}, {}
+
+
+def test_a_reward_for_an_agent_that_left_goes_out_from_to_parallel_and_is_logged_by_to_aec(caplog):
+    assert _parallel_returns(to_parallel(PaysAfterLeaving()), strict=False) == {"a": 3.0, "b": 3.0}
+    assert "after it left" not in caplog.text
+    assert _aec_returns(to_aec(PaysAfterLeaving())) == {"a": 3.0, "b": 1.0}
+    assert "gave agent 'b' a reward of 2.0 after it left; an AEC env cannot deliver it" in caplog.text
 
 
 def test_to_aec_dead_steps_take_none_and_late_agents_join():
