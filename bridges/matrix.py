@@ -36,7 +36,7 @@ from typing import Any
 
 from bridges.compat import Case
 from bridges.matrix_probes import overhead, round_trip
-from marl_core._cli import number_arg
+from marl_core._cli import number_arg, quiet_on_closed_pipe
 
 logger = logging.getLogger(__name__)
 
@@ -392,6 +392,7 @@ def read_rows(text: str) -> list[Row]:
     return [Row.parse(line) for line in lines[start:] if line.startswith("| `")]
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``marl-matrix`` command line."""
     parser = argparse.ArgumentParser(prog="marl-matrix", description=__doc__.split("\n\n")[0])

@@ -1,9 +1,37 @@
-"""What the command lines share: argument types with messages that say what was expected."""
+"""What the command lines share: argument types with messages that say what was expected, and a
+quiet end when the reader of their output goes away."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
+import sys
+from collections.abc import Callable
 from typing import Any
+
+#: The exit status of a command whose output pipe closed (a shell's for a command killed by SIGPIPE).
+CLOSED_PIPE_STATUS = 128 + 13
+
+
+def quiet_on_closed_pipe(main: Callable[..., int]) -> Callable[..., int]:
+    """Wrap a command's ``main`` so that a reader closing its output early (``marl-check ... | head``)
+    ends it with :data:`CLOSED_PIPE_STATUS` instead of a BrokenPipeError traceback."""
+
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> int:
+        try:
+            status = main(*args, **kwargs)
+            sys.stdout.flush()  # a closed pipe shows up here when the output was buffered
+            return status
+        except BrokenPipeError:
+            # Python flushes stdout again at exit: point it at /dev/null so that flush is silent.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            return CLOSED_PIPE_STATUS
+
+    return run
 
 
 def number_arg(kind: type, *, minimum: float = 0, inclusive: bool = False, why: str = "") -> Any:

@@ -35,6 +35,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from marl_core._cli import quiet_on_closed_pipe
 from marl_core.conformance.collect import ENV_ERRORS, CheckInterrupted, describe, format_exception
 from marl_core.conformance.rules import RULES, catalog_markdown
 from marl_core.conformance.runner import DEFAULT_EPISODES, DEFAULT_MAX_STEPS, check_env
@@ -257,6 +258,7 @@ def _fail(message: str, as_json: bool, target: str | None) -> int:
     return 2
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line (``sys.argv`` when ``argv`` is None, as the command does); return the
     exit status."""

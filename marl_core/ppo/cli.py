@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from marl_core._cli import number_arg
+from marl_core._cli import number_arg, quiet_on_closed_pipe
 from marl_core.errors import ConfigError, MultiAgentEnvError, RunLogError
 from marl_core.ppo.presets import PRESETS, load_preset
 
@@ -73,6 +73,7 @@ def _summary(result: dict[str, Any]) -> str:
     return " | ".join(parts)
 
 
+@quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = build_parser().parse_args(argv)

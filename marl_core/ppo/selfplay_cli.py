@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from marl_core._cli import number_arg
+from marl_core._cli import number_arg, quiet_on_closed_pipe
 from marl_core.env import ALL
 from marl_core.errors import OpponentSpecError
 from marl_core.ppo.evaluation import (
@@ -264,6 +264,7 @@ def eval_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_on_closed_pipe
 def eval_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``marl-eval``; returns the exit status."""
     args = eval_parser().parse_args(argv)
@@ -300,6 +301,7 @@ def play_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_on_closed_pipe
 def play_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``marl-play``; returns the exit status."""
     args = play_parser().parse_args(argv)
