@@ -374,7 +374,15 @@ class VectorMultiAgentEnv:
             if self.on_error == "rebuild":
                 results = self._run_all_isolated(commands)
             elif self._workers is None:
-                results = [self._sync_execute(i, command, payload) for i, (command, payload) in enumerate(commands)]
+                results = []
+                for index, (command, payload) in enumerate(commands):
+                    try:
+                        results.append(self._sync_execute(index, command, payload))
+                    except VectorEnvError as error:
+                        also = _failed_resets_beside(commands, dict(enumerate(results)))
+                        if also:
+                            raise VectorEnvError(f"{error}{also}", error.index) from error.__cause__
+                        raise
             else:
                 replies = self._collect(dict(enumerate(commands)))
                 results = [replies[index] for index in range(self.num_envs)]
@@ -407,6 +415,7 @@ class VectorMultiAgentEnv:
         index = min(failures)
         failure = failures[index]
         others = f" (envs {sorted(failures)} failed)" if len(failures) > 1 else ""
+        others += _failed_resets_beside(commands, {i: reply for i, (status, reply) in replies.items() if status == "ok"})
         dead = [i for i, reply in sorted(failures.items()) if isinstance(reply, str)]  # worker processes gone
         if dead:
             self._broken = failures[dead[0]]
@@ -505,6 +514,17 @@ class VectorMultiAgentEnv:
             self._broken = dead[min(dead)]
             raise VectorEnvError(self._broken, min(dead))
         return {i: (status, reply if status == "ok" else reply[2]) for i, (status, reply) in replies.items()}
+
+
+def _failed_resets_beside(commands: Mapping[int, tuple[str, Any]] | list[tuple[str, Any]], results: Mapping[int, Any]) -> str:
+    """What to add to the error of a failed env about same-step autoresets that failed in the same
+    call (they would otherwise go unreported): ``""`` when none did."""
+    failed = [
+        f"env {index}'s same-step autoreset raised {result[1].failure[0]}: {result[1].failure[1]}"
+        for index, result in sorted(results.items())
+        if commands[index][0] == "step_reset" and isinstance(result[1], ResetFailure)
+    ]
+    return f"; {'; '.join(failed)}, too" if failed else ""
 
 
 def _masks_of(obs: Mapping[AgentID, Any]) -> dict[AgentID, np.ndarray | SlotMasks]:

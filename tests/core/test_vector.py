@@ -341,6 +341,20 @@ def test_a_failing_same_step_reset_keeps_the_ended_episode_results(mode: str, nu
         assert [index for index, _ in venv.last_failures] == [1]
 
 
+@pytest.mark.parametrize(("mode", "num_workers"), [("sync", None), ("async", None), ("async", 1)])
+def test_a_failing_step_reports_a_same_step_reset_that_failed_beside_it(mode: str, num_workers: int | None) -> None:
+    # Only env 1's step failure was reported; env 0's failed autoreset went unmentioned.
+    with VectorMultiAgentEnv([EndsThenResetFails, lambda: ExplodingEnv(1)], mode, num_workers=num_workers,
+                             autoreset_mode="same_step") as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised RuntimeError during step\(\): boom at move 1; env 0's "
+                           r"same-step autoreset raised RuntimeError: reset refused after the episode, too") as error:
+            venv.step([{"player1": 1, "player2": 0}] * 2)
+        assert error.value.index == 1 and isinstance(error.value.__cause__, RuntimeError)
+        with pytest.raises(ResetNeededError):
+            venv.step([{"player1": 1, "player2": 0}] * 2)
+
+
 class PicklingCounted(RuntimeError):
     pickled = 0
 
