@@ -194,7 +194,8 @@ def _start_local_ray(num_cpus: int | None) -> Any:
                 "_system_config": system_config})
     except (ImportError, TypeError, ValueError, AttributeError) as error:
         logger.info("lean Ray head unavailable (%s); starting Ray with ray.init()", error)
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+        # "local": a new Ray of our own, even when a cluster is running on this machine.
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING, _system_config=system_config)
         return None
     try:

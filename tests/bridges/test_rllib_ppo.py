@@ -19,7 +19,7 @@ def test_rllib_ppo_runs_one_training_iteration_on_to_rllib_env() -> None:
     from ray.tune.registry import register_env
 
     register_env("marl_bridges_tic_tac_toe", lambda config: to_rllib(TicTacToe(config)))
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)  # never a running cluster
     algo = None
     try:
         config = (

@@ -1077,7 +1077,7 @@ def _run_in_ray_worker() -> tuple[list[int], list[dict]]:
 def test_async_vector_inside_a_ray_worker() -> None:
     import ray
 
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)  # never a running cluster
     try:
         runner = ray.remote(_run_in_ray_worker)
         pids, rewards_list = ray.get(runner.remote(), timeout=300)

@@ -266,3 +266,25 @@ def test_restored_runners_sample_on_a_new_stream(tmp_path):
     finally:
         restored.stop()
     assert not ray.is_initialized()
+
+
+def test_the_plain_ray_start_is_a_ray_of_its_own_beside_a_running_cluster():
+    # Where Ray's developer API refuses the lean head, ray.init() starts Ray: with a cluster already
+    # running on the machine it tried to join that one, and failed on num_cpus.
+    script = (
+        "import ray, ray.cluster_utils\n"
+        "import marl_core.ppo.runners as runners\n"
+        "other = ray.cluster_utils.Cluster(initialize_head=True, head_node_args={'num_cpus': 1, 'include_dashboard': False})\n"
+        "try:\n"
+        "    def refuses(*args, **kwargs):\n"
+        "        raise TypeError('no lean head here')\n"
+        "    ray.cluster_utils.Cluster = refuses\n"
+        "    print('lean head:', runners._start_local_ray(1) is not None)\n"
+        "    print('its own Ray:', ray.get_runtime_context().gcs_address != other.address)\n"
+        "    ray.shutdown()\n"
+        "finally:\n"
+        "    other.shutdown()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["lean head: False", "its own Ray: True"]
