@@ -84,12 +84,15 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             os.replace(tmp, path)
         else:
             os.replace(tmp, path)
-        for stale in _aside(path):  # ours, and any a killed writer left
+        for stale in [*_aside(path), *_unfinished(path)]:  # ours, and any a killed writer left
             shutil.rmtree(stale, ignore_errors=True)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and old.exists() and not path.exists():
             os.replace(old, path)  # interrupted between the two renames: the old checkpoint stays
+        if isinstance(error, OSError):  # a full disk, a directory that went read-only, ...
+            kept = " (the previous checkpoint there is kept)" if path.exists() else ""
+            raise CheckpointError(f"cannot write the checkpoint {path}{kept}: {error}") from error
         raise
     return path
 
@@ -126,6 +129,12 @@ def _aside(path: Path) -> list[Path]:
     return [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)] if path.parent.is_dir() else []
 
 
+def _unfinished(path: Path) -> list[Path]:
+    """The temporary directories of writers of the checkpoint ``path`` that were killed while writing."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.tmp-[0-9a-f]{{8}}")
+    return [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)] if path.parent.is_dir() else []
+
+
 def _recover(path: Path) -> Path:
     """Put back a checkpoint that a process killed in the middle of replacing it left aside;
     return where the checkpoint is (``path``, or the one aside where it cannot be moved back)."""
@@ -152,8 +161,12 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
     """Build ``cls`` from the checkpoint at ``path``; ``overrides`` replace config fields."""
     path = _recover(path)
     config_file, state_file = path / "config.json", path / "state.pt"
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist")
     if not config_file.is_file() or not state_file.is_file():
-        raise CheckpointError(f"{path} is not a checkpoint: expected {config_file.name} and {state_file.name} in it")
+        inside = [str(path / name) for name in ("checkpoint", "final") if (path / name / "state.pt").is_file()]
+        hint = f" (a run directory: its checkpoints are {' and '.join(inside)})" if inside else ""
+        raise CheckpointError(f"{path} is not a checkpoint: expected {config_file.name} and {state_file.name} in it{hint}")
     try:
         data = json.loads(config_file.read_text())
     except ValueError as error:
@@ -170,7 +183,12 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
     if problems:
         raise restore_error(problems)
     config = config._update("from_checkpoint", overrides)
-    config.validate(overrides)  # a bad override is the caller's: a ConfigError as such
+    try:
+        config.validate(overrides)  # a bad override is the caller's: a ConfigError as such
+    except MultiAgentEnvError:
+        raise
+    except _SHAPE_ERRORS as error:  # a saved value of the wrong shape that an override's check reads
+        raise _cannot_build(config_file, error) from error
     try:  # the saved values too, but for those that older versions took more loosely (model keys, ...)
         config.validate([field.name for field in dataclasses.fields(config)
                          if field.name not in overrides and field.name not in _TAKEN_LOOSELY_BEFORE])
@@ -183,7 +201,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         state = torch.load(state_file, weights_only=True, map_location="cpu")
     except Exception as error:  # a damaged file: torch's unpickler raises KeyError, IndexError, ... on garbage
         raise CheckpointError(f"{state_file} cannot be read (a damaged checkpoint?): {type(error).__name__}: "
-                              f"{error}") from error
+                              f"{_load_failure(error)}") from error
     if not isinstance(state, dict):
         raise CheckpointError(
             f"{state_file} holds {a_type(state)}, not a checkpoint's state (a damaged checkpoint?)"
@@ -192,6 +210,8 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         raise CheckpointError(f"checkpoint format {state.get('format')!r}; this version reads {FORMAT_VERSION}")
     try:
         algo = cls(config, sampling_stream=int(state.get("sampling_stream", 0)) + 1, check=False)
+    except MultiAgentEnvError:  # a device or Ray address that is not there, an env that fails: as such
+        raise
     except _SHAPE_ERRORS as error:  # settings edited by hand, say
         raise _cannot_build(config_file, error) from error
     try:
@@ -218,18 +238,21 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                 ) from error
             if saved["optimizer"] and policy_id in algo.learners:
                 algo.learners[policy_id].optimizer.load_state_dict(saved["optimizer"])
-        algo.iteration = int(state["iteration"])
-        algo.env_steps_lifetime = int(state["env_steps_lifetime"])
-        algo.num_env_errors_lifetime = int(state["num_env_errors_lifetime"])
-        algo.num_runner_restarts_lifetime = int(state.get("num_runner_restarts_lifetime", 0))  # older checkpoints
-        algo.time_total_s = float(state["time_total_s"])
-        for policy_id, values in state["recent_returns"].items():
-            algo._returns.setdefault(policy_id, _deque()).extend(values)
-        for policy_id, values in state["recent_lengths"].items():
-            algo._lengths.setdefault(policy_id, _deque()).extend(values)
+            _check_finite(policy_id, saved)
+        algo.iteration = _count(state, "iteration")
+        algo.env_steps_lifetime = _count(state, "env_steps_lifetime")
+        algo.num_env_errors_lifetime = _count(state, "num_env_errors_lifetime")
+        algo.num_runner_restarts_lifetime = _count(state, "num_runner_restarts_lifetime", 0)  # older checkpoints
+        algo.time_total_s = float(_number(state, "time_total_s"))
+        for key, recent in (("recent_returns", algo._returns), ("recent_lengths", algo._lengths)):
+            for policy_id, values in state[key].items():
+                recent.setdefault(policy_id, _deque()).extend(_numbers(values, f"{key}[{policy_id!r}]"))
         algo.rng = np.random.default_rng()
         algo.rng.bit_generator.state = json.loads(state["rng_numpy"])
-        torch.set_rng_state(state["rng_torch"])
+        try:
+            torch.set_rng_state(state["rng_torch"])
+        except RuntimeError as error:  # a state of the wrong size or type
+            raise ValueError(f"rng_torch: {error}") from error
         algo._sync_state()
         algo.restored_from = path
     except MultiAgentEnvError:
@@ -243,6 +266,55 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         algo.stop()
         raise
     return algo
+
+
+def _count(state: dict[str, Any], key: str, default: int | None = None) -> int:
+    """The saved counter ``key``: an integer, 0 or more (ValueError: a damaged state)."""
+    value = state[key] if default is None else state.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{key} is {value!r}, where a count (an integer, 0 or more) belongs")
+    return int(value)
+
+
+def _number(state: dict[str, Any], key: str) -> float:
+    value = state[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ValueError(f"{key} is {value!r}, where a finite number, 0 or more, belongs")
+    return float(value)
+
+
+def _numbers(values: Any, where: str) -> list[float]:
+    """Saved recent returns or lengths: a list of finite numbers (ValueError: a damaged state)."""
+    if not isinstance(values, list) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in values
+    ):
+        raise ValueError(f"{where} is {_short(values)}, where a list of finite numbers belongs")
+    return [float(x) for x in values]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_finite(policy_id: str, saved: dict[str, Any]) -> None:
+    """Saved weights with NaN or infinite values cannot be trained on: refuse them by name."""
+    for name, tensor in saved["module"].items():
+        if torch.is_tensor(tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(
+                f"the saved weights of policy {policy_id!r} hold NaN or infinite values (in {name}): "
+                f"a damaged checkpoint, or one saved after training diverged; resume from an earlier checkpoint"
+            )
+
+
+def _load_failure(error: Exception) -> str:
+    """What torch says of a file it cannot load, without its advice to load it unsafely."""
+    text = str(error)
+    if "weights_only" not in text:
+        return text
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text)]
+    reasons = [p for p in paragraphs if p and not p.startswith(("Weights only load failed", "Check the documentation"))]
+    return " ".join(reasons) or "not a state that this version wrote"
 
 
 def _saw_slot_masks(saved: dict[str, Any], policy: Any) -> bool:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from marl_core._cli import number_arg, quiet_on_closed_pipe
-from marl_core.errors import ConfigError, MultiAgentEnvError, RunLogError
+from marl_core.errors import CheckpointError, ConfigError, MultiAgentEnvError, RunLogError
 from marl_core.ppo.presets import PRESETS, load_preset
 
 
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(os.path.normpath(out))  # "a/../b" is b: the directories made for the run are b's
     start = time.monotonic()
     deadline = start + 60 * minutes if minutes is not None else math.inf
-    refusal = _run_dir_refusal(out, resuming=args.resume is not None)
+    refusal = _run_dir_refusal(out, resuming=args.resume)
     if refusal:
         print(f"marl-train: {refusal}", file=sys.stderr)
         return 2
@@ -177,18 +177,28 @@ def main(argv: list[str] | None = None) -> int:
 _RUN_FILES = ("progress.csv", "checkpoint", "final")
 
 
-def _run_dir_refusal(out: Path, *, resuming: bool) -> str | None:
-    """Why ``out`` cannot take this run (None: it can): a file in the way, or (for a new run) the
-    logs and checkpoints of an earlier run, which a new one would mix with its own."""
+def _run_dir_refusal(out: Path, *, resuming: Path | None) -> str | None:
+    """Why ``out`` cannot take this run (None: it can): a file in the way, or the logs and
+    checkpoints of another run, which this one would mix with its own and replace: a new run's
+    ``out`` holds none, a resumed run's holds none but those of the run it resumes."""
     if out.exists() and not out.is_dir():
         return f"--out {str(out)!r} cannot be a run directory: it is a file"
-    if resuming:
-        return None
     found = [name for name in _RUN_FILES if (out / name).exists()]
-    if found:
-        return (f"{out} already holds a run ({', '.join(found)}): continue it with --resume {out / 'checkpoint'} "
-                f"(or {out / 'final'}), or pick another --out")
-    return None
+    if not found or (resuming is not None and _same_dir(resuming.parent, out)):
+        return None
+    checkpoints = [str(out / name) for name in ("checkpoint", "final") if (out / name).exists()]
+    go_on = f"continue it with --resume {' (or '.join(checkpoints)}{')' if len(checkpoints) > 1 else ''}, or " if checkpoints else ""
+    if resuming is None:
+        return f"{out} already holds a run ({', '.join(found)}): {go_on}pick another --out"
+    return (f"{out} already holds another run ({', '.join(found)}), which resuming {resuming} there would "
+            f"overwrite: {go_on}pick another --out for the resumed run")
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 _LOCK = ".marl-train.pid"
@@ -266,6 +276,9 @@ def _resume(preset: str, config: Any, checkpoint: Path, changed: dict[str, Any])
 
     try:
         algo = PPO.from_checkpoint(checkpoint, **changed)
+    except ConnectionError as error:  # --ray-address auto with no cluster running
+        print(f"marl-train: cannot resume from {checkpoint}: {error}", file=sys.stderr)
+        return None
     except MultiAgentEnvError as error:  # a missing or damaged checkpoint, a bad override, ...
         print(f"marl-train: cannot resume from {checkpoint}: {error}", file=sys.stderr)
         asked = sorted(set(re.findall(r"pass (\w+)=", str(error)))) if "to from_checkpoint" in str(error) else []
@@ -350,11 +363,15 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
         status = 1
     finally:
         bar.close()
-        final_path = algo.save(out / "final")
+        try:
+            final_path = algo.save(out / "final")
+            print(f"final checkpoint: {final_path} (iteration {algo.iteration}, {time.monotonic() - start:.0f} s)")
+        except CheckpointError as error:  # a full disk, say
+            print(f"marl-train: no final checkpoint at iteration {algo.iteration}: {error}", file=sys.stderr)
+            status = status or 1
         run_log.close()
         if run_log.rows:
             run_log.plot(title=f"{preset.name}: episode return")
-        print(f"final checkpoint: {final_path} (iteration {algo.iteration}, {time.monotonic() - start:.0f} s)")
     return status
 
 

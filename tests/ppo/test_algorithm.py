@@ -460,14 +460,50 @@ def test_checkpoint_is_replaced_atomically_and_bad_paths_fail(tmp_path):
         algo.save(tmp_path / "ck")
         algo.train()
         (tmp_path / ".ck.old-deadbeef").mkdir()  # left by a writer killed after its second rename
+        (tmp_path / ".ck.tmp-0badf00d").mkdir()  # left by one killed while writing (it stayed forever)
         algo.save(tmp_path / "ck")
         assert sorted(p.name for p in tmp_path.iterdir()) == ["ck"]  # no temporary or old copies left
         (tmp_path / ".ck1.old-deadbeef").mkdir()  # another checkpoint's copy: a glob "[1]" would match it
         for _ in range(2):
             algo.save(tmp_path / "ck[1]")
     assert sorted(p.name for p in tmp_path.iterdir()) == [".ck1.old-deadbeef", "ck", "ck[1]"]
-    with pytest.raises(CheckpointError, match="is not a checkpoint"):
+    with pytest.raises(CheckpointError, match="does not exist"):
         PPO.from_checkpoint(tmp_path / "missing")
+
+
+def test_a_damaged_state_is_named_as_such_and_paths_that_are_not_checkpoints_say_what_they_are(tmp_path):
+    import shutil
+
+    with _rps_config().build() as algo:
+        algo.train()
+        path = algo.save(tmp_path / "run" / "final")
+    state = torch.load(path / "state.pt", weights_only=True)
+    module = state["policies"]["learned"]["module"]
+    nan_weights = {**module, "pi_body.0.weight": torch.full_like(module["pi_body.0.weight"], math.nan)}
+    edited = {
+        # Each was taken: a negative iteration trained "it -4"; "abc" went in as three returns and
+        # broke the next save; a torch RNG state of the wrong size and NaN weights were raw errors.
+        "iteration is -5, where a count (an integer, 0 or more) belongs": {**state, "iteration": -5},
+        "recent_returns['learned'] is 'abc', where a list of finite numbers belongs":
+            {**state, "recent_returns": {"learned": "abc"}},
+        "ValueError: rng_torch: ": {**state, "rng_torch": torch.zeros(7, dtype=torch.uint8)},
+        "the saved weights of policy 'learned' hold NaN or infinite values (in pi_body.0.weight)":
+            {**state, "policies": {"learned": {**state["policies"]["learned"], "module": nan_weights}}},
+    }
+    for index, (words, damaged) in enumerate(edited.items()):
+        copy = shutil.copytree(path, tmp_path / f"edited_{index}")
+        torch.save(damaged, copy / "state.pt")
+        with pytest.raises(CheckpointError, match=re.escape(words)):
+            PPO.from_checkpoint(copy)
+    garbage = shutil.copytree(path, tmp_path / "garbage")
+    (garbage / "state.pt").write_bytes(np.random.default_rng(0).bytes(5000))
+    with pytest.raises(CheckpointError, match=r"state\.pt cannot be read") as caught:
+        PPO.from_checkpoint(garbage)
+    assert "weights_only" not in str(caught.value)  # torch's advice to load the file unsafely is left out
+    with pytest.raises(CheckpointError, match=f"^{re.escape(str(tmp_path / 'nothing'))} does not exist$"):
+        PPO.from_checkpoint(tmp_path / "nothing")
+    with pytest.raises(CheckpointError, match=re.escape(f"(a run directory: its checkpoints are {path})")):
+        PPO.from_checkpoint(tmp_path / "run")
 
 
 def test_a_save_interrupted_between_its_renames_keeps_the_previous_checkpoint(tmp_path, monkeypatch):

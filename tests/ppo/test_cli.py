@@ -86,8 +86,9 @@ def test_a_new_run_refuses_a_directory_holding_a_run_or_written_by_another(tmp_p
     before = (tmp_path / "progress.csv").read_text()
     capsys.readouterr()
     assert main(["rps", "--out", str(tmp_path), *base]) == 2
+    # It named checkpoint/ too, which this run (no --checkpoint-every) never wrote.
     assert (f"{tmp_path} already holds a run (progress.csv, final): continue it with --resume "
-            f"{tmp_path / 'checkpoint'}") in capsys.readouterr().err
+            f"{tmp_path / 'final'}, or pick another --out") in capsys.readouterr().err
     assert (tmp_path / "progress.csv").read_text() == before
     busy = tmp_path / "busy"
     busy.mkdir()
@@ -110,6 +111,61 @@ def test_resume_into_an_out_that_is_a_file_is_refused_before_anything_starts(tmp
     # It was a FileExistsError traceback, after Ray had started.
     assert main(["rps", "--resume", str(tmp_path / "run" / "final"), "--out", str(tmp_path / "a-file")]) == 2
     assert "cannot be a run directory: it is a file" in capsys.readouterr().err
+
+
+def test_a_resumed_run_refuses_an_out_holding_another_run(tmp_path, capsys):
+    # Resuming run a into b's directory replaced b's final checkpoint and cut its progress.csv to a's rows.
+    base = ["--iterations", "1", "--no-progress", "--set", "num_env_runners=0", "--set", "train_batch_size=40"]
+    for run in ("a", "b"):
+        assert main(["rps", "--out", str(tmp_path / run), *base]) == 0
+    before = {name: (tmp_path / "b" / name).read_bytes() for name in ("progress.csv", "final/state.pt")}
+    capsys.readouterr()
+    assert main(["rps", "--resume", str(tmp_path / "a" / "final"), "--out", str(tmp_path / "b"), *base]) == 2
+    assert (f"{tmp_path / 'b'} already holds another run (progress.csv, final), which resuming "
+            f"{tmp_path / 'a' / 'final'} there would overwrite: continue it with --resume {tmp_path / 'b' / 'final'}, "
+            f"or pick another --out for the resumed run") in capsys.readouterr().err
+    assert before == {name: (tmp_path / "b" / name).read_bytes() for name in before}
+    # Its own directory, under another spelling of the path, is where a resumed run goes on.
+    assert main(["rps", "--resume", str(tmp_path / "a" / "final"), "--out", str(tmp_path / "b" / ".." / "a"), *base]) == 0
+
+
+def test_a_bad_override_on_resume_is_named_as_such_not_as_a_damaged_checkpoint(tmp_path, capsys):
+    assert main(["rps", "--out", str(tmp_path / "a"), "--iterations", "1", "--no-progress",
+                 "--set", "num_env_runners=0", "--set", "train_batch_size=40"]) == 0
+    capsys.readouterr()
+    # It said "the settings in .../config.json cannot build the trainer (a damaged checkpoint?)".
+    assert main(["rps", "--resume", str(tmp_path / "a" / "final"), "--out", str(tmp_path / "b"),
+                 "--set", "num_env_runners=1", "--ray-address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot resume from {tmp_path / 'a' / 'final'}: cannot reach a Ray cluster at ray_address='127.0.0.1:1'" in err
+    assert "damaged" not in err
+
+
+def test_a_checkpoint_that_cannot_be_written_ends_the_run_with_one_line_each(tmp_path, capsys, monkeypatch):
+    # A full disk at a periodic checkpoint: two chained OSError tracebacks and no word of the final checkpoint.
+    from marl_core.ppo import checkpoint
+
+    real_save, calls = torch.save, []
+
+    def disk_full_from_the_second_save(obj, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) >= 2:
+            raise OSError(28, "No space left on device")
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.torch, "save", disk_full_from_the_second_save)
+    status = main(["rps", "--out", str(tmp_path), "--iterations", "4", "--checkpoint-every", "1", "--no-progress",
+                   "--set", "num_env_runners=0", "--set", "train_batch_size=40"])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert (f"training stopped at iteration 2: CheckpointError: cannot write the checkpoint {tmp_path / 'checkpoint'} "
+            "(the previous checkpoint there is kept): [Errno 28] No space left on device") in err
+    assert f"no final checkpoint at iteration 2: cannot write the checkpoint {tmp_path / 'final'}: [Errno 28]" in err
+    assert "Traceback" not in err
+    monkeypatch.setattr(checkpoint.torch, "save", real_save)
+    with PPO.from_checkpoint(tmp_path / "checkpoint") as kept:
+        assert kept.iteration == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary copies left
 
 
 def test_resume_refuses_what_it_cannot_continue(tmp_path, capsys):

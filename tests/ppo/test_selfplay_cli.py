@@ -71,7 +71,7 @@ def test_eval_rejects_a_bad_opponent_before_loading(checkpoint, capsys):
 def test_eval_and_play_report_a_missing_checkpoint_with_status_2(tmp_path, capsys):
     # As marl-train --resume does: status 2 is "nothing could start".
     assert eval_main([str(tmp_path / "nothing")]) == 2
-    assert "is not a checkpoint" in capsys.readouterr().err
+    assert f"{tmp_path / 'nothing'} does not exist" in capsys.readouterr().err
     assert play_main(["connect4", str(tmp_path / "nothing")]) == 2
     assert "cannot load" in capsys.readouterr().err
 
