@@ -138,9 +138,10 @@ class _PettingZooBase(MultiAgentEnv):
         _check_kind(env, self._API)
         self.env = env
         self._running = False
-        # A MultiAgentEnv exported with to_aec or to_parallel keeps its "__common__" infos aside.
+        # A MultiAgentEnv exported with to_aec or to_parallel: it keeps its "__common__" infos aside,
+        # and tells which agents it never observed.
         base = getattr(env, "unwrapped", env)
-        self._common_source = base if callable(getattr(base, "take_common_infos", None)) else None
+        self._export = base if callable(getattr(base, "take_common_infos", None)) else None
         super().__init__()
         self.metadata = dict(getattr(env, "metadata", {}) or {})
         possible = getattr(env, "possible_agents", None)
@@ -167,7 +168,7 @@ class _PettingZooBase(MultiAgentEnv):
 
     def _with_common_infos(self, infos: MultiAgentDict) -> MultiAgentDict:
         """``infos`` with the exported MultiAgentEnv's new ``"__common__"`` infos, in a new dict."""
-        common = self._common_source.take_common_infos()  # type: ignore[union-attr]
+        common = self._export.take_common_infos()  # type: ignore[union-attr]
         if common is None:
             return infos
         kept = infos.get(COMMON)  # infos of agents that ended without a final observation
@@ -260,8 +261,9 @@ class PettingZooEnv(_PettingZooBase):
           the dead step (``step(None)``) itself. Flattening the observation dicts of an episode
           gives exactly the ``(agent, observation)`` sequence of PettingZoo's
           ``for agent in env.agent_iter(): env.last()`` loop, but for a dead step whose
-          observation is None: that agent has no final observation, so only its flags (and
-          rewards) say it ended, and its info, if any, goes under ``"__common__"``.
+          observation is None (or, around :func:`to_aec`, a placeholder for an agent the
+          MultiAgentEnv never observed): that agent has no final observation, so only its flags
+          (and rewards) say it ended, and its info, if any, goes under ``"__common__"``.
         - **Rewards:** every step returns ``env.rewards`` summed over the agent's step and the
           dead steps that follow, for every agent it names, so rewards reach agents as they
           happen (not at their next turn) and each agent's sum equals the sum of what ``last()``
@@ -308,7 +310,7 @@ class PettingZooEnv(_PettingZooBase):
             raise EnvContractError(
                 f"{self.env} has no agent to act after reset() (agents: {list(self.env.agents)})"
             )
-        if self._common_source is not None:
+        if self._export is not None:
             infos = self._with_common_infos(infos)
         return obs, infos
 
@@ -335,7 +337,7 @@ class PettingZooEnv(_PettingZooBase):
         infos: MultiAgentDict = {}
         done = self._advance(obs, rewards, terminateds, truncateds, infos)
         terminateds[ALL], truncateds[ALL] = _end_flags(done, terminateds, truncateds)
-        if self._common_source is not None:
+        if self._export is not None:
             infos = self._with_common_infos(infos)
         return obs, rewards, terminateds, truncateds, infos
 
@@ -358,7 +360,8 @@ class PettingZooEnv(_PettingZooBase):
             info = env.infos[agent_id]
             if self._watch_info_masks and info:
                 self._late_info_mask({agent_id: info})
-            if observation is None and (terminated or truncated):  # no final observation to give
+            if (terminated or truncated) and (observation is None or (
+                    self._export is not None and not self._export.observed(agent_id))):  # no final observation to give
                 if info:  # nothing is lost: its info goes under "__common__"
                     common = infos.get(COMMON)
                     infos[COMMON] = {**(common if isinstance(common, Mapping) else {}), agent_id: info}
@@ -427,7 +430,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
         super().__init__(env, check_legal=check_legal, mask_in_info=mask_in_info)
         self._track_masks = bool(self._info_masks) or any(is_masked(s) for s in self.observation_spaces.values())
         # Masks and an exported MultiAgentEnv's "__common__" infos need the full step.
-        self._plain = not (self._info_masks or self._track_masks or self._common_source)
+        self._plain = not (self._info_masks or self._track_masks or self._export)
 
     def _reset_env(
         self, seed: int | None, options: dict[str, Any] | None
@@ -446,7 +449,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
         obs, infos = self._adopt(raw_obs or {}, raw_infos or {}, {}, {})
         if not self._acting_list:
             raise EnvContractError(f"{self.env} has no agent to act after reset()")
-        if self._common_source is not None:
+        if self._export is not None:
             infos = self._with_common_infos(infos)
         return obs, infos
 
@@ -493,7 +496,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
     ) -> StepResult:
         """The step result from what the env returned, whoever acts next."""
         obs, infos = self._adopt(obs, infos, terms, truncs)
-        if self._common_source is not None:
+        if self._export is not None:
             infos = self._with_common_infos(infos)
         if self._acting_list:
             return obs, rewards, {**terms, ALL: False}, {**truncs, ALL: False}, infos

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -44,9 +44,10 @@ from marl_core.errors import (
     EnvContractError,
     InvalidActionError,
     ResetNeededError,
+    SpaceError,
     UnsupportedEnvError,
 )
-from marl_core.spaces import action_masks_of, check_acting, check_action
+from marl_core.spaces import action_masks_of, check_acting, check_action, placeholder_observation
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +88,15 @@ class _CommonInfos:
         common, self._new_common_infos = self._new_common_infos, None
         return common
 
-    def _keep_common_infos(self, infos: Mapping[AgentID, Any]) -> None:
-        self.common_infos = infos.get(COMMON, {})
-        self._new_common_infos = self.common_infos or None
+    def _keep_common_infos(self, infos: Mapping[AgentID, Any], given: Container[AgentID]) -> None:
+        """Keep ``infos[COMMON]``, and the infos of agents that are not ``given`` theirs now (not
+        in this step), under their ids: nothing is lost."""
+        common = infos.get(COMMON, {})
+        extra = {a: info for a, info in infos.items() if a not in given and a != COMMON}
+        if extra:
+            common = {**(common if isinstance(common, Mapping) else {}), **extra}
+        self.common_infos = common
+        self._new_common_infos = common or None
 
 
 def _check_not_back(env: MultiAgentEnv, gone: set[AgentID], obs: Mapping[AgentID, Any]) -> None:
@@ -127,7 +134,10 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
           ``terminations`` / ``truncations`` and a dead step, first in the order of the
           observation dict; ``step`` must then receive None for them.
         - **Observations:** ``observe(agent)`` is the agent's latest observation from the
-          MultiAgentEnv (it only observes agents when they act or end).
+          MultiAgentEnv (it only observes agents when they act or end). An agent that joins only
+          to receive a reward, never observed, observes a placeholder inside its space (zeros
+          clipped into a Box's bounds, all-zero action masks; see
+          :func:`~marl_core.spaces.placeholder_observation`); ``observed(agent)`` says which.
         - **Seeding and chance:** ``reset(seed=s)`` resets the MultiAgentEnv with ``seed=s``.
         - **Masks:** the MultiAgentEnv's Dict observations (with ``"action_mask"``) pass through.
           With ``check_legal`` (the default), ``step`` refuses an action that the agent's mask
@@ -139,7 +149,8 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
         - **Infos:** ``infos[agent]`` is what the MultiAgentEnv's last reset or step gave the
           agent: ``{}`` when that call observed it without an info; an agent not observed keeps
           its last. ``common_infos`` holds the ``"__common__"`` infos of that call (``{}`` when
-          it gave none).
+          it gave none), with the infos it gave agents not in ``agents`` (not joined yet, or
+          gone) under their ids.
         - An env that asks no agent to act without ending the episode, or observes an agent again
           after it ended, breaks its contract: an :class:`~marl_core.errors.EnvContractError`.
     """
@@ -176,7 +187,21 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
         return self._spaces.action_space(agent)
 
     def observe(self, agent: AgentID) -> Any:
-        return self._observations.get(agent)
+        observation = self._observations.get(agent)
+        if observation is None and agent not in self._observations and agent in self._possible_set:
+            return self._placeholder(agent)  # joined to receive a reward, never observed
+        return observation
+
+    def observed(self, agent: AgentID) -> bool:
+        """Whether the MultiAgentEnv has observed ``agent`` in this episode (else :meth:`observe`
+        gives a placeholder)."""
+        return agent in self._observations
+
+    def _placeholder(self, agent: AgentID) -> Any:
+        try:
+            return placeholder_observation(self.observation_space(agent))
+        except SpaceError:  # a space without one (Graph, Sequence): nothing to observe
+            return None
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         obs, infos = self.env.reset(seed=seed, options=options)
@@ -296,7 +321,7 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
 
     def _take_infos(self, infos: Mapping[AgentID, Any], observed: Mapping[AgentID, Any]) -> None:
         """This call's infos; an agent observed now without one gets ``{}`` (not an older one)."""
-        self._keep_common_infos(infos)
+        self._keep_common_infos(infos, self.infos)
         for agent_id in observed:
             if agent_id in self.infos:
                 self.infos[agent_id] = {}
@@ -344,9 +369,11 @@ class MultiAgentParallelEnv(_CommonInfos, ParallelEnv):
         - **Rewards** pass unchanged (0 for an acting agent the MultiAgentEnv named no reward for),
           keyed by the agents of the step, as PettingZoo requires. A reward for an agent that has
           not joined yet waits until it joins, so each agent's sum is unchanged. Only a reward
-          that cannot wait is in ``rewards`` under an agent outside the step (PettingZoo's
-          ``parallel_api_test`` warns of it): one for an agent that has ended, or that ends, or
-          whose episode ends, before it was ever observed.
+          that cannot wait is in ``rewards`` under an agent outside the step: one for an agent
+          that has ended, or that ends, or whose episode ends, before it was ever observed.
+          PettingZoo's ``parallel_api_test`` warns of it, and its ``parallel_to_aec`` leaves it
+          out (an agent cannot first appear already ended there); :func:`to_aec` delivers it in
+          a dead step.
         - **Dead agents and "__all__":** ``"__all__"`` is removed; on it, every live agent gets the
           flag; an ended agent without a final observation gets its latest one.
         - **Seeding and chance:** ``reset(seed=s)`` resets the MultiAgentEnv with ``seed=s``.
@@ -354,7 +381,8 @@ class MultiAgentParallelEnv(_CommonInfos, ParallelEnv):
           ``step`` refuses an action that the agent's mask (or, for a grouped agent, a member's
           mask in its slot) forbids, before the MultiAgentEnv steps.
         - **Infos** are keyed by the agents of the step; ``common_infos`` holds the
-          ``"__common__"`` infos of the last reset or step (``{}`` when it gave none).
+          ``"__common__"`` infos of the last reset or step (``{}`` when it gave none), with the
+          infos it gave agents outside the step under their ids.
           :class:`~bridges.pettingzoo.ParallelPettingZooEnv` puts them back under ``"__common__"``.
         - An env that observes an agent again after it ended breaks its contract: an
           :class:`~marl_core.errors.EnvContractError`.
@@ -467,8 +495,9 @@ class MultiAgentParallelEnv(_CommonInfos, ParallelEnv):
             )
 
     def _infos(self, infos: Mapping[AgentID, Any], agents: list[AgentID]) -> dict[AgentID, Any]:
-        self._keep_common_infos(infos)
-        return {a: infos.get(a, {}) for a in agents}
+        out = {a: infos.get(a, {}) for a in agents}
+        self._keep_common_infos(infos, out)
+        return out
 
     def render(self) -> Any:
         return self.env.render()

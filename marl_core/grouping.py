@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from functools import singledispatch
 from typing import Any
 
 import numpy as np
@@ -54,6 +53,7 @@ from marl_core.spaces import (
     action_masks_of,
     check_acting,
     is_sequence_of,
+    placeholder_observation,
     tuple_slots,
     why_action_not_contained,
 )
@@ -161,9 +161,10 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         for member, group in self._group_of.items():
             space = env.get_observation_space(member)
             try:
-                self._blanks[member] = _blank(space)
-            except SpaceError as error:
-                raise SpaceError(f"cannot group agent {member!r} into group {group!r}: {error}") from None
+                self._blanks[member] = placeholder_observation(space)
+            except SpaceError as error:  # a member not seen yet holds a placeholder in its slot
+                raise SpaceError(f"cannot group agent {member!r} into group {group!r}: a member not seen yet "
+                                 f"holds a placeholder observation, and its {error}") from None
         self._observation_group_spaces = self._tuple_spaces(obs_space, "observation", env.get_observation_space)
         self._action_group_spaces = self._tuple_spaces(act_space, "action", env.get_action_space)
         possible = list(dict.fromkeys(self._group_of.get(agent_id, agent_id) for agent_id in inner_agents))
@@ -444,47 +445,3 @@ def _no_legal_action(observation: Any) -> Any:
     if mask is None or not mask.any():
         return observation
     return {**observation, MASK_KEY: np.zeros_like(mask)}
-
-
-@singledispatch
-def _blank(space: spaces.Space) -> Any:
-    """A fixed observation inside ``space`` for a member not seen yet."""
-    raise SpaceError(
-        f"its observation space {space} has no placeholder observation, which a member not seen yet needs "
-        "(Box, Discrete, MultiDiscrete, MultiBinary, Text, Tuple and Dict spaces have one)"
-    )
-
-
-@_blank.register
-def _(space: spaces.Box) -> Any:
-    return np.clip(np.zeros(space.shape), space.low, space.high).astype(space.dtype)
-
-
-@_blank.register
-def _(space: spaces.Discrete) -> Any:
-    return np.int64(space.start)
-
-
-@_blank.register
-def _(space: spaces.MultiDiscrete) -> Any:
-    return np.asarray(space.start, dtype=space.dtype).copy()
-
-
-@_blank.register
-def _(space: spaces.MultiBinary) -> Any:
-    return np.zeros(space.shape, dtype=space.dtype)
-
-
-@_blank.register
-def _(space: spaces.Tuple) -> Any:
-    return tuple(_blank(sub) for sub in space.spaces)
-
-
-@_blank.register
-def _(space: spaces.Text) -> Any:
-    return min(space.character_list) * space.min_length  # min: the charset's order varies with the hash seed
-
-
-@_blank.register
-def _(space: spaces.Dict) -> Any:
-    return {key: _blank(sub) for key, sub in space.spaces.items()}

@@ -663,3 +663,53 @@ def space_from_json(data: Mapping[str, Any]) -> spaces.Space:
     if kind == "Dict":
         return spaces.Dict([(key, space_from_json(sub)) for key, sub in data["spaces"]])  # pairs keep the order
     raise SpaceError(f"unknown space type {kind!r} in a saved space")
+
+
+@singledispatch
+def placeholder_observation(space: spaces.Space) -> Any:
+    """A fixed observation inside ``space`` for an agent that has none yet: zeros clipped into a
+    Box's bounds, a Discrete's first value, all-zero action masks (nothing legal), ...
+
+    Raises:
+        SpaceError: a space without one (Box, Discrete, MultiDiscrete, MultiBinary, Text, Tuple
+            and Dict spaces have one).
+    """
+    raise SpaceError(
+        f"observation space {space} has no placeholder observation (Box, Discrete, MultiDiscrete, "
+        "MultiBinary, Text, Tuple and Dict spaces have one)"
+    )
+
+
+@placeholder_observation.register
+def _(space: spaces.Box) -> Any:
+    return np.clip(np.zeros(space.shape), space.low, space.high).astype(space.dtype)
+
+
+@placeholder_observation.register
+def _(space: spaces.Discrete) -> Any:
+    return np.int64(space.start)
+
+
+@placeholder_observation.register
+def _(space: spaces.MultiDiscrete) -> Any:
+    return np.asarray(space.start, dtype=space.dtype).copy()
+
+
+@placeholder_observation.register
+def _(space: spaces.MultiBinary) -> Any:
+    return np.zeros(space.shape, dtype=space.dtype)
+
+
+@placeholder_observation.register
+def _(space: spaces.Tuple) -> Any:
+    return tuple(placeholder_observation(sub) for sub in space.spaces)
+
+
+@placeholder_observation.register
+def _(space: spaces.Text) -> Any:
+    return min(space.character_list) * space.min_length  # min: the charset's order varies with the hash seed
+
+
+@placeholder_observation.register
+def _(space: spaces.Dict) -> Any:
+    return {key: placeholder_observation(sub) for key, sub in space.spaces.items()}

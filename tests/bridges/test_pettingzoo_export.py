@@ -11,6 +11,7 @@ from gymnasium.spaces import Box, Discrete
 from gymnasium.utils.env_checker import data_equivalence
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
 from pettingzoo.utils.conversions import parallel_to_aec
+from supersuit import frame_stack_v1  # a name: supersuit's module __getattr__ fails pytest's probes
 
 from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, to_aec, to_parallel
 from bridges.pettingzoo_export import MultiAgentAECEnv, MultiAgentParallelEnv
@@ -303,6 +304,20 @@ def test_a_reward_for_an_agent_never_observed_reaches_it_in_a_dead_step(ends_b):
     if ends_b:  # b's dead step comes at once, with its reward
         assert env.agent_selection == "b" and env.terminations["b"] is True
         assert env.last()[1] == 5.0
+        # It observed None, outside its space: PettingZoo's api_test and SuperSuit's wrappers failed on it.
+        assert not env.observed("b") and env.observed("a")
+        np.testing.assert_array_equal(env.observe("b"), np.zeros(1, np.float32))
+        assert env.observation_space("b").contains(env.observe("b"))
+
+
+@api_warnings
+@pytest.mark.parametrize("ends_b", [False, True], ids=["episode-ends", "b-ends-unobserved"])
+def test_pettingzoo_tools_take_an_agent_that_joins_only_for_its_reward(ends_b):
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        api_test(to_aec(PaidButNeverJoins(ends_b=ends_b)), num_cycles=10)
+    assert "Passed API test" in printed.getvalue()
+    stacked = frame_stack_v1(to_aec(PaidButNeverJoins(ends_b=ends_b)), 2)
+    assert _aec_returns(stacked) == {"a": 3.0, "b": 5.0}
 
 
 def test_an_agent_never_observed_has_no_final_observation_through_the_round_trip():
@@ -503,6 +518,33 @@ def test_to_parallel_hands_out_a_reward_that_cannot_wait_under_its_agent(ends_b)
     bridged = lambda: ParallelPettingZooEnv(to_parallel(PaidButNeverJoins(ends_b=ends_b)))  # noqa: E731
     assert rollout(bridged(), seed=0).returns == {"a": 3.0, "b": 5.0}
     assert check_env(bridged).ok
+
+
+class InfoBeforeJoining(PaysBeforeJoining):
+    """PaysBeforeJoining whose reset and first step give ``b`` an info before it is observed."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"b": {"joins_in": 2}}
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, _ = super().step(action_dict)
+        return obs, rewards, terminateds, truncateds, ({"b": {"joins_in": 1}} if self.t == 1 else {})
+
+
+@pytest.mark.parametrize("export", [to_aec, to_parallel])
+def test_infos_for_agents_outside_the_step_are_kept_in_common_infos(export):
+    # Both exports dropped them: the round trips then lost them.
+    env = export(InfoBeforeJoining())
+    reset_infos = env.reset(seed=0)
+    assert env.common_infos == {"b": {"joins_in": 2}}
+    step_infos = env.step({"a": 0} if export is to_parallel else 0)
+    assert env.common_infos == {"b": {"joins_in": 1}}
+    assert "b" not in (reset_infos[1] if export is to_parallel else env.infos)
+    assert export is to_aec or "b" not in step_infos[4]
+    bridge = ParallelPettingZooEnv if export is to_parallel else PettingZooEnv
+    through = [t.infos.get("__common__") for t in play(bridge(export(InfoBeforeJoining())), seed=0)]
+    assert through[:2] == [{"b": {"joins_in": 2}}, {"b": {"joins_in": 1}}] and not any(through[2:])
 
 
 class PaysAfterLeaving(PaysBeforeJoining):
