@@ -40,7 +40,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 
-from marl_core.errors import EnvContractError, ResetNeededError, SeedError, SpaceError, UnknownAgentError
+from marl_core.errors import (
+    ConfigError,
+    EnvContractError,
+    ResetNeededError,
+    SeedError,
+    SpaceError,
+    UnknownAgentError,
+)
 
 AgentID = str
 ALL = "__all__"
@@ -136,7 +143,8 @@ class MultiAgentEnv(gym.Env):
         if isinstance(space, gym.spaces.Dict):
             if agent_id in space.spaces:
                 return space[agent_id]
-            if set(space.spaces) & set(self.possible_agents):  # keyed by agent ids, not this one's
+            known = set(self.possible_agents) | set(getattr(self, "_agent_ids", None) or ())  # RLlib's old-API set
+            if not known.isdisjoint(space.spaces):  # keyed by agent ids, not this one's
                 raise UnknownAgentError(agent_id, space.spaces.keys(), what=f"agent id (no {kind} space)")
         return space
 
@@ -279,11 +287,19 @@ class MultiAgentWrapper(MultiAgentEnv, Generic[EnvT]):
 
     @property
     def render_mode(self) -> str | None:  # type: ignore[override]
-        return getattr(self.env, "render_mode", None)
+        return self.__dict__.get("_render_mode", getattr(self.env, "render_mode", None))
+
+    @render_mode.setter
+    def render_mode(self, value: str | None) -> None:  # a wrapper that renders in its own way
+        self.__dict__["_render_mode"] = value
 
     @property
     def metadata(self) -> dict[str, Any]:  # type: ignore[override]
-        return getattr(self.env, "metadata", {})
+        return self.__dict__.get("_metadata", getattr(self.env, "metadata", {}))
+
+    @metadata.setter
+    def metadata(self, value: dict[str, Any]) -> None:
+        self.__dict__["_metadata"] = value
 
     @property
     def unwrapped(self) -> MultiAgentEnv:  # type: ignore[override]
@@ -374,8 +390,8 @@ def make_multi_agent(
     """A MultiAgentEnv class running N independent copies of a single-agent Gymnasium env.
 
     As in RLlib: the returned class takes ``config`` with ``"num_agents"`` (default 1); the other
-    config keys go to the creator (called as ``creator(config)``) or to ``gymnasium.make(name,
-    **kwargs)``. Agents are ``"agent_0"``, ..., ``"agent_{N-1}"``. Every live agent acts at every
+    config keys go to the creator (called as ``creator(config)``, or ``creator()`` when it takes
+    no argument) or to ``gymnasium.make(name, **kwargs)``. Agents are ``"agent_0"``, ..., ``"agent_{N-1}"``. Every live agent acts at every
     step; an agent ends when its copy terminates or truncates, the episode when all have ended.
     ``reset(seed=s)`` seeds copy 0 with ``s`` and copy ``i`` with ``copy_seed(s, i)``,
     drawn from both, so no copy shares a seed with copy 0 of an env seeded ``s + j`` (the envs of
@@ -390,11 +406,13 @@ def make_multi_agent(
         ['agent_0', 'agent_1']
     """
 
+    takes_config = not isinstance(env_name_or_creator, str) and accepts_config(env_name_or_creator)
+
     def build(config: Mapping[str, Any]) -> gym.Env:
         if isinstance(env_name_or_creator, str):
             kwargs = {k: v for k, v in config.items() if k != "num_agents"}
             return gym.make(env_name_or_creator, **kwargs)
-        return env_name_or_creator(dict(config))
+        return env_name_or_creator(dict(config)) if takes_config else env_name_or_creator()
 
     class MultiEnv(MultiAgentEnv):
         """N independent copies of one single-agent env (see :func:`make_multi_agent`)."""
@@ -402,9 +420,10 @@ def make_multi_agent(
         def __init__(self, config: Mapping[str, Any] | None = None) -> None:
             super().__init__()
             config = dict(config or {})
-            num = int(config.get("num_agents", 1))
-            if num < 1:
-                raise SpaceError(f"num_agents must be at least 1, received {num}")
+            num = config.get("num_agents", 1)
+            if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 1:
+                raise ConfigError(f"num_agents must be an integer of 1 or more, received {num!r}")
+            num = int(num)
             self.envs = [build(config) for _ in range(num)]
             self.possible_agents = [agent_id_of(i) for i in range(num)]
             self.agents = []

@@ -49,8 +49,9 @@ def a_type(value: Any) -> str:
 
 
 def with_article(noun: str) -> str:
-    """``noun`` after "a" or "an": the article follows its first letter (a, e, i, o take "an")."""
-    return f"{'an' if noun[:1].lower() in 'aeio' else 'a'} {noun}"
+    """``noun`` after "a" or "an", as the noun is said: a, e, i, o and "nd" (en-dee) take "an",
+    so "an int", "a uint8", "an ndarray"."""
+    return f"{'an' if noun[:1].lower() in 'aeio' or noun[:2].lower() == 'nd' else 'a'} {noun}"
 
 
 def _names(agent_ids: Iterable[Any]) -> str:
@@ -145,6 +146,17 @@ class IllegalActionError(InvalidActionError):
         MultiAgentEnvError.__init__(self, message)
 
 
+class NoLegalActionError(IllegalActionError):
+    """An agent whose action mask allows no action at all: there is no action to draw or send."""
+
+    def __init__(self, agent_id: Any, where: str = "") -> None:
+        self.agent_id = agent_id
+        self.legal = []
+        MultiAgentEnvError.__init__(
+            self, f"no legal action{_for_agent(agent_id)}: its action mask allows none{where} (it needs at least one 1)"
+        )
+
+
 class ResetNeededError(MultiAgentEnvError):
     """``step()`` called before ``reset()`` or after the episode ended."""
 
@@ -215,7 +227,8 @@ class VectorEnvError(MultiAgentEnvError):
 
 
 class ConfigError(MultiAgentEnvError):
-    """A trainer configuration value that is unknown, of the wrong type or inconsistent."""
+    """A configuration value (of the trainer, or an env's config) that is unknown, of the wrong
+    type or inconsistent."""
 
 
 class UnsupportedEnvError(MultiAgentEnvError):

@@ -33,12 +33,15 @@ class RandomPolicy:
     """Uniformly random actions from each agent's action space, legal ones only when masked
     (grouped agents included: each member's mask is read from its slot).
 
-    Draws from its own generator seeded with ``seed``, never from numpy's global RNG.
+    Draws from its own generator seeded with ``seed``, never from numpy's global RNG, and never
+    the stream of an env reset with the same seed: ``MultiAgentEnv.np_random`` is built from the
+    seed alone, so the policy's stream comes from ``[seed, 1]`` (else a seeded rollout's "random"
+    policy would draw the very numbers of the env's chance events).
     """
 
     def __init__(self, env: MultiAgentEnv, seed: int | None = None) -> None:
         self.env = env
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(None if seed is None else [seed, 1])
 
     def __call__(self, agent_id: AgentID, observation: Any) -> Any:
         space = self.env.get_action_space(agent_id)

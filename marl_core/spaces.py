@@ -20,6 +20,7 @@ from marl_core.errors import (
     IllegalActionError,
     InvalidActionError,
     MissingActionError,
+    NoLegalActionError,
     SpaceError,
     UnexpectedActionError,
     a_type,
@@ -417,7 +418,7 @@ def sample_action(
 
     With ``mask`` (Discrete: one entry per action; MultiDiscrete: the per-dimension masks
     concatenated), only legal actions are drawn; a mask that allows nothing (in some dimension)
-    is an :class:`IllegalActionError`. A mask that does not fit the space is not applied, as
+    is a :class:`~marl_core.errors.NoLegalActionError` (an ``IllegalActionError``). A mask that does not fit the space is not applied, as
     :func:`check_action` does not apply it. Discrete actions come in the space's dtype.
     """
     if type(mask) is tuple:  # per-slot masks, for a Tuple space only (as check_action reads them)
@@ -431,7 +432,7 @@ def sample_action(
         if isinstance(space, spaces.Discrete) and mask_fits(mask, space.n):
             legal = np.flatnonzero(mask)
             if len(legal) == 0:
-                raise IllegalActionError(agent_id, "any action", [], hint="its action mask allows no action")
+                raise NoLegalActionError(agent_id)
             return space.dtype.type(space.start + legal[rng.integers(len(legal))])
         if isinstance(space, spaces.MultiDiscrete) and mask_fits(mask, int(space.nvec.sum())):
             out, offset = [], 0
@@ -439,8 +440,7 @@ def sample_action(
                 legal = np.flatnonzero(mask[offset : offset + n])
                 offset += n
                 if len(legal) == 0:
-                    raise IllegalActionError(agent_id, "any action", [],
-                                             hint=f"its action mask allows no value in dimension {dimension}")
+                    raise NoLegalActionError(agent_id, f" in dimension {dimension}")
                 out.append(start + legal[rng.integers(len(legal))])
             return np.asarray(out, dtype=space.dtype).reshape(space.shape)
     return _sample(space, rng)
@@ -687,7 +687,7 @@ def _(space: spaces.Box) -> Any:
 
 @placeholder_observation.register
 def _(space: spaces.Discrete) -> Any:
-    return np.int64(space.start)
+    return space.dtype.type(space.start)
 
 
 @placeholder_observation.register

@@ -64,7 +64,7 @@ def test_messages_name_types_with_their_article() -> None:
     assert finding.message.startswith("reset() without arguments returned a dict")
     from marl_core.errors import a_type
 
-    assert [a_type(value) for value in (1, np.uint8(1), {}, "x")] == ["an int", "a uint8", "a dict", "a str"]
+    assert [a_type(value) for value in (1, np.uint8(1), {}, "x", np.zeros(2))] == ["an int", "a uint8", "a dict", "a str", "an ndarray"]
     assert a_type(True) == "a bool"
     from marl_core.spaces import why_action_not_contained
 

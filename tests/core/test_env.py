@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from marl_core import ALL, MultiAgentEnv, MultiAgentWrapper, make_multi_agent, play, rollout
-from marl_core.errors import MultiAgentEnvError, SeedError, SpaceError, UnknownAgentError
+from marl_core.errors import ConfigError, MultiAgentEnvError, SeedError, SpaceError, UnknownAgentError
 from tests.fixtures import seed_envs
 from tests.fixtures.envs import (
     HeterogeneousSpacesEnv,
@@ -132,6 +132,16 @@ def test_spaces_declared_as_on_rllibs_old_api_stack_are_read_as_rllib_reads_them
             self.observation_space = gym.spaces.Dict({"x": gym.spaces.Discrete(2)})
 
     assert SharedDictObservation().get_observation_space("b") == gym.spaces.Dict({"x": gym.spaces.Discrete(2)})
+
+    class AgentIdsOnly(MultiAgentEnv):  # agents declared in RLlib's old _agent_ids set alone
+        def __init__(self, config=None) -> None:
+            super().__init__()
+            self._agent_ids = {"a", "b"}
+            self.observation_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2), "b": gym.spaces.Discrete(3)})
+
+    assert AgentIdsOnly().get_observation_space("b") == gym.spaces.Discrete(3)
+    with pytest.raises(UnknownAgentError, match="'zz'"):  # it got the whole Dict
+        AgentIdsOnly().get_observation_space("zz")
 
     class AsProperties(MultiAgentEnv):  # spaces as properties: RLlib reads them through getattr
         possible_agents = ["a"]
@@ -333,6 +343,30 @@ def test_random_policy_is_seeded_and_does_not_touch_the_global_rng() -> None:
     assert repr(first) == repr(second)
 
 
+class GuessTheNumber(MultiAgentEnv):
+    """One guess at a number from 0 to 2 that reset draws from the env's own ``np_random``."""
+
+    def __init__(self, config=None) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = ["p"]
+        self.observation_spaces = {"p": gym.spaces.Discrete(1)}
+        self.action_spaces = {"p": gym.spaces.Discrete(3)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.secret = int(self.np_random.integers(3))
+        return {"p": 0}, {}
+
+    def step(self, action_dict):
+        return {}, {"p": float(action_dict["p"] == self.secret)}, {ALL: True}, {ALL: False}, {}
+
+
+def test_a_seeded_random_policy_does_not_draw_the_envs_numbers() -> None:
+    # Seeded alike, the policy's generator was the env's: the "random" guess was right every time.
+    hits = sum(rollout(GuessTheNumber(), seed=seed).returns["p"] for seed in range(300))
+    assert 60 < hits < 140  # a third of 300, give or take five standard deviations
+
+
 # make_multi_agent -----------------------------------------------------------------------------
 
 
@@ -382,6 +416,17 @@ def test_make_multi_agent_from_a_creator_gets_the_config() -> None:
     assert result.truncated and result.steps == 200  # Pendulum truncates at 200 steps
 
 
+def test_make_multi_agent_takes_a_creator_without_arguments_and_only_whole_agent_counts() -> None:
+    # A creator taking no config was a raw TypeError; num_agents went through int(): 2.7 made 2 agents,
+    # "3" made 3 and True made 1.
+    env = make_multi_agent(lambda: gym.make("CartPole-v1"))({"num_agents": 2})
+    assert env.possible_agents == ["agent_0", "agent_1"]
+    assert make_multi_agent("CartPole-v1")({"num_agents": np.int64(3)}).possible_agents[-1] == "agent_2"
+    for bad in (2.7, "3", True, None, 0):
+        with pytest.raises(ConfigError, match=re.escape(f"num_agents must be an integer of 1 or more, received {bad!r}")):
+            make_multi_agent("CartPole-v1")({"num_agents": bad})
+
+
 def test_make_multi_agent_rejects_an_action_for_an_ended_agent() -> None:
     env = make_multi_agent("CartPole-v1")({"num_agents": 2})
     env.reset(seed=0)
@@ -406,6 +451,21 @@ def test_wrapper_forwards_and_shows_the_stack() -> None:
     assert env.unwrapped is inner
     result = rollout(env, lambda agent_id, obs: 1, seed=0)
     assert result.returns["agent_1"] == 15.0
+
+
+def test_a_wrapper_can_set_its_own_metadata_and_render_mode() -> None:
+    # Both were read-only properties: assigning them (as gymnasium.Wrapper allows) was an AttributeError.
+    class Renders(MultiAgentWrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.metadata = {"render_modes": ["ansi"]}
+            self.render_mode = "ansi"
+
+    inner = IrregularOrderEnv()
+    plain, renders = MultiAgentWrapper(inner), Renders(inner)
+    assert plain.metadata == inner.metadata and plain.render_mode == inner.render_mode
+    assert renders.metadata == {"render_modes": ["ansi"]} and renders.render_mode == "ansi"
+    assert inner.render_mode is None
 
 
 def test_importing_the_packages_loads_neither_torch_nor_ray() -> None:
