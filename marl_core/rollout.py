@@ -41,7 +41,12 @@ class RandomPolicy:
 
     def __init__(self, env: MultiAgentEnv, seed: int | None = None) -> None:
         self.env = env
-        self.rng = np.random.default_rng(None if seed is None else [seed, 1])
+        self.rng = self.rng_for(seed)
+
+    @staticmethod
+    def rng_for(seed: int | None) -> np.random.Generator:
+        """The generator a ``RandomPolicy`` seeded with ``seed`` draws from (to replay its actions)."""
+        return np.random.default_rng(None if seed is None else [seed, 1])
 
     def __call__(self, agent_id: AgentID, observation: Any) -> Any:
         space = self.env.get_action_space(agent_id)

@@ -28,7 +28,7 @@ from marl_core.errors import (
     ResetNeededError,
     UnexpectedActionError,
 )
-from marl_core.rollout import rollout
+from marl_core.rollout import RandomPolicy, rollout
 from marl_core.spaces import sample_action
 
 api_warnings = pytest.mark.filterwarnings("ignore::UserWarning:pettingzoo.test")
@@ -181,7 +181,7 @@ class SimultaneousWithInfoMasks(ParallelEnv):
 def _raw_turns_with_info_masks(seed: int) -> tuple[list, dict]:
     env = TurnsWithInfoMasks()
     env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
+    rng = RandomPolicy.rng_for(seed)  # as RandomPolicy(env, seed) draws
     trace, returns = [], {}
     for agent_id in env.agent_iter():
         observation, reward, terminated, truncated, info = env.last()

@@ -10,7 +10,8 @@ from examples.pistonball_random import env_creator, main, play_random
 def test_pistonball_example_plays_an_episode(capsys: pytest.CaptureFixture[str]) -> None:
     main(["--n-pistons", "4", "--max-cycles", "3", "--seed", "1"])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("pistonball_v6, 4 pistons: 12 steps in") and lines[0].endswith("truncated")
+    assert lines[0].startswith("pistonball_v6, 4 pistons: 12 steps in")
+    assert lines[0].endswith(("truncated", "terminated"))  # 3 cycles, unless the ball reached the wall
     assert [line.split(":")[0].strip() for line in lines[1:]] == [f"piston_{i}" for i in range(4)]
     assert all(" 3 actions" in line for line in lines[1:])
 

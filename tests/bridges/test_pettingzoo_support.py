@@ -41,7 +41,7 @@ def raw_aec_trace(env: Any, seed: int, max_steps: int | None) -> tuple[Trace, di
     return: what ``last()`` reported, plus what it holds for the others when the cap stops the loop.
     """
     env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
+    rng = RandomPolicy.rng_for(seed)  # the actions RandomPolicy(env, seed) draws
     trace: Trace = []
     returns: dict[str, float] = {}
     actions = 0
@@ -66,7 +66,7 @@ def raw_aec_trace(env: Any, seed: int, max_steps: int | None) -> tuple[Trace, di
 def raw_parallel_trace(env: Any, seed: int, max_steps: int | None) -> tuple[Trace, dict[str, float]]:
     """A ParallelEnv loop drawing the same random legal actions as :class:`RandomPolicy`."""
     obs, _ = env.reset(seed=seed)
-    rng = np.random.default_rng(seed)
+    rng = RandomPolicy.rng_for(seed)
     trace: Trace = list(obs.items())
     returns: dict[str, float] = {}
     steps = 0
