@@ -232,9 +232,13 @@ def _encode(
                 payloads.append(pickle.dumps(item, protocol=5, buffer_callback=out_of_band))
             except Exception as error:
                 del raws[before:]
-                if replace is None:
-                    raise
-                payloads.append(pickle.dumps(replace(position, item, error), protocol=5))
+                try:  # a class of the user's script (__main__): by value, as the factories were sent
+                    payloads.append(cloudpickle.dumps(item, protocol=5, buffer_callback=out_of_band))
+                except Exception:
+                    del raws[before:]
+                    if replace is None:
+                        raise
+                    payloads.append(pickle.dumps(replace(position, item, error), protocol=5))
             counts.append(len(raws) - before)
     sizes = [raw.nbytes for raw in raws]
     offsets: list[int] | None = None
@@ -414,7 +418,15 @@ def failure_of(error: BaseException) -> Failure:
         pickle.loads(blob)
     except Exception:
         blob = None
-    return type(error).__name__, str(error), _traceback_text(error), blob
+    return type(error).__name__, error_text(error), _traceback_text(error), blob
+
+
+def error_text(error: BaseException) -> str:
+    """``str(error)``, or what can be said of it when its ``__str__`` raises."""
+    try:
+        return str(error)
+    except Exception as broken:
+        return f"<its str() raised {type(broken).__name__}>"
 
 
 def exception_of(failure: Failure) -> BaseException | None:
@@ -428,7 +440,10 @@ def exception_of(failure: Failure) -> BaseException | None:
 
 
 def _traceback_text(error: BaseException) -> str:
-    return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    except Exception:  # an exception whose __str__ raises, on Pythons whose traceback module lets that through
+        return "".join(traceback.format_tb(error.__traceback__)) + f"{type(error).__name__}: {error_text(error)}\n"
 
 
 class Workers:

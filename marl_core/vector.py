@@ -40,6 +40,7 @@ from marl_core._vector_workers import (
     Workers,
     build_env,
     call_text,
+    error_text,
     exception_of,
     execute,
     rebuild,
@@ -186,7 +187,7 @@ class VectorMultiAgentEnv:
                     self._envs.append(build_env(env_fn, self._envs, index))
                 except Exception as error:
                     self._close_envs()  # those built already, as a worker does with its own
-                    message = f"env {index}: its factory raised {type(error).__name__}: {error}"
+                    message = f"env {index}: its factory raised {type(error).__name__}: {error_text(error)}"
                     raise VectorEnvError(message, index) from error
         else:
             workers = self.num_envs if num_workers is None else num_workers
@@ -403,7 +404,7 @@ class VectorMultiAgentEnv:
             return execute(self._envs[index], command, payload)
         except Exception as error:
             raise VectorEnvError(
-                f"env {index} raised {type(error).__name__} during {call_text(command, payload)}: {error}", index
+                f"env {index} raised {type(error).__name__} during {call_text(command, payload)}: {error_text(error)}", index
             ) from error
 
     def _collect(self, commands: dict[int, tuple[str, Any]]) -> dict[int, Any]:
@@ -445,7 +446,7 @@ class VectorMultiAgentEnv:
         what, cause = f"env {index} raised", failed[index].error
         during = " during reset() (the same-step autoreset after its episode ended)"
         if cause is not None:  # raised in this process: its own traceback is chained
-            error = VectorEnvError(f"{what} {type(cause).__name__}{during}: {cause}{others}", index)
+            error = VectorEnvError(f"{what} {type(cause).__name__}{during}: {error_text(cause)}{others}", index)
         else:
             failure = failed[index].failure
             error, cause = remote_error(what, index, failure, others, during), exception_of(failure)

@@ -1333,3 +1333,74 @@ def test_a_worker_that_dies_while_its_reply_is_asked_again_is_a_dead_worker(tmp_
         assert info.value.index == 1
         with pytest.raises(VectorEnvError, match="unusable"):
             venv.step([both, both])
+
+
+_SCRIPT_CLASSES = '''
+import gymnasium as gym
+from marl_core import MultiAgentEnv
+from marl_core.vector import VectorMultiAgentEnv
+
+
+class Note:  # defined in the script: a worker has it only as the factory brought it
+    def __init__(self, t):
+        self.t = t
+
+
+class ScriptEnv(MultiAgentEnv):
+    def __init__(self):
+        super().__init__()
+        self.agents = self.possible_agents = ["a"]
+        self.observation_spaces = {"a": gym.spaces.Discrete(3)}
+        self.action_spaces = {"a": gym.spaces.Discrete(3)}
+
+    def reset(self, *, seed=None, options=None):
+        return {"a": 0}, {"a": Note(0)}
+
+    def step(self, action_dict):
+        return {"a": 0}, {"a": 0.0}, {"__all__": False}, {"__all__": False}, {"a": Note(1)}
+
+
+if __name__ == "__main__":
+    for mode in ("sync", "async"):
+        with VectorMultiAgentEnv([ScriptEnv, ScriptEnv], mode) as vector:
+            infos = vector.reset(seed=0)[1] + vector.step([{"a": 0}] * 2)[4]
+            print(mode, [type(info["a"]) is Note and info["a"].t for info in infos])
+'''
+
+
+def test_an_async_vector_returns_instances_of_classes_defined_in_the_users_script(tmp_path: Path) -> None:
+    # The workers' replies were pickled by reference: "Can't pickle <class '__main__.Note'>: it's not
+    # the same object as __main__.Note", in async mode only.
+    script = tmp_path / "train_script.py"
+    script.write_text(_SCRIPT_CLASSES)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["sync [0, 0, 1, 1]", "async [0, 0, 1, 1]"]
+
+
+class _UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str broke")
+
+
+class _RaisesUnprintable(RockPaperScissors):
+    def step(self, action_dict: Mapping[str, Any]) -> tuple:
+        raise _UnprintableError()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_env_error_whose_str_raises_is_still_reported_and_rebuilt(mode: str) -> None:
+    # The async worker died on str(error) ("exited unexpectedly"), even under on_error="rebuild";
+    # sync raised the bare RuntimeError of its __str__, without the env's index.
+    both = {"player1": 0, "player2": 1}
+    with VectorMultiAgentEnv([RockPaperScissors, _RaisesUnprintable], mode) as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match=r"^env 1 raised _UnprintableError during step\(\): <its str\(\) raised "
+                                                 r"RuntimeError>"):
+            venv.step([both, both])
+    with VectorMultiAgentEnv([RockPaperScissors, _RaisesUnprintable], mode, on_error="rebuild",
+                             max_rebuild_attempts=1) as venv:
+        venv.reset(seed=0)
+        assert venv.step([both, both])[1][0] == {"player1": -1, "player2": 1}
+        assert [index for index, _ in venv.last_failures] == [1]
