@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import os
 import pickle
 import signal
 import time
@@ -446,6 +447,14 @@ def _traceback_text(error: BaseException) -> str:
         return "".join(traceback.format_tb(error.__traceback__)) + f"{type(error).__name__}: {error_text(error)}\n"
 
 
+def _reserve(shm: shared_memory.SharedMemory) -> None:
+    """Allocate the pages of a new block now: a sparse block that /dev/shm has no room for kills
+    the worker writing into it with SIGBUS; reserving them raises OSError (ENOSPC) here instead."""
+    fd = getattr(shm, "_fd", -1)
+    if fd >= 0 and hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(fd, 0, shm.size)
+
+
 class Workers:
     """The worker processes of an async vector, their pipes and shared-memory blocks.
 
@@ -601,11 +610,24 @@ class Workers:
     def _grow(self, worker: int, size: int) -> None:
         old = self.shms[worker]
         try:
-            self.shms[worker] = shared_memory.SharedMemory(create=True, size=max(size, 1 << 20))
+            new = shared_memory.SharedMemory(create=True, size=max(size, 1 << 20))
         except OSError as error:  # e.g. /dev/shm is full: keep using the pipe
             logger.warning("no shared memory for worker %d (%s); replies go through its pipe", worker, error)
             self._no_shm = True
             return
+        try:
+            _reserve(new)
+        except BaseException as error:
+            new.close()
+            new.unlink()
+            if not isinstance(error, OSError):
+                raise
+            # Too little room left in /dev/shm (Docker gives it 64 MB): keep using the pipe.
+            logger.warning("no room for %d bytes of shared memory for worker %d (%s); replies go through its pipe",
+                           new.size, worker, error)
+            self._no_shm = True
+            return
+        self.shms[worker] = new
         self._new_shm[worker] = self.shms[worker].name
         if old is not None:
             old.close()

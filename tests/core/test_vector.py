@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +208,38 @@ def test_without_shared_memory_replies_go_through_the_pipe(
         assert async_env._workers.shms == [None]
     assert_same(sync_out, async_out)
     assert caplog.text.count("No space left on device") == 1
+
+
+def test_a_block_without_room_in_dev_shm_leaves_replies_in_the_pipe(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # /dev/shm creates sparse blocks: one it had no room for was made, and the worker writing into it
+    # died of SIGBUS ("exited unexpectedly with code -7"), all envs with it. Its pages are now
+    # reserved first; posix_fallocate fails with ENOSPC where a small /dev/shm (Docker's 64 MB) is full.
+    created: list[str] = []
+    real_shared_memory = shared_memory.SharedMemory
+
+    def recording(*args: Any, **kwargs: Any) -> shared_memory.SharedMemory:
+        block = real_shared_memory(*args, **kwargs)
+        created.append(block.name)
+        return block
+
+    def no_room(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("marl_core._vector_workers.shared_memory.SharedMemory", recording)
+    monkeypatch.setattr("marl_core._vector_workers.os.posix_fallocate", no_room)
+    with VectorMultiAgentEnv([BigObsEnv] * 2) as sync_env:
+        sync_out, _ = play(sync_env, BigObsEnv, seed=1, steps=6)
+    with (
+        caplog.at_level(logging.WARNING, logger="marl_core._vector_workers"),
+        VectorMultiAgentEnv([BigObsEnv] * 2, "async", num_workers=1) as async_env,
+    ):
+        async_out, _ = play(async_env, BigObsEnv, seed=1, steps=6)
+        assert async_env._workers.shms == [None]
+    assert_same(sync_out, async_out)
+    assert "replies go through its pipe" in caplog.text
+    assert created and not [name for name in created if Path(f"/dev/shm/{name.lstrip('/')}").exists()]
 
 
 @pytest.mark.parametrize("env_cls", [IrregularOrderEnv, JoinLeaveEnv, HeterogeneousSpacesEnv])
