@@ -1437,3 +1437,38 @@ def test_an_env_error_whose_str_raises_is_still_reported_and_rebuilt(mode: str) 
         venv.reset(seed=0)
         assert venv.step([both, both])[1][0] == {"player1": -1, "player2": 1}
         assert [index for index, _ in venv.last_failures] == [1]
+
+
+class _ReusesItsBuffer(MultiAgentEnv):
+    """Writes the step count into one array it hands out every time; the episode ends at step 2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = ["a"]
+        self.observation_spaces = {"a": gym.spaces.Box(0, 9, (2,), np.float32)}
+        self.action_spaces = {"a": gym.spaces.Discrete(2)}
+        self.buffer = np.zeros(2, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        self.buffer[:] = 0
+        return {"a": self.buffer}, {"a": {"t": self.buffer}}
+
+    def step(self, action_dict):
+        self.t += 1
+        self.buffer[:] = self.t
+        return {"a": self.buffer}, {"a": 1.0}, {ALL: self.t >= 2}, {ALL: False}, {"a": {"t": self.buffer}}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_same_step_autoreset_keeps_the_final_observation_of_an_env_reusing_its_buffer(mode: str) -> None:
+    # The reset wrote into the array the final step had returned: the final observation came back as
+    # the new episode's first, [0, 0], with terminated=True.
+    with VectorMultiAgentEnv([_ReusesItsBuffer], mode, autoreset_mode="same_step") as venv:
+        venv.reset(seed=0)
+        venv.step([{"a": 0}])
+        obs_list, _, terminateds_list, _, infos_list = venv.step([{"a": 0}])
+        assert terminateds_list[0][ALL] is True
+        np.testing.assert_array_equal(obs_list[0]["a"], [2.0, 2.0])
+        np.testing.assert_array_equal(infos_list[0]["a"]["t"], [2.0, 2.0])
+        np.testing.assert_array_equal(venv.reset_results[0][0]["a"], [0.0, 0.0])
