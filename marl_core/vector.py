@@ -375,15 +375,7 @@ class VectorMultiAgentEnv:
             if self.on_error == "rebuild":
                 results = self._run_all_isolated(commands)
             elif self._workers is None:
-                results = []
-                for index, (command, payload) in enumerate(commands):
-                    try:
-                        results.append(self._sync_execute(index, command, payload))
-                    except VectorEnvError as error:
-                        also = _failed_resets_beside(commands, dict(enumerate(results)))
-                        if also:
-                            raise VectorEnvError(f"{error}{also}", error.index) from error.__cause__
-                        raise
+                results = self._sync_run_all(commands)
             else:
                 replies = self._collect(dict(enumerate(commands)))
                 results = [replies[index] for index in range(self.num_envs)]
@@ -398,6 +390,25 @@ class VectorMultiAgentEnv:
             self._needs_reset = [True] * self.num_envs
             self._reset_needed = f"needs reset() after its last call was interrupted by {type(error).__name__}"
             raise
+
+    def _sync_run_all(self, commands: list[tuple[str, Any]]) -> list[Any]:
+        """Every env runs its command, as in async mode, even after one failed; then the first
+        failure raises (so both modes leave the envs in the same state)."""
+        results: dict[int, Any] = {}
+        errors: dict[int, VectorEnvError] = {}
+        for index, (command, payload) in enumerate(commands):
+            try:
+                results[index] = self._sync_execute(index, command, payload)
+            except VectorEnvError as error:
+                errors[index] = error
+        if errors:
+            error = errors[min(errors)]
+            others = f" (envs {sorted(errors)} failed)" if len(errors) > 1 else ""
+            others += _failed_resets_beside(commands, results)
+            if others:
+                raise VectorEnvError(f"{error}{others}", error.index) from error.__cause__
+            raise error
+        return [results[index] for index in range(len(commands))]
 
     def _sync_execute(self, index: int, command: str, payload: Any) -> Any:
         try:
