@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import logging
 import traceback
 import weakref
@@ -223,12 +224,14 @@ class VectorMultiAgentEnv:
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[list[dict[AgentID, Any]], list[dict[AgentID, Any]]]:
-        """Reset every env, env ``i`` with ``seed + i``; return ``(obs_list, infos_list)``."""
+        """Reset every env, env ``i`` with ``seed + i`` and its own copy of ``options``; return
+        ``(obs_list, infos_list)``."""
         self._check_usable()
         seed = seed_value(seed)  # numpy integers as Python ints; a SeedError before anything resets
         if seed is not None:
             self._rebuild_rngs = [np.random.default_rng([(seed + i) % 2**63, 0x5EED]) for i in range(self.num_envs)]
-        commands = [("reset", (None if seed is None else seed + i, options)) for i in range(self.num_envs)]
+        commands = [("reset", (None if seed is None else seed + i, own))
+                    for i, own in enumerate(_copies(options, self.num_envs))]
         results = self._run_all(commands)
         obs_list = [obs for obs, _ in results]
         for index, obs in enumerate(obs_list):
@@ -526,6 +529,17 @@ class VectorMultiAgentEnv:
             self._broken = dead[min(dead)]
             raise VectorEnvError(self._broken, min(dead))
         return {i: (status, reply if status == "ok" else reply[2]) for i, (status, reply) in replies.items()}
+
+
+def _copies(options: Any, count: int) -> list[Any]:
+    """``count`` copies of reset ``options``: an env that changes its options (``pop``) must not
+    change another's, as it cannot when each env runs in its own process."""
+    if options is None:
+        return [None] * count
+    try:
+        return [copy.deepcopy(options) for _ in range(count)]
+    except Exception:  # options that cannot be copied (a lock, say): shared, as given
+        return [options] * count
 
 
 def _failed_resets_beside(commands: Mapping[int, tuple[str, Any]] | list[tuple[str, Any]], results: Mapping[int, Any]) -> str:

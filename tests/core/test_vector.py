@@ -1487,3 +1487,21 @@ def test_after_a_failed_step_every_other_env_has_stepped_in_both_modes(mode: str
                                                  r"\(envs \[1, 2\] failed\)"):
             venv.step([both] * 4)
         assert venv.call("num_moves") == [2, 1, 1, 2]
+
+
+class _PopsItsLevel(RockPaperScissors):
+    def reset(self, *, seed=None, options=None):
+        level = (options or {}).pop("level", 0)
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"player1": {"level": level}}
+
+
+@pytest.mark.parametrize(("mode", "num_workers"), [("sync", None), ("async", None), ("async", 1)])
+def test_each_env_resets_with_its_own_copy_of_the_options(mode: str, num_workers: int | None) -> None:
+    # One dict went to every env: in sync mode (and async with one worker) env 0 popped the level
+    # for all; the caller's dict was emptied too. Async with a worker per env gave each a copy.
+    options = {"level": 5}
+    with VectorMultiAgentEnv([_PopsItsLevel] * 3, mode, num_workers=num_workers) as venv:
+        _, infos = venv.reset(seed=0, options=options)
+    assert [info["player1"]["level"] for info in infos] == [5, 5, 5]
+    assert options == {"level": 5}
