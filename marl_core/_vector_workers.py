@@ -171,6 +171,8 @@ def call_text(command: str, payload: Any) -> str:
         return f"get_{payload[0]}_space()"
     if command == "call":
         return f"call({payload[0]!r})"
+    if command == "rebuild":
+        return "its rebuild (its factory, then reset())"
     return f"{command}()"
 
 

@@ -434,11 +434,11 @@ class VectorMultiAgentEnv:
         dead = [i for i, reply in sorted(failures.items()) if isinstance(reply, str)]  # worker processes gone
         if dead:
             self._broken = failures[dead[0]]
-        if isinstance(failure, str):
-            raise VectorEnvError(failure + others, index)
+        during = f" during {call_text(*commands[index])}"
+        if isinstance(failure, str):  # its worker process is gone
+            raise VectorEnvError(failure + during + others, index)
         if dead:
             others += f"; {self._broken}"
-        during = f" during {call_text(*commands[index])}"
         raise remote_error(f"env {index} raised", index, failure, others, during) from exception_of(failure)
 
     def _handle_failed_resets(self, commands: list[tuple[str, Any]], results: list[Any]) -> None:
@@ -526,8 +526,9 @@ class VectorMultiAgentEnv:
         replies = self._workers.request(commands)
         dead = {i: reply for i, (status, reply) in replies.items() if status == "dead"}
         if dead:
-            self._broken = dead[min(dead)]
-            raise VectorEnvError(self._broken, min(dead))
+            index = min(dead)
+            self._broken = dead[index]
+            raise VectorEnvError(f"{self._broken} during {call_text(*commands[index])}", index)
         return {i: (status, reply if status == "ok" else reply[2]) for i, (status, reply) in replies.items()}
 
 

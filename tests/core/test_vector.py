@@ -749,7 +749,7 @@ def test_rebuild_arguments_are_validated() -> None:
 def test_a_dead_worker_is_still_an_error_with_rebuild() -> None:
     with VectorMultiAgentEnv([RockPaperScissors, DyingEnv], "async", on_error="rebuild") as venv:
         venv.reset(seed=0)
-        with pytest.raises(VectorEnvError, match=r"worker process of env 1 \(pid \d+\) exited unexpectedly"):
+        with pytest.raises(VectorEnvError, match=r"worker process of env 1 \(pid \d+\) exited unexpectedly with code 3 during step\(\)"):
             venv.step([{"player1": 0, "player2": 0}] * 2)
         with pytest.raises(VectorEnvError, match="unusable"):
             venv.reset(seed=0)
@@ -1362,7 +1362,7 @@ def test_a_worker_that_dies_while_its_reply_is_asked_again_is_a_dead_worker(tmp_
     with VectorMultiAgentEnv([RockPaperScissors, factory], "async") as venv:
         venv.reset(seed=0)
         with pytest.raises(VectorEnvError, match=r"^the worker process of env 1 \(pid \d+\) exited unexpectedly with "
-                                                 r"code -9") as info:
+                                                 r"code -9 during step\(\)") as info:
             venv.step([both, both])
         assert info.value.index == 1
         with pytest.raises(VectorEnvError, match="unusable"):
