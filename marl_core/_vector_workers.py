@@ -78,12 +78,17 @@ def rebuild(envs: list[MultiAgentEnv], local: int, factory: Callable[[], MultiAg
     """Close ``envs[local]`` (best effort), replace it by a new env from ``factory`` and reset it
     with ``(seed, options)``; return the reset's ``(obs, infos)``. ``envs[0]`` is env ``first``."""
     seed, options = seed_and_options
+    failed = envs[local]
     try:
-        envs[local].close()
+        failed.close()
     except Exception:
         logger.debug("closing a failed env raised", exc_info=True)
-    envs[local] = build_env(factory, envs, local, first)
-    return checked_reset(envs[local], envs[local].reset(seed=seed, options=options))
+    env = build_env(factory, envs, local, first)
+    if env is failed:  # it would fail again, closed now, at every step
+        raise SharedEnvError("returned the very env object that failed (closed now); a rebuild needs a new "
+                             "instance (a factory that builds a new one)")
+    envs[local] = env
+    return checked_reset(env, env.reset(seed=seed, options=options))
 
 
 def _is_dict(value: Any) -> bool:

@@ -150,8 +150,13 @@ class VectorMultiAgentEnv:
     ) -> None:
         if mode not in ("sync", "async"):
             raise VectorEnvError(f"mode must be 'sync' or 'async', received {mode!r}")
+        if not isinstance(env_fns, Sequence) or isinstance(env_fns, str):
+            raise VectorEnvError(f"env_fns must be a list of env factories, received {a_type(env_fns)}")
         if len(env_fns) == 0:
             raise VectorEnvError("env_fns is empty: a vector needs at least one env factory")
+        for name, value in (("num_workers", num_workers), ("max_rebuild_attempts", max_rebuild_attempts)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
+                raise VectorEnvError(f"{name} must be an integer, received {value!r}")
         if mode == "sync" and (num_workers is not None or context is not None):
             raise VectorEnvError("num_workers and context apply to mode='async' only")
         if on_error not in ("raise", "rebuild"):
@@ -611,11 +616,18 @@ def stack(observations: Sequence[Any]) -> Any:
         batch = np.asarray(observations)  # one call: much faster than np.stack for small rows
     except ValueError as error:
         raise _shapes_differ(observations) from error
+    if batch.dtype.kind in "US":  # strings: numpy turns numbers beside them into strings too
+        odd = next((row for row, observation in enumerate(observations) if not isinstance(observation, str)), None)
+        if odd is not None and any(isinstance(observation, str) for observation in observations):
+            text = next(row for row, observation in enumerate(observations) if isinstance(observation, str))
+            raise SpaceError(f"stack(): row {odd} is {_describe(observations[odd])}, row {text} a str; "
+                             "strings and other values cannot be stacked together")
     if batch.dtype != object:
         return batch
     for row, observation in enumerate(observations):  # a dict, tuple or None beside plain values
         if observation is None or isinstance(observation, (Mapping, tuple)):
-            raise SpaceError(f"stack(): row {row} is {_describe(observation)}, row 0 {_describe(first)}")
+            beside = f", row 0 {_describe(first)}" if row else ", which cannot be stacked"
+            raise SpaceError(f"stack(): row {row} is {_describe(observation)}{beside}")
     try:  # objects, or rows that are lists of different lengths: stack row by row
         return np.stack([np.asarray(observation) for observation in observations])
     except ValueError as error:
@@ -623,6 +635,8 @@ def stack(observations: Sequence[Any]) -> Any:
 
 
 def _describe(value: Any) -> str:
+    if value is None:
+        return "None"
     if isinstance(value, Mapping):
         return f"a dict with keys {list(value)}"
     if isinstance(value, tuple):
@@ -674,8 +688,19 @@ def gather(
             keys, observations = rows.setdefault(policy_of(env_index, agent_id), ([], []))
             keys.append((env_index, agent_id))
             observations.append(observation)
-    return {policy: PolicyBatch(keys, observations if policy in unstacked else stack(observations))
+    return {policy: PolicyBatch(keys, observations if policy in unstacked else _stacked(policy, keys, observations))
             for policy, (keys, observations) in rows.items()}
+
+
+def _stacked(policy: str, keys: list[tuple[int, AgentID]], observations: list[Any]) -> Any:
+    """:func:`stack` for :func:`gather`: its error names the policy and the (env, agent) rows."""
+    try:
+        return stack(observations)
+    except SpaceError as error:
+        rows = ", ".join(f"{row}: env {env_index} agent {agent_id!r}" for row, (env_index, agent_id) in enumerate(keys[:8]))
+        more = f", ... ({len(keys)} rows)" if len(keys) > 8 else ""
+        raise SpaceError(f"gather(): the observations of policy {policy!r} cannot be stacked (rows {rows}{more}): "
+                         f"{error}") from error
 
 
 def scatter(
@@ -718,6 +743,10 @@ def _unstack(batched: Any, count: int, policy: str) -> list[Any]:
     if isinstance(batched, tuple):
         columns_t = [_unstack(value, count, policy) for value in batched]
         return [tuple(column[row] for column in columns_t) for row in range(count)]
+    if not hasattr(batched, "__len__") or (isinstance(batched, np.ndarray) and batched.ndim == 0):
+        raise VectorEnvError(f"scatter(): the actions of policy {policy!r} must be a list of {count}, an array with "
+                             f"{count} rows, or a dict or tuple of such (Dict and Tuple action spaces); received "
+                             f"{a_type(batched)} ({batched!r})")
     if len(batched) != count:
         raise VectorEnvError(f"scatter(): {len(batched)} actions for policy {policy!r} but its batch has {count} rows")
     if isinstance(batched, np.ndarray):

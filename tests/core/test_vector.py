@@ -1004,7 +1004,7 @@ def test_stack_is_leaf_wise() -> None:
         ([(1, 2), (1,)], "row 1 is a tuple of 1, row 0 a tuple of 2"),
         ([{"a": 1}, 5], "row 1 is an int"),
         ([np.float32(1), {"x": 1}], r"row 1 is a dict with keys \['x'\], row 0 a float32"),
-        ([0, None], "row 1 is a NoneType, row 0 an int"),
+        ([0, None], "row 1 is None, row 0 an int"),
         ([np.zeros(2), np.zeros(3)], r"different shapes \[\(2,\), \(3,\)\]"),
         # A Tuple observation sent as a list: numpy cannot give its shape (this error path crashed).
         ([[np.zeros(2), 3], [np.zeros(2), 4]], r"different shapes \[a list of 2 parts of different shapes\]"),
@@ -1505,3 +1505,54 @@ def test_each_env_resets_with_its_own_copy_of_the_options(mode: str, num_workers
         _, infos = venv.reset(seed=0, options=options)
     assert [info["player1"]["level"] for info in infos] == [5, 5, 5]
     assert options == {"level": 5}
+
+
+_ONLY_ONE: list[MultiAgentEnv] = []
+
+
+def _always_the_same_failing_env() -> MultiAgentEnv:
+    if not _ONLY_ONE:
+        _ONLY_ONE.append(_FailsOnce())
+    return _ONLY_ONE[0]
+
+
+@pytest.mark.parametrize(("mode", "num_workers"), [("sync", None), ("async", 1)])
+def test_a_rebuild_whose_factory_returns_the_failed_env_itself_is_refused(mode: str, num_workers: int | None) -> None:
+    # The closed env came back at every rebuild, failed again at every step and was "rebuilt" again, forever.
+    _ONLY_ONE[:] = []
+    both = {"player1": 0, "player2": 1}
+    with VectorMultiAgentEnv([RockPaperScissors, _always_the_same_failing_env], mode, num_workers=num_workers,
+                             on_error="rebuild", max_rebuild_attempts=2) as venv:
+        venv.reset(seed=0)
+        with pytest.raises(VectorEnvError, match=r"(?s)env 1 could not be rebuilt in 2 attempts; .*SharedEnvError: returned "
+                                                 r"the very env object that failed \(closed now\)"):
+            venv.step([both, both])
+
+
+def test_bad_vector_arguments_are_vector_env_errors() -> None:
+    # Each was a raw TypeError; max_rebuild_attempts=1.5 only at the first failure, in the middle of a step.
+    for kwargs, words in [({"num_workers": 1.5}, "num_workers must be an integer, received 1.5"),
+                          ({"num_workers": "2"}, "num_workers must be an integer, received '2'"),
+                          ({"max_rebuild_attempts": 1.5}, "max_rebuild_attempts must be an integer, received 1.5")]:
+        with pytest.raises(VectorEnvError, match=re.escape(words)):
+            VectorMultiAgentEnv([RockPaperScissors] * 2, "async" if "num_workers" in kwargs else "sync", **kwargs)
+    with pytest.raises(VectorEnvError, match="env_fns must be a list of env factories, received a generator"):
+        VectorMultiAgentEnv(factory for factory in [RockPaperScissors])
+
+
+def test_stack_gather_and_scatter_say_what_they_cannot_take() -> None:
+    # stack turned [1, "a"] into array(['1', 'a']); gather's error named no policy or row; scatter of a
+    # tuple of ints said "object of type 'int' has no len()"; [None, None] said "row 0 ..., row 0 ...".
+    with pytest.raises(SpaceError, match=r"^stack\(\): row 0 is an int, row 1 a str; strings and other values"):
+        stack([1, "a"])
+    with pytest.raises(SpaceError, match=r"^stack\(\): row 0 is None, which cannot be stacked$"):
+        stack([None, None])
+    assert stack(["x", "yz"]).tolist() == ["x", "yz"]
+    with pytest.raises(SpaceError, match=r"^gather\(\): the observations of policy 'shared' cannot be stacked \(rows "
+                                         r"0: env 0 agent 'a', 1: env 0 agent 'b', 2: env 1 agent 'a', 3: env 1 agent 'b'\): "
+                                         r"stack\(\): observations of different shapes \[\(3,\), \(4,\)\]"):
+        gather([{"a": np.zeros(3), "b": np.zeros(3)}, {"a": np.zeros(3), "b": np.zeros(4)}], lambda i, a: "shared")
+    batches = gather([{"a": 0, "b": 1}], lambda i, a: "p")
+    with pytest.raises(VectorEnvError, match=r"^scatter\(\): the actions of policy 'p' must be a list of 2, an array "
+                                             r"with 2 rows, or a dict or tuple of such .*received an int \(0\)"):
+        scatter({"p": (0, 1)}, batches, 1)
