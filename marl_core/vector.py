@@ -95,7 +95,7 @@ class VectorMultiAgentEnv:
 
     Semantics:
         - ``reset(seed=s)`` resets env ``i`` with ``seed=s + i`` (``None`` stays ``None``) and
-          returns ``(obs_list, infos_list)``, one dict per env.
+          its own copy of ``options``, and returns ``(obs_list, infos_list)``, one dict per env.
         - ``step(action_list)`` takes one action dict per env and returns ``(obs_list,
           rewards_list, terminateds_list, truncateds_list, infos_list)``: whatever each env
           returned, untouched. Rewards, dead agents, ``"__all__"``, chance and action masks are
@@ -109,7 +109,8 @@ class VectorMultiAgentEnv:
           runs repeat exactly.
         - **Same-step autoreset** (``autoreset_mode="same_step"``): an env whose episode ends in
           a ``step()`` is reset (``seed=None``) within that same call, in its own process, so no
-          call is spent on resets. The call returns the ended episode's final results as usual;
+          call is spent on resets. The call returns the ended episode's final results as usual
+          (its observations and infos copied before the reset, which may reuse their arrays);
           :attr:`reset_results` holds ``(obs, infos)`` of the new episode for that env (None for
           the others, and for every env after ``reset()``) and :attr:`acting` already lists the
           new episode's agents.
@@ -117,8 +118,12 @@ class VectorMultiAgentEnv:
           ``step()`` (empty for an env that will be reset).
         - Errors: bad input raises :class:`~marl_core.errors.VectorEnvError` naming the env,
           before any env steps. An exception inside a sub-env comes back as a ``VectorEnvError``
-          with the env index and, in ``"async"`` mode, the worker's traceback; the vector then
-          needs ``reset()``. A worker that dies makes the vector unusable except for ``close()``.
+          with the env index, the call and, in ``"async"`` mode, the worker's traceback; the
+          other envs run their command all the same (in both modes), and the vector then needs
+          ``reset()``. A worker that dies makes the vector unusable except for ``close()``.
+        - In ``"async"`` mode results travel pickled (large arrays through shared memory, or
+          the pipe where ``/dev/shm`` has no room); instances of classes defined in the user's
+          script go by value, as its factories do.
         - **Fault isolation** (``on_error="rebuild"``): a sub-env whose ``reset``/``step`` raises
           is closed (best effort), rebuilt from its factory (in its worker process in ``"async"``
           mode) and reset (with the options of the ``reset()`` that failed, if one did; an
