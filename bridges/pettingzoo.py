@@ -37,7 +37,16 @@ import gymnasium as gym
 import numpy as np
 
 from bridges.pettingzoo_checks import ActionChecker, Bounds, admitter
-from marl_core.env import ALL, COMMON, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
+from marl_core.env import (
+    ALL,
+    COMMON,
+    AgentID,
+    MultiAgentDict,
+    MultiAgentEnv,
+    ObsDict,
+    StepResult,
+    merge_common_infos,
+)
 from marl_core.errors import EnvContractError, ResetNeededError, UnsupportedEnvError
 from marl_core.spaces import (
     MASK_KEY,
@@ -142,6 +151,7 @@ class _PettingZooBase(MultiAgentEnv):
         # and tells which agents it never observed.
         base = getattr(env, "unwrapped", env)
         self._export = base if callable(getattr(base, "take_common_infos", None)) else None
+        self._observed = getattr(self._export, "observed", None)  # to_aec's (to_parallel has none)
         super().__init__()
         self.metadata = dict(getattr(env, "metadata", {}) or {})
         possible = getattr(env, "possible_agents", None)
@@ -172,8 +182,7 @@ class _PettingZooBase(MultiAgentEnv):
         if common is None:
             return infos
         kept = infos.get(COMMON)  # infos of agents that ended without a final observation
-        merged = {**kept, **common} if isinstance(kept, Mapping) and isinstance(common, Mapping) else common
-        return {**infos, COMMON: merged}
+        return {**infos, COMMON: merge_common_infos(common, kept) if isinstance(kept, Mapping) else common}
 
     def _late_info_mask(self, infos: Mapping[AgentID, Any]) -> None:
         """Warn (once) when ``infos`` holds a mask that the spaces, fixed without one, leave unchecked."""
@@ -361,10 +370,9 @@ class PettingZooEnv(_PettingZooBase):
             if self._watch_info_masks and info:
                 self._late_info_mask({agent_id: info})
             if (terminated or truncated) and (observation is None or (
-                    self._export is not None and not self._export.observed(agent_id))):  # no final observation to give
+                    self._observed is not None and not self._observed(agent_id))):  # no final observation to give
                 if info:  # nothing is lost: its info goes under "__common__"
-                    common = infos.get(COMMON)
-                    infos[COMMON] = {**(common if isinstance(common, Mapping) else {}), agent_id: info}
+                    infos[COMMON] = merge_common_infos(infos.get(COMMON), {agent_id: info})
             else:
                 if info_masks and agent_id in info_masks:
                     observation, info = _with_mask(observation, info, info_masks[agent_id])
@@ -621,9 +629,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
         """Infos for agents without an observation go under ``"__common__"`` (nothing is lost)."""
         kept: MultiAgentDict = {k: v for k, v in infos.items() if k in obs}
         extra = {k: v for k, v in infos.items() if k not in obs and k != COMMON}
-        common = infos.get(COMMON)
-        if extra:
-            common = {**(common if isinstance(common, Mapping) else {}), **extra}
+        common = merge_common_infos(infos.get(COMMON), extra)
         if common is not None:
             kept[COMMON] = common
         return kept

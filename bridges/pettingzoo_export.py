@@ -39,7 +39,7 @@ import gymnasium as gym
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
 from bridges.wrapping import require_multi_agent_env
-from marl_core.env import ALL, COMMON, AgentID, MultiAgentEnv
+from marl_core.env import ALL, COMMON, AgentID, MultiAgentEnv, merge_common_infos
 from marl_core.errors import (
     EnvContractError,
     InvalidActionError,
@@ -91,12 +91,10 @@ class _CommonInfos:
     def _keep_common_infos(self, infos: Mapping[AgentID, Any], given: Container[AgentID]) -> None:
         """Keep ``infos[COMMON]``, and the infos of agents that are not ``given`` theirs now (not
         in this step), under their ids: nothing is lost."""
-        common = infos.get(COMMON, {})
         extra = {a: info for a, info in infos.items() if a not in given and a != COMMON}
-        if extra:
-            common = {**(common if isinstance(common, Mapping) else {}), **extra}
+        common = merge_common_infos(infos.get(COMMON, {}), extra)
         self.common_infos = common
-        self._new_common_infos = common or None
+        self._new_common_infos = common if common or not isinstance(common, Mapping) else None
 
 
 def _check_not_back(env: MultiAgentEnv, gone: set[AgentID], obs: Mapping[AgentID, Any]) -> None:

@@ -141,9 +141,8 @@ def execute(env: MultiAgentEnv, command: str, payload: Any) -> Any:
         result = checked_step(env, env.step(payload))
         if not (result[2][ALL] or result[3].get(ALL, False)):
             return result, None
-        # The reset may write into the arrays the step returned (an env reusing its buffers): copy them.
-        obs, rewards, terminateds, truncateds, infos = result
-        result = snapshot(obs), rewards, terminateds, truncateds, snapshot(infos)
+        # The reset may write into the dicts and arrays the step returned (an env reusing its buffers).
+        result = tuple(snapshot(part) for part in result)
         try:
             return result, checked_reset(env, env.reset(seed=None, options=None))
         except Exception as error:  # the ended episode's results go back too: the caller decides

@@ -323,6 +323,18 @@ class MultiAgentWrapper(MultiAgentEnv, Generic[EnvT]):
         return f"<{type(self).__name__}{self.env}>"
 
 
+def merge_common_infos(common: Any, extra: Mapping[AgentID, Any]) -> Any:
+    """``"__common__"`` infos with ``extra`` infos (of agents outside the step) added under their
+    ids. Nothing is lost: ``common`` that is not a dict goes under ``"__common__"`` in the merge."""
+    if not extra:
+        return common
+    if common is None or (isinstance(common, Mapping) and not common):
+        return dict(extra)
+    if isinstance(common, Mapping):
+        return {**common, **extra}
+    return {COMMON: common, **extra}
+
+
 def agent_id_of(index: int) -> AgentID:
     """The id of the ``index``-th copy in :func:`make_multi_agent` envs."""
     return f"agent_{index}"

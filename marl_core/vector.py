@@ -188,6 +188,7 @@ class VectorMultiAgentEnv:
         self._action_spaces: list[dict[AgentID, gym.Space]] = [{} for _ in range(self.num_envs)]
         self._observation_spaces: dict[AgentID, gym.Space] = {}
         self._reset_needed: str | None = "called before reset()"  # what step() says until reset() (None: no need)
+        self._reset_options: Any = None  # a copy of the options of the last reset()
         self._broken: str | None = None
         self._closed = False
         self._envs: list[MultiAgentEnv] = []
@@ -240,8 +241,9 @@ class VectorMultiAgentEnv:
         seed = seed_value(seed)  # numpy integers as Python ints; a SeedError before anything resets
         if seed is not None:
             self._rebuild_rngs = [np.random.default_rng([(seed + i) % 2**63, 0x5EED]) for i in range(self.num_envs)]
-        commands = [("reset", (None if seed is None else seed + i, own))
-                    for i, own in enumerate(_copies(options, self.num_envs))]
+        copies = _copies(options, self.num_envs + 1)
+        self._reset_options = copies.pop()  # untouched by the envs: for rebuilds after a failed reset
+        commands = [("reset", (None if seed is None else seed + i, own)) for i, own in enumerate(copies)]
         results = self._run_all(commands)
         obs_list = [obs for obs, _ in results]
         for index, obs in enumerate(obs_list):
@@ -486,8 +488,9 @@ class VectorMultiAgentEnv:
         replies = self._attempt(dict(enumerate(commands)))
         results = {index: reply for index, (status, reply) in replies.items() if status == "ok"}
         failed = {i: reply for i, (status, reply) in replies.items() if status != "ok"}
-        # A reset that failed is retried with the caller's options (a step's autoreset has none).
-        options = {i: commands[i][1][1] for i in failed if commands[i][0] == "reset"}
+        # A reset that failed is retried with the caller's options (a step's autoreset has none),
+        # not the copy the failed env may have changed.
+        options = {i: self._reset_options for i in failed if commands[i][0] == "reset"}
         results.update(self._rebuild(failed, options))
         return [results[index] for index in range(self.num_envs)]
 
@@ -508,7 +511,7 @@ class VectorMultiAgentEnv:
             if attempt == self.max_rebuild_attempts:
                 break
             seeds = {i: int(self._rebuild_rngs[i].integers(2**31)) for i in failed}
-            replies = self._attempt({i: ("rebuild", (seed, options.get(i))) for i, seed in seeds.items()})
+            replies = self._attempt({i: ("rebuild", (seed, _copies(options.get(i), 1)[0])) for i, seed in seeds.items()})
             rebuilt.update({i: reply for i, (status, reply) in replies.items() if status == "ok"})
             failed = {i: reply for i, (status, reply) in replies.items() if status != "ok"}
         index = min(failed)

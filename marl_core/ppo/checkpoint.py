@@ -40,12 +40,12 @@ _warned: set[str] = set()  # each warning about what a checkpoint cannot name: a
 def save_checkpoint(algo: PPO, path: Path) -> Path:
     """Write ``algo`` to the directory ``path`` (replacing it atomically) and return ``path``."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _recover(path)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
     old: Path | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _recover(path)
+        tmp.mkdir()
         config = algo.config.to_json_dict()
         if config["policy_mapping_fn"] is None:
             config["policy_mapping_fn"] = reference_of(algo._build_mapping_fn)
@@ -90,9 +90,12 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and old.exists() and not path.exists():
             os.replace(old, path)  # interrupted between the two renames: the old checkpoint stays
-        if isinstance(error, OSError):  # a full disk, a directory that went read-only, ...
+        # A full disk, a directory that went read-only, ... (torch's writer says RuntimeError).
+        if isinstance(error, (OSError, RuntimeError)):
             kept = " (the previous checkpoint there is kept)" if path.exists() else ""
-            raise CheckpointError(f"cannot write the checkpoint {path}{kept}: {error}") from error
+            hint = " (is the disk full?)" if isinstance(error, RuntimeError) else ""
+            raise CheckpointError(f"cannot write the checkpoint {path}{kept}: {type(error).__name__}: "
+                                  f"{error}{hint}") from error
         raise
     return path
 
@@ -284,11 +287,10 @@ def _number(state: dict[str, Any], key: str) -> float:
 
 
 def _numbers(values: Any, where: str) -> list[float]:
-    """Saved recent returns or lengths: a list of finite numbers (ValueError: a damaged state)."""
-    if not isinstance(values, list) or not all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in values
-    ):
-        raise ValueError(f"{where} is {_short(values)}, where a list of finite numbers belongs")
+    """Saved recent returns or lengths: a list of numbers (ValueError: a damaged state). An env
+    may have paid an infinite reward: that is what the run saw, not damage."""
+    if not isinstance(values, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values):
+        raise ValueError(f"{where} is {_short(values)}, where a list of numbers belongs")
     return [float(x) for x in values]
 
 
@@ -298,13 +300,36 @@ def _short(value: Any) -> str:
 
 
 def _check_finite(policy_id: str, saved: dict[str, Any]) -> None:
-    """Saved weights with NaN or infinite values cannot be trained on: refuse them by name."""
-    for name, tensor in saved["module"].items():
-        if torch.is_tensor(tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+    """Saved weights or optimizer moments with NaN or infinite values cannot be trained on:
+    refuse them by name."""
+    tensors = [*_tensors(saved["module"], "weights"), *_tensors(saved["optimizer"], "optimizer state")]
+    for where, tensor in tensors:
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise CheckpointError(
-                f"the saved weights of policy {policy_id!r} hold NaN or infinite values (in {name}): "
-                f"a damaged checkpoint, or one saved after training diverged; resume from an earlier checkpoint"
+                f"the saved {where} of policy {policy_id!r} hold NaN or infinite values: a damaged checkpoint, "
+                f"or one saved after training diverged; resume from an earlier checkpoint"
             )
+
+
+def _tensors(value: Any, where: str) -> list[tuple[str, torch.Tensor]]:
+    """The tensors in a saved state (dicts and lists of them), each with where it is:
+    ``weights (pi_body.0.weight)``, ``optimizer state (exp_avg[3])``."""
+    if torch.is_tensor(value):
+        return [(where, value)]
+    if isinstance(value, dict):
+        inner = [(key, item) for key, item in value.items()]
+    elif isinstance(value, (list, tuple)):
+        inner = [(f"[{index}]", item) for index, item in enumerate(value)]
+    else:
+        return []
+    found = []
+    for key, item in inner:
+        if "(" not in where:
+            label = f"{where} ({key})"
+        else:
+            label = f"{where[:-1]}{key if key.startswith('[') else '.' + str(key)})"
+        found += _tensors(item, label)
+    return found
 
 
 def _load_failure(error: Exception) -> str:

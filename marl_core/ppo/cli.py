@@ -184,8 +184,8 @@ def _run_dir_refusal(out: Path, *, resuming: Path | None) -> str | None:
     if out.exists() and not out.is_dir():
         return f"--out {str(out)!r} cannot be a run directory: it is a file"
     found = [name for name in _RUN_FILES if (out / name).exists()]
-    if not found or (resuming is not None and _same_dir(resuming.parent, out)):
-        return None
+    if not found or (resuming is not None and (_same_dir(_real(resuming).parent, out) or _same_dir(resuming, out))):
+        return None  # the run it resumes (or a run directory given as the checkpoint, which its load names)
     checkpoints = [str(out / name) for name in ("checkpoint", "final") if (out / name).exists()]
     go_on = f"continue it with --resume {' (or '.join(checkpoints)}{')' if len(checkpoints) > 1 else ''}, or " if checkpoints else ""
     if resuming is None:
@@ -199,6 +199,14 @@ def _same_dir(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
     except OSError:
         return False
+
+
+def _real(path: Path) -> Path:
+    """``path`` with its links followed (a ``latest`` link to a run's checkpoint is that checkpoint)."""
+    try:
+        return path.resolve()
+    except OSError:
+        return path
 
 
 _LOCK = ".marl-train.pid"
@@ -355,7 +363,7 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
     except KeyboardInterrupt:
         status = stop.exit_status
         print("\ninterrupted: saving the final checkpoint", file=sys.stderr)
-    except MultiAgentEnvError as error:  # an env or a setting that failed while sampling (maybe in a runner)
+    except (MultiAgentEnvError, OSError) as error:  # an env or a setting that failed while sampling, a full disk
         cause = getattr(error, "cause", None)  # a Ray task error carries the runner's own error
         shown = cause if isinstance(cause, MultiAgentEnvError) else error
         print(f"\nmarl-train: training stopped at iteration {algo.iteration}: {type(shown).__name__}: {shown}",
@@ -369,9 +377,13 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
         except CheckpointError as error:  # a full disk, say
             print(f"marl-train: no final checkpoint at iteration {algo.iteration}: {error}", file=sys.stderr)
             status = status or 1
-        run_log.close()
-        if run_log.rows:
-            run_log.plot(title=f"{preset.name}: episode return")
+        try:
+            run_log.close()
+            if run_log.rows:
+                run_log.plot(title=f"{preset.name}: episode return")
+        except OSError as error:  # the checkpoint is what counts; the logs say what they could
+            print(f"marl-train: cannot finish the logs in {out}: {error}", file=sys.stderr)
+            status = status or 1
     return status
 
 

@@ -605,3 +605,36 @@ def test_to_parallel_checks_actions_before_stepping():
     obs, rewards, terminations, _, infos = env.step({"player1": 0, "player2": 1})
     assert rewards == {"player1": -1, "player2": 1}
     assert "__all__" not in terminations and set(obs) == set(infos) == {"player1", "player2"}
+
+
+def test_pettingzoo_env_takes_a_to_parallel_export_converted_by_pettingzoo():
+    # It took the export for to_aec's (which tells which agents it observed) and, when an agent ended,
+    # raised AttributeError: 'MultiAgentParallelEnv' object has no attribute 'observed'.
+    through = rollout(PettingZooEnv(parallel_to_aec(to_parallel(JoinLeaveEnv()))), seed=0)
+    direct = rollout(JoinLeaveEnv(), seed=0)
+    assert through.returns == pytest.approx(direct.returns)
+    assert sorted(through.agents_seen) == sorted(direct.agents_seen)
+
+
+class TextInCommon(InfoBeforeJoining):
+    """InfoBeforeJoining whose "__common__" infos are not dicts: a string at reset, a number after."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = super().reset(seed=seed, options=options)
+        return obs, {**infos, "__common__": "hello"}
+
+    def step(self, action_dict):
+        *result, infos = super().step(action_dict)
+        return (*result, {**infos, "__common__": self.t})
+
+
+@pytest.mark.parametrize("export", [to_aec, to_parallel])
+def test_common_infos_that_are_not_dicts_are_kept_beside_other_agents_infos(export):
+    # Merged with b's info, "hello" and 1 were dropped ({**({} if not a dict), **extra}).
+    env = export(TextInCommon())
+    env.reset(seed=0)
+    assert env.common_infos == {"__common__": "hello", "b": {"joins_in": 2}}
+    env.step({"a": 0} if export is to_parallel else 0)
+    assert env.common_infos == {"__common__": 1, "b": {"joins_in": 1}}
+    env.step({a: 0 for a in env.agents} if export is to_parallel else 0)
+    assert env.common_infos == 2  # alone, it stays as it is

@@ -506,3 +506,14 @@ def test_the_shipped_rock_paper_scissors_refuses_bad_action_dicts_and_stays_as_i
     with pytest.raises(ResetNeededError, match="the episode ended after 10 moves"):
         env.step({"player1": 0, "player2": 1})
     assert env.num_moves == 10
+
+
+def test_merge_common_infos_loses_nothing() -> None:
+    from marl_core.env import merge_common_infos
+
+    assert merge_common_infos({"x": 1}, {}) == {"x": 1}
+    assert merge_common_infos(None, {"b": {}}) == {"b": {}}
+    assert merge_common_infos({}, {"b": {"t": 1}}) == {"b": {"t": 1}}
+    assert merge_common_infos({"x": 1}, {"b": {"t": 1}}) == {"x": 1, "b": {"t": 1}}
+    assert merge_common_infos("hello", {"b": {"t": 1}}) == {"__common__": "hello", "b": {"t": 1}}
+    assert merge_common_infos(7, {}) == 7

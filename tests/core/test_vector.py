@@ -1449,16 +1449,21 @@ class _ReusesItsBuffer(MultiAgentEnv):
         self.observation_spaces = {"a": gym.spaces.Box(0, 9, (2,), np.float32)}
         self.action_spaces = {"a": gym.spaces.Discrete(2)}
         self.buffer = np.zeros(2, np.float32)
+        self.rewards: dict[str, float] = {}
+        self.terminateds = {ALL: False}
 
     def reset(self, *, seed=None, options=None):
         self.t = 0
         self.buffer[:] = 0
+        self.rewards.clear()  # the dicts it hands out, emptied in place
+        self.terminateds[ALL] = False
         return {"a": self.buffer}, {"a": {"t": self.buffer}}
 
     def step(self, action_dict):
         self.t += 1
         self.buffer[:] = self.t
-        return {"a": self.buffer}, {"a": 1.0}, {ALL: self.t >= 2}, {ALL: False}, {"a": {"t": self.buffer}}
+        self.rewards["a"], self.terminateds[ALL] = float(self.t), self.t >= 2
+        return {"a": self.buffer}, self.rewards, self.terminateds, {ALL: False}, {"a": {"t": self.buffer}}
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -1468,8 +1473,8 @@ def test_a_same_step_autoreset_keeps_the_final_observation_of_an_env_reusing_its
     with VectorMultiAgentEnv([_ReusesItsBuffer], mode, autoreset_mode="same_step") as venv:
         venv.reset(seed=0)
         venv.step([{"a": 0}])
-        obs_list, _, terminateds_list, _, infos_list = venv.step([{"a": 0}])
-        assert terminateds_list[0][ALL] is True
+        obs_list, rewards_list, terminateds_list, _, infos_list = venv.step([{"a": 0}])
+        assert terminateds_list[0][ALL] is True and rewards_list[0] == {"a": 2.0}
         np.testing.assert_array_equal(obs_list[0]["a"], [2.0, 2.0])
         np.testing.assert_array_equal(infos_list[0]["a"]["t"], [2.0, 2.0])
         np.testing.assert_array_equal(venv.reset_results[0][0]["a"], [0.0, 0.0])
@@ -1556,3 +1561,29 @@ def test_stack_gather_and_scatter_say_what_they_cannot_take() -> None:
     with pytest.raises(VectorEnvError, match=r"^scatter\(\): the actions of policy 'p' must be a list of 2, an array "
                                              r"with 2 rows, or a dict or tuple of such .*received an int \(0\)"):
         scatter({"p": (0, 1)}, batches, 1)
+
+
+class _PopsItsLevelThenFailsOnce(_PopsItsLevel):
+    """Pops ``options["level"]``, and raises in the second reset of its process (env 1's first)."""
+
+    resets = [0]
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = super().reset(seed=seed, options=options)
+        _PopsItsLevelThenFailsOnce.resets[0] += 1
+        if _PopsItsLevelThenFailsOnce.resets[0] == 2:
+            raise RuntimeError("transient")
+        return obs, infos
+
+
+@pytest.mark.parametrize(("mode", "num_workers"), [("sync", None), ("async", 1)])
+def test_a_rebuild_after_a_failed_reset_gets_the_callers_options_not_the_failed_envs_copy(
+    mode: str, num_workers: int | None
+) -> None:
+    # In sync mode the rebuilt env got the copy that the failed env had emptied: level 0, not 3.
+    _PopsItsLevelThenFailsOnce.resets[0] = 0
+    with VectorMultiAgentEnv([_PopsItsLevelThenFailsOnce] * 2, mode, num_workers=num_workers,
+                             on_error="rebuild") as venv:
+        _, infos = venv.reset(seed=0, options={"level": 3})
+        assert [info["player1"]["level"] for info in infos] == [3, 3]
+        assert [index for index, _ in venv.last_failures] == [1]

@@ -480,21 +480,30 @@ def test_a_damaged_state_is_named_as_such_and_paths_that_are_not_checkpoints_say
     state = torch.load(path / "state.pt", weights_only=True)
     module = state["policies"]["learned"]["module"]
     nan_weights = {**module, "pi_body.0.weight": torch.full_like(module["pi_body.0.weight"], math.nan)}
+    optimizer = state["policies"]["learned"]["optimizer"]
+    nan_moments = {**optimizer, "exp_avg": [optimizer["exp_avg"][0] * math.nan, *optimizer["exp_avg"][1:]]}
     edited = {
         # Each was taken: a negative iteration trained "it -4"; "abc" went in as three returns and
-        # broke the next save; a torch RNG state of the wrong size and NaN weights were raw errors.
+        # broke the next save; a torch RNG state of the wrong size and NaN weights were raw errors;
+        # NaN optimizer moments showed up as a NaN loss, blamed on the rewards.
         "iteration is -5, where a count (an integer, 0 or more) belongs": {**state, "iteration": -5},
-        "recent_returns['learned'] is 'abc', where a list of finite numbers belongs":
+        "recent_returns['learned'] is 'abc', where a list of numbers belongs":
             {**state, "recent_returns": {"learned": "abc"}},
         "ValueError: rng_torch: ": {**state, "rng_torch": torch.zeros(7, dtype=torch.uint8)},
-        "the saved weights of policy 'learned' hold NaN or infinite values (in pi_body.0.weight)":
+        "the saved weights (pi_body.0.weight) of policy 'learned' hold NaN or infinite values":
             {**state, "policies": {"learned": {**state["policies"]["learned"], "module": nan_weights}}},
+        "the saved optimizer state (exp_avg[0]) of policy 'learned' hold NaN or infinite values":
+            {**state, "policies": {"learned": {**state["policies"]["learned"], "optimizer": nan_moments}}},
     }
     for index, (words, damaged) in enumerate(edited.items()):
         copy = shutil.copytree(path, tmp_path / f"edited_{index}")
         torch.save(damaged, copy / "state.pt")
         with pytest.raises(CheckpointError, match=re.escape(words)):
             PPO.from_checkpoint(copy)
+    # An infinite return is what an env paid, not damage: a run saves it and must resume from it.
+    infinite = shutil.copytree(path, tmp_path / "infinite")
+    torch.save({**state, "recent_returns": {"learned": [1.0, -math.inf]}}, infinite / "state.pt")
+    PPO.from_checkpoint(infinite).stop()
     garbage = shutil.copytree(path, tmp_path / "garbage")
     (garbage / "state.pt").write_bytes(np.random.default_rng(0).bytes(5000))
     with pytest.raises(CheckpointError, match=r"state\.pt cannot be read") as caught:

@@ -125,8 +125,18 @@ def test_a_resumed_run_refuses_an_out_holding_another_run(tmp_path, capsys):
             f"{tmp_path / 'a' / 'final'} there would overwrite: continue it with --resume {tmp_path / 'b' / 'final'}, "
             f"or pick another --out for the resumed run") in capsys.readouterr().err
     assert before == {name: (tmp_path / "b" / name).read_bytes() for name in before}
-    # Its own directory, under another spelling of the path, is where a resumed run goes on.
+    # A link in b to a's checkpoint is a's checkpoint: refused too (the link's own directory was compared).
+    (tmp_path / "b" / "latest").symlink_to(tmp_path / "a" / "final")
+    assert main(["rps", "--resume", str(tmp_path / "b" / "latest"), "--out", str(tmp_path / "b"), *base]) == 2
+    assert "already holds another run" in capsys.readouterr().err
+    # Its own directory, under another spelling of the path or through a link, is where a resumed run goes on.
     assert main(["rps", "--resume", str(tmp_path / "a" / "final"), "--out", str(tmp_path / "b" / ".." / "a"), *base]) == 0
+    (tmp_path / "latest").symlink_to(tmp_path / "a" / "final")
+    assert main(["rps", "--resume", str(tmp_path / "latest"), "--out", str(tmp_path / "a"), *base]) == 0
+    # A run directory given as the checkpoint: its load says what it is, not "another run".
+    capsys.readouterr()
+    assert main(["rps", "--resume", str(tmp_path / "a"), "--out", str(tmp_path / "a"), *base]) == 2
+    assert f"(a run directory: its checkpoints are {tmp_path / 'a' / 'final'})" in capsys.readouterr().err
 
 
 def test_a_bad_override_on_resume_is_named_as_such_not_as_a_damaged_checkpoint(tmp_path, capsys):
@@ -149,8 +159,8 @@ def test_a_checkpoint_that_cannot_be_written_ends_the_run_with_one_line_each(tmp
 
     def disk_full_from_the_second_save(obj, path, *args, **kwargs):
         calls.append(path)
-        if len(calls) >= 2:
-            raise OSError(28, "No space left on device")
+        if len(calls) >= 2:  # what torch's writer raises when the disk is full
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 9728 vs 9620")
         return real_save(obj, path, *args, **kwargs)
 
     monkeypatch.setattr(checkpoint.torch, "save", disk_full_from_the_second_save)
@@ -159,13 +169,39 @@ def test_a_checkpoint_that_cannot_be_written_ends_the_run_with_one_line_each(tmp
     err = capsys.readouterr().err
     assert status == 1
     assert (f"training stopped at iteration 2: CheckpointError: cannot write the checkpoint {tmp_path / 'checkpoint'} "
-            "(the previous checkpoint there is kept): [Errno 28] No space left on device") in err
-    assert f"no final checkpoint at iteration 2: cannot write the checkpoint {tmp_path / 'final'}: [Errno 28]" in err
+            "(the previous checkpoint there is kept): RuntimeError: [enforce fail at inline_container.cc:672] . "
+            "unexpected pos 9728 vs 9620 (is the disk full?)") in err
+    assert f"no final checkpoint at iteration 2: cannot write the checkpoint {tmp_path / 'final'}: RuntimeError" in err
     assert "Traceback" not in err
     monkeypatch.setattr(checkpoint.torch, "save", real_save)
     with PPO.from_checkpoint(tmp_path / "checkpoint") as kept:
         assert kept.iteration == 1
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary copies left
+
+
+_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing us
+resource.setrlimit(resource.RLIMIT_FSIZE, (8_000, 8_000))  # room for the logs, not for a checkpoint
+from marl_core.ppo.cli import main
+sys.exit(main(["rps", "--out", sys.argv[1], "--iterations", "3", "--checkpoint-every", "1", "--no-progress",
+               "--set", "num_env_runners=0", "--set", "train_batch_size=40"]))
+"""
+
+
+def test_files_that_cannot_be_written_end_the_run_with_status_1_and_one_line_each(tmp_path):
+    # A real write failure (a file size limit, as a full disk): torch's writer raised a RuntimeError that
+    # went out as four chained tracebacks, and the learning curve's OSError after them.
+    done = subprocess.run([sys.executable, "-c", _FILE_SIZE_LIMIT, str(tmp_path / "run")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    assert "Traceback" not in done.stderr
+    assert any(line.startswith(f"marl-train: training stopped at iteration 1: CheckpointError: cannot write the "
+                               f"checkpoint {tmp_path / 'run' / 'checkpoint'}: RuntimeError: ") for line in lines)
+    assert any(line.startswith(f"marl-train: no final checkpoint at iteration 1: cannot write the checkpoint "
+                               f"{tmp_path / 'run' / 'final'}: ") for line in lines)
+    assert not [p for p in (tmp_path / "run").iterdir() if p.name.startswith(".")]  # no temporary copies left
 
 
 def test_resume_refuses_what_it_cannot_continue(tmp_path, capsys):
