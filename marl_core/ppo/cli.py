@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume is not None:
             out.mkdir(parents=True, exist_ok=True)  # only once its checkpoint loaded
             _lock_run_dir(out)
+            _drop_later_final_result(out, algo.iteration)
         print(f"marl-train {preset.name}: writing to {out}"
               + (f" (resumed from {args.resume} at iteration {algo.iteration})" if args.resume else ""))
         algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs
@@ -254,6 +255,20 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _drop_later_final_result(out: Path, iteration: int) -> None:
+    """A resumed run trains again from its checkpoint's ``iteration``: a ``final_result.json`` of a
+    later iteration describes training that is thrown away (the run may stop before writing its own)."""
+    path = out / "final_result.json"
+    try:
+        at = json.loads(path.read_text()).get("iteration")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(at, int) and at > iteration:
+        path.unlink()
+        print(f"marl-train: removed {path} (iteration {at}), which the run resumed from iteration {iteration} "
+              "trains again", file=sys.stderr)
+
+
 def _final(algo: Any, preset: Any, out: Path) -> int:
     """Run the preset's final step (an evaluation) and write its result; return the exit status.
 
@@ -267,6 +282,8 @@ def _final(algo: Any, preset: Any, out: Path) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: the final evaluation stopped (the final checkpoint is saved)", file=sys.stderr)
         return stop.exit_status
+    if isinstance(final, dict):
+        final = {**final, "iteration": final.get("iteration", algo.iteration)}  # which checkpoint it describes
     (out / "final_result.json").write_text(json.dumps(final, indent=2, default=str))
     print(json.dumps(final, indent=2, default=str))
     return 0

@@ -394,6 +394,9 @@ class SelfPlayLeague:
         }
 
 
+_CHART_TITLE = "Connect-4 self-play: main on evaluation games"
+
+
 @dataclass
 class Connect4Evaluation:
     """Evaluation games during training and at the end, written as metrics, JSON lines and a PNG.
@@ -451,9 +454,17 @@ class Connect4Evaluation:
         minutes = algo.time_total_s / 60.0
         if self.out_dir is not None and (self.out_dir / "evaluation.jsonl").is_file():
             path = self.out_dir / "evaluation.jsonl"
-            kept = keep_until(load_history(path), algo.iteration, lambda point: point.iteration, path)
+            loaded = load_history(path)
+            kept = keep_until(loaded, algo.iteration, lambda point: point.iteration, path)
             self.history = kept + self.history
             minutes = max([minutes, *(point.minutes for point in kept)])
+            if len(kept) < len(loaded):  # the file and chart at once: the run may stop before it evaluates
+                save_history(self.history, path)
+                chart = self.out_dir / "win_rate.png"
+                if self.history:
+                    plot_history(self.history, chart, title=_CHART_TITLE)
+                else:
+                    chart.unlink(missing_ok=True)
         self.started = time.perf_counter() - 60.0 * minutes
 
     def _run(self, algo: PPO, opponents: Sequence[tuple[str, int]], final: bool = False) -> EvaluationPoint:
@@ -495,8 +506,7 @@ class Connect4Evaluation:
         out_dir = Path(out_dir)
         return {
             "history": save_history(self.history, out_dir / "evaluation.jsonl"),
-            "chart": plot_history(self.history, out_dir / "win_rate.png",
-                                  title="Connect-4 self-play: main on evaluation games"),
+            "chart": plot_history(self.history, out_dir / "win_rate.png", title=_CHART_TITLE),
         }
 
     def final(self, algo: PPO, out_dir: Path) -> dict[str, Any]:

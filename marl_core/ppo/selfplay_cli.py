@@ -65,9 +65,15 @@ def load_policy(
     _check_saved_env(Path(checkpoint))
     algo = PPO.from_checkpoint(str(checkpoint), num_env_runners=0, num_envs_per_env_runner=1, device="cpu")
     try:
-        policy = algo.get_policy_callable(policy_id, explore=False)
         env = env_factory()
         expected = env.get_observation_space(env.possible_agents[0])
+        players = [obs for obs, _ in algo._spaces.values()]
+        if policy_id not in algo.policies and players and expected not in players:  # say the likelier cause
+            raise CheckpointError(
+                f"{checkpoint} has no policy {policy_id!r}, and its players observe {players[0]}, but this game's "
+                f"players observe {expected}: a checkpoint of another game?"
+            )
+        policy = algo.get_policy_callable(policy_id, explore=False)
         # A fixed policy has no space of its own: the players of the env it was trained with do.
         trained = getattr(algo.policies[policy_id], "observation_space", None)
         observed = [trained] if trained is not None else [obs for obs, _ in algo._spaces.values()]
@@ -277,7 +283,8 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
         print(f"marl-eval: cannot load {args.checkpoint}: {error}", file=sys.stderr)
         return 2
     try:
-        print(f"{args.games} games per opponent, half in each seat, seed {args.seed}")
+        first = (args.games + 1) // 2  # even games move first
+        print(f"{args.games} games per opponent ({first} moving first, {args.games - first} second), seed {args.seed}")
         for spec in opponents:
             match = evaluate(policy, [(spec, args.games)], seed=args.seed)[spec]
             print(match.summary(), flush=True)

@@ -56,6 +56,7 @@ def test_resume_continues_the_run_and_its_logs(tmp_path, capsys):
     base = ["--out", str(tmp_path), "--no-progress", "--set", "num_env_runners=0",
             "--set", "train_batch_size=80", "--set", "num_envs_per_env_runner=2"]
     assert main(["rps", "--iterations", "3", "--checkpoint-every", "2", *base]) == 0
+    assert json.loads((tmp_path / "final_result.json").read_text())["iteration"] == 3
     saved = torch.load(tmp_path / "final" / "state.pt", weights_only=True)
     with (tmp_path / "progress.csv").open("a") as handle:
         handle.write("4,0.")  # a crash while writing a row
@@ -64,7 +65,12 @@ def test_resume_continues_the_run_and_its_logs(tmp_path, capsys):
     # line go; --iterations counts from the checkpoint; --set applies on top of the saved config.
     assert main(["rps", "--resume", str(tmp_path / "checkpoint"), "--iterations", "2", *base,
                  "--set", "training.lr=0.0005"]) == 0
-    assert "resumed from" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "resumed from" in out
+    # The final_result.json of the discarded iteration 3 went at once: a run stopped before its
+    # final step left it beside a final checkpoint of another iteration.
+    assert f"removed {tmp_path / 'final_result.json'} (iteration 3), which the run resumed from iteration 2" in err
+    assert json.loads((tmp_path / "final_result.json").read_text())["iteration"] == 4
     rows = list(csv.DictReader((tmp_path / "progress.csv").read_text().splitlines()))
     assert [row["training_iteration"] for row in rows] == ["1", "2", "3", "4"]
     assert [int(row["num_env_steps_sampled_lifetime"]) for row in rows] == [80, 160, 240, 320]

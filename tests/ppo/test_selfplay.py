@@ -261,8 +261,13 @@ def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path):
     try:
         earlier.out_dir = tmp_path / "run"
         again = Connect4Evaluation()
+        chart = (tmp_path / "run" / "win_rate.png").read_bytes()
         again.attach(earlier)
         assert [p.iteration for p in again.history] == [2]
+        # The file and chart too, at once: a run stopped before its next evaluation left the
+        # discarded points in them (and a later resume kept them for good).
+        assert [p.iteration for p in load_history(tmp_path / "run" / "evaluation.jsonl")] == [2]
+        assert (tmp_path / "run" / "win_rate.png").read_bytes() != chart
     finally:
         earlier.stop()
 

@@ -45,7 +45,7 @@ def test_eval_prints_one_line_per_opponent(checkpoint, capsys):
     code = eval_main([str(checkpoint), "--opponent", "random", "--opponent", "MCTS:5", "--games", "4", "--seed", "2"])
     out = capsys.readouterr().out.splitlines()
     assert code == 0
-    assert out[0] == "4 games per opponent, half in each seat, seed 2"
+    assert out[0] == "4 games per opponent (2 moving first, 2 second), seed 2"
     assert out[1].startswith("random ") and "(4 games" in out[1]
     assert out[2].startswith("mcts:5 ") and "W " in out[2] and " D " in out[2] and " L " in out[2]
 
@@ -193,3 +193,19 @@ def test_eval_refuses_a_negative_seed(checkpoint, capsys):
         eval_main([str(checkpoint), "--seed", "-5"])
     assert caught.value.code == 2
     assert "seeds cannot be negative" in capsys.readouterr().err
+
+
+def test_eval_names_a_checkpoint_of_another_game_without_a_main_policy(tmp_path, capsys):
+    # It said only "no policy 'main'; policies: ['beat_last', 'learned']".
+    from marl_core.ppo import PPOConfig
+    from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
+
+    config = (PPOConfig().environment("marl_core.envs:RockPaperScissors")
+              .multi_agent(policies={"learned": None, "beat_last": beat_last_move}, policy_mapping_fn=rps_policy_mapping_fn)
+              .env_runners(num_env_runners=0))
+    with config.build() as algo:
+        path = algo.save(tmp_path / "rps")
+    assert eval_main([str(path), "--games", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path} has no policy 'main', and its players observe Discrete(3), but this game's players observe Dict(" in err
+    assert err.rstrip().endswith("a checkpoint of another game?")
