@@ -97,7 +97,15 @@ def snapshot(value: Any, depth: int = 0) -> Any:
     if depth >= MAX_DEPTH:
         return value
     if isinstance(value, dict):
-        return {k: snapshot(v, depth + 1) for k, v in value.items()}
+        items = {k: snapshot(v, depth + 1) for k, v in value.items()}
+        if type(value) is dict:
+            return items
+        try:  # an OrderedDict or defaultdict stays one (with its default factory)
+            copied = copy.copy(value)
+            copied.update(items)
+            return copied
+        except Exception:
+            return items
     if isinstance(value, list):
         return [snapshot(v, depth + 1) for v in value]
     if isinstance(value, tuple):

@@ -188,7 +188,6 @@ class VectorMultiAgentEnv:
         self._action_spaces: list[dict[AgentID, gym.Space]] = [{} for _ in range(self.num_envs)]
         self._observation_spaces: dict[AgentID, gym.Space] = {}
         self._reset_needed: str | None = "called before reset()"  # what step() says until reset() (None: no need)
-        self._reset_options: Any = None  # a copy of the options of the last reset()
         self._broken: str | None = None
         self._closed = False
         self._envs: list[MultiAgentEnv] = []
@@ -242,9 +241,9 @@ class VectorMultiAgentEnv:
         if seed is not None:
             self._rebuild_rngs = [np.random.default_rng([(seed + i) % 2**63, 0x5EED]) for i in range(self.num_envs)]
         copies = _copies(options, self.num_envs + 1)
-        self._reset_options = copies.pop()  # untouched by the envs: for rebuilds after a failed reset
+        pristine = copies.pop()  # untouched by the envs: for rebuilds after a failed reset
         commands = [("reset", (None if seed is None else seed + i, own)) for i, own in enumerate(copies)]
-        results = self._run_all(commands)
+        results = self._run_all(commands, reset_options=pristine)
         obs_list = [obs for obs, _ in results]
         for index, obs in enumerate(obs_list):
             self._started(index, obs)
@@ -384,11 +383,13 @@ class VectorMultiAgentEnv:
             return self._sync_execute(index, command, payload)
         return self._collect({index: (command, payload)})[index]
 
-    def _run_all(self, commands: list[tuple[str, Any]]) -> list[Any]:
+    def _run_all(self, commands: list[tuple[str, Any]], reset_options: Any = None) -> list[Any]:
+        """Run one command per env; ``reset_options`` are those of a caller's ``reset()`` (a step's
+        autoresets have none)."""
         self.last_failures = []
         try:
             if self.on_error == "rebuild":
-                results = self._run_all_isolated(commands)
+                results = self._run_all_isolated(commands, reset_options)
             elif self._workers is None:
                 results = self._sync_run_all(commands)
             else:
@@ -483,14 +484,14 @@ class VectorMultiAgentEnv:
         self._needs_reset = [True] * self.num_envs
         self._reset_needed = f"needs reset() after the error of its last call ({str(error).splitlines()[0]})"
 
-    def _run_all_isolated(self, commands: list[tuple[str, Any]]) -> list[Any]:
+    def _run_all_isolated(self, commands: list[tuple[str, Any]], reset_options: Any = None) -> list[Any]:
         """``_run_all`` for ``on_error="rebuild"``: failed envs are rebuilt, the others kept."""
         replies = self._attempt(dict(enumerate(commands)))
         results = {index: reply for index, (status, reply) in replies.items() if status == "ok"}
         failed = {i: reply for i, (status, reply) in replies.items() if status != "ok"}
         # A reset that failed is retried with the caller's options (a step's autoreset has none),
         # not the copy the failed env may have changed.
-        options = {i: self._reset_options for i in failed if commands[i][0] == "reset"}
+        options = {i: reset_options for i in failed if commands[i][0] == "reset"}
         results.update(self._rebuild(failed, options))
         return [results[index] for index in range(self.num_envs)]
 

@@ -42,6 +42,7 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
     path = Path(path)
     tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
     old: Path | None = None
+    writing_state = False  # torch's writer says RuntimeError where a file write fails (a full disk)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _recover(path)
@@ -77,7 +78,9 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             "rng_numpy": json.dumps(algo.rng.bit_generator.state),
             "rng_torch": torch.get_rng_state(),
         }
+        writing_state = True
         torch.save(state, tmp / "state.pt")
+        writing_state = False
         if path.exists():
             old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
             os.replace(path, old)
@@ -90,8 +93,8 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and old.exists() and not path.exists():
             os.replace(old, path)  # interrupted between the two renames: the old checkpoint stays
-        # A full disk, a directory that went read-only, ... (torch's writer says RuntimeError).
-        if isinstance(error, (OSError, RuntimeError)):
+        # A full disk, a directory that went read-only, ...
+        if isinstance(error, OSError) or (writing_state and isinstance(error, RuntimeError)):
             kept = " (the previous checkpoint there is kept)" if path.exists() else ""
             hint = " (is the disk full?)" if isinstance(error, RuntimeError) else ""
             raise CheckpointError(f"cannot write the checkpoint {path}{kept}: {type(error).__name__}: "
@@ -288,9 +291,12 @@ def _number(state: dict[str, Any], key: str) -> float:
 
 def _numbers(values: Any, where: str) -> list[float]:
     """Saved recent returns or lengths: a list of numbers (ValueError: a damaged state). An env
-    may have paid an infinite reward: that is what the run saw, not damage."""
-    if not isinstance(values, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values):
-        raise ValueError(f"{where} is {_short(values)}, where a list of numbers belongs")
+    may have paid an infinite reward: that is what the run saw, not damage; a NaN reward stops a
+    run, so a NaN here is."""
+    if not isinstance(values, list) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and x == x for x in values  # x == x: not NaN
+    ):
+        raise ValueError(f"{where} is {_short(values)}, where a list of numbers (not NaN) belongs")
     return [float(x) for x in values]
 
 
@@ -324,10 +330,8 @@ def _tensors(value: Any, where: str) -> list[tuple[str, torch.Tensor]]:
         return []
     found = []
     for key, item in inner:
-        if "(" not in where:
-            label = f"{where} ({key})"
-        else:
-            label = f"{where[:-1]}{key if key.startswith('[') else '.' + str(key)})"
+        key = str(key)  # torch.optim's state is keyed by parameter index
+        label = f"{where} ({key})" if "(" not in where else f"{where[:-1]}{key if key.startswith('[') else '.' + key})"
         found += _tensors(item, label)
     return found
 

@@ -134,34 +134,35 @@ def main(argv: list[str] | None = None) -> int:
                 return 130
             print(f"marl-train: cannot build the trainer: {error}", file=sys.stderr)
             return 2
+    run_log = None
     try:
         if args.resume is not None:
             out.mkdir(parents=True, exist_ok=True)  # only once its checkpoint loaded
             _lock_run_dir(out)
-            _drop_later_final_result(out, algo.iteration)
         print(f"marl-train {preset.name}: writing to {out}"
               + (f" (resumed from {args.resume} at iteration {algo.iteration})" if args.resume else ""))
         algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs
+        # The logs first: a resume they refuse (unreadable logs) must leave the run directory as it was.
+        run_log = RunLogger(out, resume_at=algo.iteration if args.resume is not None else None)
         for hook in preset.start:
             hook(algo)
-        run_log = RunLogger(out, resume_at=algo.iteration if args.resume is not None else None)
-    except RunLogError as error:  # a resumed run directory whose logs cannot be continued
+        if args.resume is not None:
+            _drop_later_final_result(out, algo.iteration)
+    except BaseException as error:
         algo.stop()
-        _unlock_run_dir(out)
-        print(f"marl-train: cannot continue the logs in {out}: {error}", file=sys.stderr)
-        return 2
-    except ConfigError as error:  # another run writes there
-        algo.stop()
-        print(f"marl-train: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # before the signal handlers are in place
-        algo.stop()
-        _unlock_run_dir(out)
-        print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
-        return 130
-    except BaseException:
-        algo.stop()
-        _unlock_run_dir(out)
+        if run_log is not None:
+            run_log.close()
+        if not isinstance(error, ConfigError):  # a ConfigError here: another run holds the lock
+            _unlock_run_dir(out)
+        if isinstance(error, RunLogError):  # a resumed run directory whose logs cannot be continued
+            print(f"marl-train: cannot continue the logs in {out}: {error}", file=sys.stderr)
+            return 2
+        if isinstance(error, ConfigError):
+            print(f"marl-train: {error}", file=sys.stderr)
+            return 2
+        if isinstance(error, KeyboardInterrupt):  # before the signal handlers are in place
+            print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
+            return 130
         raise
     bar = tqdm(total=args.iterations, disable=args.no_progress, unit="it", dynamic_ncols=True)
     status = 0

@@ -505,3 +505,16 @@ def test_a_tuple_of_masks_is_read_per_slot_by_the_sampler_as_by_the_check() -> N
 )
 def test_a_placeholder_observation_is_inside_its_space(space: spaces.Space) -> None:
     assert space.contains(placeholder_observation(space))
+
+
+def test_snapshot_copies_dict_subclasses_as_what_they_are() -> None:
+    # A same-step autoreset turned an env's OrderedDict rewards and defaultdict flags into plain dicts.
+    from collections import OrderedDict, defaultdict
+
+    from marl_core.spaces import snapshot
+
+    flags = defaultdict(bool, {"a": np.zeros(2)})
+    copied = snapshot(flags)
+    assert type(copied) is defaultdict and copied["missing"] is False
+    assert copied["a"] is not flags["a"]
+    assert type(snapshot(OrderedDict(a=1))) is OrderedDict

@@ -1587,3 +1587,33 @@ def test_a_rebuild_after_a_failed_reset_gets_the_callers_options_not_the_failed_
         _, infos = venv.reset(seed=0, options={"level": 3})
         assert [info["player1"]["level"] for info in infos] == [3, 3]
         assert [index for index, _ in venv.last_failures] == [1]
+
+
+class _EndsThenAutoresetFailsOnce(_PopsItsLevel):
+    """Ends after one move; the next reset of its process (the next step's autoreset) raises once."""
+
+    resets = [0]
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = super().reset(seed=seed, options=options)
+        infos["player1"]["options"] = options
+        _EndsThenAutoresetFailsOnce.resets[0] += 1
+        if _EndsThenAutoresetFailsOnce.resets[0] == 2:
+            raise RuntimeError("transient")
+        return obs, infos
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        return obs, rewards, {**terminateds, ALL: True}, truncateds, infos
+
+
+def test_an_env_rebuilt_after_a_failed_autoreset_gets_no_options() -> None:
+    # It got the options of the last reset(): an autoreset has none.
+    _EndsThenAutoresetFailsOnce.resets[0] = 0
+    both = {"player1": 0, "player2": 1}
+    with VectorMultiAgentEnv([_EndsThenAutoresetFailsOnce], on_error="rebuild") as venv:
+        venv.reset(seed=0, options={"level": 3})
+        venv.step([both])
+        _, _, _, _, infos_list = venv.step([both])  # the autoreset raises; the env is rebuilt
+        assert venv.autoreset == [True] and [index for index, _ in venv.last_failures] == [0]
+        assert infos_list[0]["player1"]["options"] is None

@@ -487,7 +487,7 @@ def test_a_damaged_state_is_named_as_such_and_paths_that_are_not_checkpoints_say
         # broke the next save; a torch RNG state of the wrong size and NaN weights were raw errors;
         # NaN optimizer moments showed up as a NaN loss, blamed on the rewards.
         "iteration is -5, where a count (an integer, 0 or more) belongs": {**state, "iteration": -5},
-        "recent_returns['learned'] is 'abc', where a list of numbers belongs":
+        "recent_returns['learned'] is 'abc', where a list of numbers (not NaN) belongs":
             {**state, "recent_returns": {"learned": "abc"}},
         "ValueError: rng_torch: ": {**state, "rng_torch": torch.zeros(7, dtype=torch.uint8)},
         "the saved weights (pi_body.0.weight) of policy 'learned' hold NaN or infinite values":
@@ -504,11 +504,32 @@ def test_a_damaged_state_is_named_as_such_and_paths_that_are_not_checkpoints_say
     infinite = shutil.copytree(path, tmp_path / "infinite")
     torch.save({**state, "recent_returns": {"learned": [1.0, -math.inf]}}, infinite / "state.pt")
     PPO.from_checkpoint(infinite).stop()
+    not_a_number = shutil.copytree(path, tmp_path / "not_a_number")  # a NaN reward stops a run: damage
+    torch.save({**state, "recent_returns": {"learned": [1.0, math.nan]}}, not_a_number / "state.pt")
+    with pytest.raises(CheckpointError, match=re.escape("recent_returns['learned'] is [1.0, nan], where a list of numbers (not NaN)")):
+        PPO.from_checkpoint(not_a_number)
+    # Optimizer states in torch.optim's layout (older checkpoints), keyed by parameter index, load
+    # (their integer keys broke the finite check) and are checked too.
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    adam = torch.optim.Adam(params)
+    params[0].grad = torch.ones(2)
+    adam.step()
+    layout = adam.state_dict()
+    assert list(layout["state"]) == [0]
+    from marl_core.ppo.checkpoint import _tensors
+
+    assert [where for where, _ in _tensors(layout, "optimizer state")] == [
+        "optimizer state (state.0.step)", "optimizer state (state.0.exp_avg)", "optimizer state (state.0.exp_avg_sq)"]
     garbage = shutil.copytree(path, tmp_path / "garbage")
     (garbage / "state.pt").write_bytes(np.random.default_rng(0).bytes(5000))
     with pytest.raises(CheckpointError, match=r"state\.pt cannot be read") as caught:
         PPO.from_checkpoint(garbage)
     assert "weights_only" not in str(caught.value)  # torch's advice to load the file unsafely is left out
+    with _rps_config().build() as algo:  # a RuntimeError that is not the writer's stays what it is
+        algo.config.to_json_dict = lambda: (_ for _ in ()).throw(RuntimeError("not about the disk"))
+        with pytest.raises(RuntimeError, match="not about the disk"):
+            algo.save(tmp_path / "not_the_disk")
+    assert not (tmp_path / "not_the_disk").exists()
     with pytest.raises(CheckpointError, match=f"^{re.escape(str(tmp_path / 'nothing'))} does not exist$"):
         PPO.from_checkpoint(tmp_path / "nothing")
     with pytest.raises(CheckpointError, match=re.escape(f"(a run directory: its checkpoints are {path})")):

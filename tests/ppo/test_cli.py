@@ -223,12 +223,15 @@ def test_resume_refuses_what_it_cannot_continue(tmp_path, capsys):
     assert status == 2 and "trains env marl_core.envs:RockPaperScissors" in err
     assert "preset 'pistonball' trains marl_core.ppo.presets:pistonball_env" in err
     assert not (tmp_path / "pb").exists()
-    # Logs that cannot be read back: exit 2, nothing overwritten.
+    # Logs that cannot be read back: exit 2, nothing overwritten or removed (a final_result.json of
+    # a later iteration than the checkpoint went before the logs refused the resume).
     (tmp_path / "rps" / "progress.csv").write_bytes(b"\xff\xfe\x00garbage")
+    (tmp_path / "rps" / "final_result.json").write_text('{"iteration": 9}')
     assert main(["rps", "--resume", str(final), "--iterations", "1", "--out", str(tmp_path / "rps"),
                  "--no-progress"]) == 2
     assert "cannot continue the logs" in capsys.readouterr().err
     assert (tmp_path / "rps" / "progress.csv").read_bytes() == b"\xff\xfe\x00garbage"
+    assert (tmp_path / "rps" / "final_result.json").read_text() == '{"iteration": 9}'
     # A name in the checkpoint that no longer imports (code renamed since the save): exit 2, saying which.
     config = json.loads((final / "config.json").read_text())
     config["policy_mapping_fn"] = "marl_core.ppo.presets:renamed_mapping_fn"
