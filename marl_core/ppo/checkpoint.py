@@ -320,20 +320,19 @@ def _check_finite(policy_id: str, saved: dict[str, Any]) -> None:
 def _tensors(value: Any, where: str) -> list[tuple[str, torch.Tensor]]:
     """The tensors in a saved state (dicts and lists of them), each with where it is:
     ``weights (pi_body.0.weight)``, ``optimizer state (exp_avg[3])``."""
+    return [(f"{where} ({path})", tensor) for path, tensor in _tensor_paths(value, "")]
+
+
+def _tensor_paths(value: Any, path: str) -> list[tuple[str, torch.Tensor]]:
     if torch.is_tensor(value):
-        return [(where, value)]
-    if isinstance(value, dict):
-        inner = [(key, item) for key, item in value.items()]
+        return [(path, value)]
+    if isinstance(value, dict):  # torch.optim's state is keyed by parameter index: str() the keys
+        inner = [(f"{path}.{key}" if path else str(key), item) for key, item in value.items()]
     elif isinstance(value, (list, tuple)):
-        inner = [(f"[{index}]", item) for index, item in enumerate(value)]
+        inner = [(f"{path}[{index}]", item) for index, item in enumerate(value)]
     else:
         return []
-    found = []
-    for key, item in inner:
-        key = str(key)  # torch.optim's state is keyed by parameter index
-        label = f"{where} ({key})" if "(" not in where else f"{where[:-1]}{key if key.startswith('[') else '.' + key})"
-        found += _tensors(item, label)
-    return found
+    return [found for where, item in inner for found in _tensor_paths(item, where)]
 
 
 def _load_failure(error: Exception) -> str:
