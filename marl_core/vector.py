@@ -410,21 +410,22 @@ class VectorMultiAgentEnv:
     def _sync_run_all(self, commands: list[tuple[str, Any]]) -> list[Any]:
         """Every env runs its command, as in async mode, even after one failed; then the first
         failure raises (so both modes leave the envs in the same state)."""
-        results: dict[int, Any] = {}
+        results: list[Any] = []  # the hot path of a sync vector's step: a plain list
         errors: dict[int, VectorEnvError] = {}
         for index, (command, payload) in enumerate(commands):
             try:
-                results[index] = self._sync_execute(index, command, payload)
+                results.append(self._sync_execute(index, command, payload))
             except VectorEnvError as error:
                 errors[index] = error
+                results.append(None)
         if errors:
             error = errors[min(errors)]
             others = f" (envs {sorted(errors)} failed)" if len(errors) > 1 else ""
-            others += _failed_resets_beside(commands, results)
+            others += _failed_resets_beside(commands, {i: r for i, r in enumerate(results) if i not in errors})
             if others:
                 raise VectorEnvError(f"{error}{others}", error.index) from error.__cause__
             raise error
-        return [results[index] for index in range(len(commands))]
+        return results
 
     def _sync_execute(self, index: int, command: str, payload: Any) -> Any:
         try:
