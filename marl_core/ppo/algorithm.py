@@ -86,6 +86,9 @@ class PPO:
             iteration, so callbacks can write next to the logs), None otherwise.
         restored_from: the checkpoint this algorithm was loaded from (None: built new).
         sampling_stream: 0 for a new run, one more at each restore from a checkpoint.
+        callback_state: what callbacks keep across checkpoints, each under a key of its own
+            (JSON values: dicts, lists, strings, numbers, booleans, None); saved with every
+            checkpoint and restored with it.
     """
 
     def __init__(self, config: PPOConfig, *, runners: RunnerGroup | None = None, sampling_stream: int = 0,
@@ -128,6 +131,7 @@ class PPO:
         self.last_env_error: str | None = None  # the first env error of the last iteration, if any
         self.num_runner_restarts_lifetime = 0
         self.time_total_s = 0.0
+        self.callback_state: dict[str, Any] = {}
         self._build_mapping_fn = config.policy_mapping_fn
         if self.runners is None and config.num_env_runners > 0:  # first: actors start while models build
             self.runners = RunnerGroup.for_config(config, self.env_creator, stream=self.sampling_stream)

@@ -77,6 +77,7 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             "recent_lengths": {p: [float(x) for x in r] for p, r in algo._lengths.items()},
             "rng_numpy": json.dumps(algo.rng.bit_generator.state),
             "rng_torch": torch.get_rng_state(),
+            "callback_state": _callback_state_json(algo.callback_state),
         }
         writing_state = True
         torch.save(state, tmp / "state.pt")
@@ -253,6 +254,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         for key, recent in (("recent_returns", algo._returns), ("recent_lengths", algo._lengths)):
             for policy_id, values in state[key].items():
                 recent.setdefault(policy_id, _deque()).extend(_numbers(values, f"{key}[{policy_id!r}]"))
+        algo.callback_state = _saved_callback_state(state.get("callback_state", "{}"))  # older: none
         algo.rng = np.random.default_rng()
         algo.rng.bit_generator.state = json.loads(state["rng_numpy"])
         try:
@@ -272,6 +274,24 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         algo.stop()
         raise
     return algo
+
+
+def _callback_state_json(callback_state: dict[str, Any]) -> str:
+    for key, value in callback_state.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"callback_state[{key!r}] cannot be saved in a checkpoint: it holds JSON values only "
+                            f"(dicts, lists, strings, numbers, booleans, None): {error}") from error
+    return json.dumps(callback_state)
+
+
+def _saved_callback_state(text: Any) -> dict[str, Any]:
+    """The saved ``callback_state``: a JSON object (ValueError: a damaged state)."""
+    value = json.loads(text) if isinstance(text, str) else text
+    if not isinstance(value, dict):
+        raise ValueError(f"callback_state is {_short(value)}, where a JSON object belongs")
+    return value
 
 
 def _count(state: dict[str, Any], key: str, default: int | None = None) -> int:

@@ -154,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             run_log.close()
         if not isinstance(error, ConfigError):  # a ConfigError here: another run holds the lock
             _unlock_run_dir(out)
+        if isinstance(error, CheckpointError):  # a callback's saved state, damaged
+            print(f"marl-train: cannot resume from {args.resume}: {error}", file=sys.stderr)
+            return 2
         if isinstance(error, RunLogError):  # a resumed run directory whose logs cannot be continued
             print(f"marl-train: cannot continue the logs in {out}: {error}", file=sys.stderr)
             return 2

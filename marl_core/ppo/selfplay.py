@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from marl_core.errors import CheckpointError
 from marl_core.ppo.connect4_model import (  # noqa: F401 - re-exported: checkpoints name them here
     Connect4CNN,
     SideToMoveActorCritic,
@@ -351,7 +352,13 @@ class SelfPlayLeague:
 
         Call it before training an algorithm restored from a checkpoint (``marl-train --resume``
         does); otherwise the first iteration plays the saved first mapping, without snapshots.
+        The games counted since the last snapshot come back from the checkpoint too (under
+        ``algo.callback_state["league"]``), so a resumed league snapshots when an uninterrupted
+        one would.
         """
+        saved = algo.callback_state.get(_STATE_KEY)
+        if saved is not None:
+            self.games_since_snapshot = _saved_games(saved)
         found = sorted((int(m.group(1)), pid) for pid in algo.policies if (m := _SNAPSHOT.match(pid)))
         fixed = tuple(pid for pid in (RANDOM, TACTICAL, MCTS) if pid in algo.policies) or self.fixed
         fixed += (MAIN,) * self.fixed.count(MAIN)
@@ -392,6 +399,21 @@ class SelfPlayLeague:
             "latest_snapshot": self.next_version - 1,
             "added": added or "",
         }
+        algo.callback_state[_STATE_KEY] = {"games_since_snapshot": dict(self.games_since_snapshot)}
+
+
+_STATE_KEY = "league"
+
+
+def _saved_games(saved: Any) -> dict[str, int]:
+    """The league's saved ``games_since_snapshot`` (CheckpointError: a damaged checkpoint)."""
+    games = saved.get("games_since_snapshot") if isinstance(saved, dict) else None
+    if not isinstance(games, dict) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in games.values()
+    ):
+        raise CheckpointError(f"the checkpoint's league state is {saved!r}, where "
+                              "{'games_since_snapshot': {policy id: count of games}} belongs (a damaged checkpoint?)")
+    return dict(games)
 
 
 _CHART_TITLE = "Connect-4 self-play: main on evaluation games"

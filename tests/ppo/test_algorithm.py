@@ -429,6 +429,7 @@ def test_save_and_restore_round_trip(tmp_path):
     algo = _rps_config().build()
     algo.train()
     algo.train()
+    algo.callback_state["counter"] = {"games": 7, "seen": ["a", None], "mean": 0.5}
     path = algo.save(tmp_path / "ck")
     saved = json.loads((path / "config.json").read_text())
     assert saved["env"] == "marl_core.envs:RockPaperScissors"  # importable from any directory
@@ -438,6 +439,7 @@ def test_save_and_restore_round_trip(tmp_path):
     restored = PPO.from_checkpoint(path)
     try:
         assert restored.iteration == 2
+        assert restored.callback_state == {"counter": {"games": 7, "seen": ["a", None], "mean": 0.5}}
         # Restoring gives back weights, optimizer state and RNG: the next iteration's update uses
         # the same minibatch order and starting weights as the original run.
         resumed = restored.train()
@@ -494,12 +496,18 @@ def test_a_damaged_state_is_named_as_such_and_paths_that_are_not_checkpoints_say
             {**state, "policies": {"learned": {**state["policies"]["learned"], "module": nan_weights}}},
         "the saved optimizer state (exp_avg[0]) of policy 'learned' hold NaN or infinite values":
             {**state, "policies": {"learned": {**state["policies"]["learned"], "optimizer": nan_moments}}},
+        "callback_state is [1, 2], where a JSON object belongs": {**state, "callback_state": "[1, 2]"},
+        "JSONDecodeError": {**state, "callback_state": "{not json"},
     }
     for index, (words, damaged) in enumerate(edited.items()):
         copy = shutil.copytree(path, tmp_path / f"edited_{index}")
         torch.save(damaged, copy / "state.pt")
         with pytest.raises(CheckpointError, match=re.escape(words)):
             PPO.from_checkpoint(copy)
+    older = shutil.copytree(path, tmp_path / "older")  # saved before callback_state: none
+    torch.save({key: value for key, value in state.items() if key != "callback_state"}, older / "state.pt")
+    with PPO.from_checkpoint(older) as restored:
+        assert restored.callback_state == {}
     # An infinite return is what an env paid, not damage: a run saves it and must resume from it.
     infinite = shutil.copytree(path, tmp_path / "infinite")
     torch.save({**state, "recent_returns": {"learned": [1.0, -math.inf]}}, infinite / "state.pt")
@@ -530,6 +538,11 @@ def test_a_damaged_state_is_named_as_such_and_paths_that_are_not_checkpoints_say
         with pytest.raises(RuntimeError, match="not about the disk"):
             algo.save(tmp_path / "not_the_disk")
     assert not (tmp_path / "not_the_disk").exists()
+    with _rps_config().build() as algo:  # a callback's state that JSON cannot hold: said at once, nothing written
+        algo.callback_state["mine"] = {"when": object()}
+        with pytest.raises(TypeError, match=r"callback_state\['mine'\] cannot be saved in a checkpoint: it holds JSON"):
+            algo.save(tmp_path / "unsavable")
+    assert not (tmp_path / "unsavable").exists()
     with pytest.raises(CheckpointError, match=f"^{re.escape(str(tmp_path / 'nothing'))} does not exist$"):
         PPO.from_checkpoint(tmp_path / "nothing")
     with pytest.raises(CheckpointError, match=re.escape(f"(a run directory: its checkpoints are {path})")):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from marl_core.errors import ConfigError, SpaceError
+from marl_core.errors import CheckpointError, ConfigError, SpaceError
 from marl_core.ppo import PPO
 from marl_core.ppo.evaluation import load_history
 from marl_core.ppo.rollout import Episode
@@ -305,6 +305,55 @@ def test_checkpoint_with_snapshots_loads_by_name_and_acts_as_main(tmp_path):
         assert again.snapshots == ["main_v1"] and again.next_version == 2
     finally:
         restored.stop()
+
+
+def test_a_resumed_league_counts_the_games_played_before_the_checkpoint(tmp_path):
+    # Counted from zero again, a resumed league waited min_episodes more games for its next snapshot.
+    algo = small_algo()
+    try:
+        league = SelfPlayLeague(threshold=0.85, min_episodes=100)
+        league(algo, result_with(-0.9, 60))  # score 0.95, but 60 games only
+        assert league.snapshots == [] and league.games_since_snapshot == {RANDOM: 60}
+        path = algo.save(tmp_path / "checkpoint")
+    finally:
+        algo.stop()
+    restored = PPO.from_checkpoint(path)
+    try:
+        again = SelfPlayLeague(threshold=0.85, min_episodes=100)
+        again.attach(restored)
+        assert again.games_since_snapshot == {RANDOM: 60}
+        result = result_with(-0.9, 40)
+        again(restored, result)  # 100 games since the last snapshot, as without the interruption
+        assert result["league"]["added"] == "main_v1" and again.games_since_snapshot == {}
+    finally:
+        restored.stop()
+
+
+@pytest.mark.parametrize("saved", [{"games_since_snapshot": {RANDOM: -3}}, {"games_since_snapshot": [1]}, "x"])
+def test_a_damaged_league_state_is_a_checkpoint_error(saved):
+    algo = small_algo()
+    try:
+        algo.callback_state["league"] = saved
+        with pytest.raises(CheckpointError, match=r"league state is .*games_since_snapshot.*damaged checkpoint"):
+            SelfPlayLeague().attach(algo)
+    finally:
+        algo.stop()
+
+
+def test_marl_train_refuses_to_resume_a_damaged_league_state_in_one_line(tmp_path, capsys):
+    from marl_core.ppo.cli import main
+
+    algo = small_algo()
+    try:
+        algo.callback_state["league"] = {"games_since_snapshot": {RANDOM: "many"}}
+        final = algo.save(tmp_path / "run" / "final")
+    finally:
+        algo.stop()
+    status = main(["connect4", "--resume", str(final), "--out", str(tmp_path / "run"), "--iterations", "1",
+                   "--no-progress"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith(f"marl-train: cannot resume from {final}: the checkpoint's league state")
+    assert "Traceback" not in err and {p.name for p in (tmp_path / "run").iterdir()} <= {"final", "tb"}
 
 
 @pytest.mark.ray
