@@ -316,6 +316,8 @@ class EvaluationPoint:
         results: match results by opponent spec.
         seed: the seed the matches were played with (``evaluate(..., seed=seed)`` replays them);
             None when unknown.
+        seconds: wall-clock seconds the evaluation's games took (0 in files written before
+            they were recorded).
     """
 
     iteration: int
@@ -323,6 +325,7 @@ class EvaluationPoint:
     env_steps: int
     results: Mapping[str, MatchResult] = field(default_factory=dict)
     seed: int | None = None
+    seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (one line of ``evaluation.jsonl``)."""
@@ -332,6 +335,7 @@ class EvaluationPoint:
             "env_steps": self.env_steps,
             "results": {spec: asdict(match) for spec, match in self.results.items()},
             "seed": self.seed,
+            "seconds": self.seconds,
         }
 
     @classmethod
@@ -345,7 +349,7 @@ class EvaluationPoint:
             results[spec] = MatchResult(**fields)
         seed = data.get("seed")
         return cls(int(data["iteration"]), float(data["minutes"]), int(data["env_steps"]), results,
-                   None if seed is None else int(seed))
+                   None if seed is None else int(seed), float(data.get("seconds", 0.0)))
 
 
 def save_history(points: Sequence[EvaluationPoint], path: str | Path) -> Path:

@@ -464,7 +464,8 @@ class Connect4Evaluation:
         """Before the first iteration: evaluations go to ``algo.out_dir`` (when set) as they are
         played, so a run stopped early keeps them. For an algorithm restored from a checkpoint
         (``algo.restored_from``) resumed in its old run directory, keep the evaluations written
-        there up to the restored iteration; the minutes go on from the last.
+        there up to the restored iteration; the minutes go on from the last, and the time spent
+        evaluating from theirs.
 
         Raises:
             RunLogError: ``evaluation.jsonl`` there cannot be read back.
@@ -479,6 +480,7 @@ class Connect4Evaluation:
             loaded = load_history(path)
             kept = keep_until(loaded, algo.iteration, lambda point: point.iteration, path)
             self.history = kept + self.history
+            self.seconds_evaluating += sum(point.seconds for point in kept)
             minutes = max([minutes, *(point.minutes for point in kept)])
             if len(kept) < len(loaded):  # the file and chart at once: the run may stop before it evaluates
                 save_history(self.history, path)
@@ -495,13 +497,15 @@ class Connect4Evaluation:
         # Numbered by iteration, so a resumed run (or a chain of them) plays new games.
         seed = self.seed + 10_000 * (2 * int(algo.iteration) + int(final))
         results = evaluate(policy, opponents, seed=seed)
-        self.seconds_evaluating += time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.seconds_evaluating += seconds
         point = EvaluationPoint(
             iteration=int(algo.iteration),
             minutes=(time.perf_counter() - self.started) / 60.0,
             env_steps=int(algo.env_steps_lifetime),
             results=results,
             seed=seed,
+            seconds=seconds,
         )
         self.history.append(point)
         return point

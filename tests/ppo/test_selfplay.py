@@ -244,11 +244,16 @@ def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path):
         resumed = Connect4Evaluation(final_opponents=(("random", 2),))
         resumed.attach(restored)
         assert [p.iteration for p in resumed.history] == [2, 3, 3]
+        # The time spent evaluating goes on from the run's too, as its minutes do: a resumed run's
+        # final_result.json counted all sessions in "minutes" and the last one in "minutes_evaluating".
+        assert all(p.seconds > 0 for p in points)
+        assert resumed.seconds_evaluating == pytest.approx(evaluation.seconds_evaluating)
         restored.train()
-        resumed.final(restored, tmp_path / "run")
+        summary = resumed.final(restored, tmp_path / "run")
         points = load_history(tmp_path / "run" / "evaluation.jsonl")
         assert [p.iteration for p in points] == [2, 3, 3, 4] and points[-1].seed == 1_090_000
         assert points[-1].minutes >= points[2].minutes
+        assert summary["minutes_evaluating"] == round(sum(p.seconds for p in points) / 60.0, 2)
         # Resumed elsewhere: nothing to load.
         elsewhere = Connect4Evaluation()
         restored.out_dir = tmp_path / "elsewhere"
