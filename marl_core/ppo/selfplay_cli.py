@@ -270,18 +270,30 @@ def eval_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _load_or_say(prog: str, checkpoint: str, policy_id: str) -> tuple[PolicyFn, Callable[[], None]] | None:
+    """:func:`load_policy`, or None after saying on stderr why the checkpoint cannot be loaded."""
+    from marl_core.errors import MultiAgentEnvError
+
+    try:
+        return load_policy(checkpoint, policy_id)
+    except (MultiAgentEnvError, FileNotFoundError) as error:
+        print(f"{prog}: cannot load {checkpoint}: {error}", file=sys.stderr)
+        if "from_checkpoint" in str(error):  # advice for loading in Python, which this command cannot follow
+            print(f"{prog}: it takes no settings for the checkpoint: load it in Python, "
+                  f"algo = PPO.from_checkpoint(path, name=value), save it again with algo.save(new_path), "
+                  f"and give {prog} new_path", file=sys.stderr)
+        return None
+
+
 @quiet_on_closed_pipe
 def eval_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``marl-eval``; returns the exit status."""
     args = eval_parser().parse_args(argv)
-    from marl_core.errors import MultiAgentEnvError
-
     opponents = args.opponent or ["random"]
-    try:
-        policy, release = load_policy(args.checkpoint, args.policy)
-    except (MultiAgentEnvError, FileNotFoundError) as error:
-        print(f"marl-eval: cannot load {args.checkpoint}: {error}", file=sys.stderr)
+    loaded = _load_or_say("marl-eval", args.checkpoint, args.policy)
+    if loaded is None:
         return 2
+    policy, release = loaded
     try:
         first = (args.games + 1) // 2  # even games move first
         print(f"{args.games} games per opponent ({first} moving first, {args.games - first} second), seed {args.seed}")
@@ -312,13 +324,10 @@ def play_parser() -> argparse.ArgumentParser:
 def play_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``marl-play``; returns the exit status."""
     args = play_parser().parse_args(argv)
-    from marl_core.errors import MultiAgentEnvError
-
-    try:
-        policy, release = load_policy(args.checkpoint, args.policy)
-    except (MultiAgentEnvError, FileNotFoundError) as error:
-        print(f"marl-play: cannot load {args.checkpoint}: {error}", file=sys.stderr)
+    loaded = _load_or_say("marl-play", args.checkpoint, args.policy)
+    if loaded is None:
         return 2
+    policy, release = loaded
     seat = None if args.seat is None else ["first", "second"].index(args.seat)
     try:
         play_human(policy, env_factory=GAMES[args.game], seat=seat)

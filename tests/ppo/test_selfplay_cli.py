@@ -162,6 +162,11 @@ def test_eval_reports_damaged_checkpoints_and_other_games(checkpoint, tmp_path, 
         assert eval_main([str(path), "--games", "2"]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"marl-eval: cannot load {path}: ") and words in err
+        # Advice to pass a setting to from_checkpoint (or --set), which marl-eval cannot take: said how instead.
+        follows = "marl-eval: it takes no settings for the checkpoint: load it in Python, algo = PPO.from_checkpoint("
+        assert (follows in err) == ("from_checkpoint" in err.splitlines()[0]), err
+    assert eval_main([str(edited["lr"]), "--games", "2"]) == 2
+    assert "give marl-eval new_path" in capsys.readouterr().err
     # A fixed policy of another game (it played Connect-4 and crashed there with a TypeError) ...
     assert eval_main([str(other_game), "--games", "2", "--policy", "fixed"]) == 2
     assert (f"policy 'fixed' of {other_game} observes Dict('action_mask': Box(0, 1, (9,), int8), "
