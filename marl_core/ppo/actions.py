@@ -104,6 +104,7 @@ class ActionLayout:
             if leaf.kind == "cat":
                 logits = inputs[:, offset : offset + leaf.size]
                 offset += leaf.size
+                legal = None
                 if mask is not None:
                     legal = np.asarray(mask[:, mask_offset : mask_offset + leaf.size]) > 0
                     mask_offset += leaf.size
@@ -114,10 +115,10 @@ class ActionLayout:
                         raise error
                     logits = np.where(legal, logits, np.float32(MASKED_LOGIT))
                 log_probs = _log_softmax(logits)
-                if explore:
-                    choice = np.argmax(log_probs - np.log(-np.log(rng.random(log_probs.shape))), axis=1)
-                else:
-                    choice = np.argmax(log_probs, axis=1)
+                score = log_probs - np.log(-np.log(rng.random(log_probs.shape))) if explore else log_probs
+                if legal is not None:  # legal logits that are NaN or below MASKED_LOGIT stay legal choices
+                    score = np.where(legal, score, -np.inf)
+                choice = np.argmax(score, axis=1)
                 logp += log_probs[np.arange(batch), choice]
                 columns.append(choice[:, None].astype(np.float32))
             else:

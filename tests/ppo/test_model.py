@@ -37,6 +37,17 @@ def test_masked_actions_are_never_sampled():
     assert masks[np.arange(4000), greedy[:, 0].astype(int)].all()
 
 
+@pytest.mark.parametrize("legal_logit", [np.nan, -np.inf, -5e9])
+@pytest.mark.parametrize("explore", [True, False])
+def test_a_masked_action_is_not_drawn_even_when_legal_logits_are_below_the_masked_logit(legal_logit, explore):
+    # Masked logits became -1e9: legal ones below it (or NaN, or -inf) made a masked action the choice.
+    layout = ActionLayout(gym.spaces.Discrete(4))
+    inputs = np.array([[legal_logit, 0.0, legal_logit, 3.0]] * 200, np.float32)
+    mask = np.array([[1, 0, 1, 0]] * 200, np.int8)
+    rows, _ = layout.sample(inputs, mask, explore=explore, rng=np.random.default_rng(0))
+    assert set(rows[:, 0].astype(int).tolist()) <= {0, 2}
+
+
 def test_masked_multidiscrete_respects_each_dimension():
     space = gym.spaces.MultiDiscrete([3, 2])
     policy = _policy(masked_space(BOX, 5), space)
