@@ -34,10 +34,11 @@ class Preset:
         description: one line for ``marl-train --help``.
         build_config: the default config (command-line overrides are applied after).
         callbacks: called after every ``algo.train()`` with ``(algo, result)``; they may add
-            entries to ``result`` (logged like the rest) and add or remove policies.
+            entries to ``result`` (logged like the rest), add or remove policies, and keep state
+            in checkpoints under a key of their own in ``algo.callback_state``.
         start: called once with the algorithm before its first iteration, whether it is new or
-            restored from a checkpoint (``--resume``): callbacks' state that lives outside the
-            checkpoint is rebuilt from it there.
+            restored from a checkpoint (``--resume``): callbacks take their state back from
+            ``algo.callback_state`` there, or rebuild what lives outside the checkpoint.
         final: called once at the end with ``(algo, out_dir)``; its dict is printed and saved.
         default_minutes: the time budget when neither ``--minutes`` nor ``--iterations`` is given.
     """
