@@ -48,22 +48,22 @@ def copied_without_init(game: pyspiel.Game) -> bool:
 
 
 def reseeded(game: pyspiel.Game) -> bool:
-    """Whether ``game`` samples chance inside pyspiel from an ``rng_seed`` parameter, its own or
-    that of a game in its parameters (``misere(game=negotiation())``)."""
-    game_type = game.get_type()
-    if game_type.chance_mode != pyspiel_module().GameType.ChanceMode.SAMPLED_STOCHASTIC:
-        return False
-    return with_rng_seed(game.get_parameters(), game_type.short_name, 0) is not None
+    """Whether ``game`` samples chance inside pyspiel from a seed parameter (``rng_seed``, or
+    ``add_noise``'s ``seed``), its own or that of a game in its parameters
+    (``misere(game=negotiation())``). A loaded ``add_noise`` game reports the chance mode of the
+    game it wraps, so the registered types say which parameter seeds what."""
+    return with_rng_seed(game.get_parameters(), game.get_type().short_name, 0) is not None
 
 
 def with_rng_seed(params: Mapping[str, Any], short_name: str, seed: int) -> dict[str, Any] | None:
-    """``params`` of the game ``short_name`` with ``rng_seed=seed`` wherever a game in them (the
-    game itself or one nested in a parameter) takes one; None when none does. A nested game's
-    parameters may list only its name, so its type says whether it takes an ``rng_seed``."""
+    """``params`` of the game ``short_name`` with its chance seed set to ``seed`` wherever a game in
+    them (the game itself or one nested in a parameter) takes one; None when none does. A nested
+    game's parameters may list only its name, so its type says which seed parameter it takes."""
     params = dict(params)
-    found = "rng_seed" in params or "rng_seed" in _parameter_names(short_name)
-    if found:
-        params["rng_seed"] = seed
+    name = "rng_seed" if "rng_seed" in params else _chance_seed_parameter(short_name)
+    found = name is not None
+    if name is not None:
+        params[name] = seed
     for key, value in params.items():
         if isinstance(value, Mapping) and isinstance(value.get("name"), str):
             nested = with_rng_seed(value, value["name"], seed)
@@ -73,12 +73,20 @@ def with_rng_seed(params: Mapping[str, Any], short_name: str, seed: int) -> dict
 
 
 @functools.cache
-def _parameter_names(short_name: str) -> frozenset[str]:
-    """The parameters that the registered game type ``short_name`` takes (none if unknown)."""
-    for game_type in pyspiel_module().registered_games():
+def _chance_seed_parameter(short_name: str) -> str | None:
+    """The parameter that seeds the chance draws of the registered game type ``short_name``:
+    ``rng_seed``; or ``seed`` for a type that samples chance inside pyspiel (``add_noise``'s
+    noise; in other games, ``deep_sea``'s or ``hanabi``'s, ``seed`` picks the game itself). None:
+    it takes none, or the type is unknown."""
+    pyspiel = pyspiel_module()
+    for game_type in pyspiel.registered_games():
         if game_type.short_name == short_name:
-            return frozenset(game_type.parameter_specification)
-    return frozenset()
+            spec = game_type.parameter_specification
+            if "rng_seed" in spec:
+                return "rng_seed"
+            sampled = game_type.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC
+            return "seed" if sampled and "seed" in spec else None
+    return None
 
 
 def pyspiel_module() -> Any:

@@ -127,14 +127,16 @@ def _openspiel(case: Case, build: Build) -> str:
     compare who acts, the legal actions, the actions the bridge's state took and the returns."""
     import pyspiel
 
+    from bridges._openspiel_loading import reseeded
+
     env = build(case)
     rng = np.random.default_rng(0)
     obs, _ = env.reset(seed=0)
     played = env.state.get_game()
     game = played
-    if played.get_type().chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC:
+    if reseeded(played):
         # Chance is drawn inside pyspiel from the game's RNG: a fresh game with the parameters of
-        # the one being played (the bridge set its rng_seed) replays the same outcomes.
+        # the one being played (the bridge set its seed) replays the same outcomes.
         game = pyspiel.load_game(played.get_type().short_name, played.get_parameters())
     raw = game.new_initial_state()
     sums: dict[str, float] = {}

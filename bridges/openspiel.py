@@ -160,9 +160,10 @@ class OpenSpielEnv(MultiAgentEnv):
           listing the legal ones; it is never replaced, and the state is unchanged.
         - **Chance**: resolved inside the env by sampling ``state.chance_outcomes()`` with
           uniforms drawn from ``self.np_random`` (in blocks of 256); numpy's global RNG is never
-          used. Games that sample chance inside pyspiel from an ``rng_seed``
-          parameter are reloaded with ``rng_seed`` derived from the seed at every seeded reset.
-          So ``reset(seed=s)`` and the same actions give the same ``state.history()``. ``reset``
+          used. Games that sample chance inside pyspiel from a seed parameter (``rng_seed``;
+          ``add_noise``'s ``seed``), or wrap one that does, are reloaded with that parameter
+          derived from the seed at every seeded reset. So ``reset(seed=s)`` and the same actions
+          give the same ``state.history()`` and the same rewards. ``reset``
           reads the nodes that open a game (its first two chance nodes, its first decision)
           from pyspiel once per distinct opening and then from a memo: the same draws, the same
           outcomes, the same observations (copied out, like every array the env hands out).
@@ -445,7 +446,7 @@ class OpenSpielEnv(MultiAgentEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
-        """Start a game; ``seed`` seeds the chance events (and the game's ``rng_seed`` if it has one).
+        """Start a game; ``seed`` seeds the chance events (and the game's chance seed parameter, if any).
 
         OpenSpiel games take no reset options (a game's settings are its parameters): ``options``
         are ignored, as Gymnasium and PettingZoo envs ignore options they do not know (PettingZoo's

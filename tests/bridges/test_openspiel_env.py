@@ -233,6 +233,30 @@ def test_a_game_nested_in_a_wrapper_game_is_reseeded_too(name: str) -> None:
     assert deals[0] == deals[2] == str(fresh.state) and deals[0] != deals[1]
 
 
+@pytest.mark.parametrize("name", ["add_noise(epsilon=1.0,seed=1,game=kuhn_poker())",
+                                  "turn_based_simultaneous_game(game=add_noise(epsilon=1.0,seed=1,game=oshi_zumo()))"])
+def test_add_noise_is_reseeded_by_its_seed_parameter(name: str) -> None:
+    # add_noise draws each terminal's noise from a generator in the game, seeded by "seed" (not
+    # "rng_seed"): a reused env paid other returns for the same seeded episode than a fresh one.
+    def returns(env: OpenSpielEnv, seed: int, pick: int) -> dict[str, float]:
+        obs, _ = env.reset(seed=seed)
+        summed = dict.fromkeys(env.possible_agents, 0.0)
+        while True:
+            actions = {a: int(np.flatnonzero(o["action_mask"])[pick % int(o["action_mask"].sum())])
+                       for a, o in obs.items()}
+            obs, rewards, terminateds, _, _ = env.step(actions)
+            for agent, reward in rewards.items():
+                summed[agent] += reward
+            if terminateds["__all__"]:
+                return summed
+
+    used = OpenSpielEnv(name)
+    for seed in range(1, 4):
+        returns(used, seed, 1)
+    assert returns(used, 0, 0) == returns(OpenSpielEnv(name), 0, 0)
+    assert returns(used, 5, 0) != returns(used, 6, 0)  # the noise follows the reset's seed
+
+
 def test_a_new_episode_starts_from_a_clear_observation() -> None:
     """python_dynamic_routing's observer writes one row per time step and never clears the others."""
 
