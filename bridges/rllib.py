@@ -326,8 +326,16 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
           always carry ``"__all__"``.
         - Spaces: ``observation_spaces`` / ``action_spaces`` list every possible agent, which
           RLlib's env runners read; masked observations stay ``Dict`` spaces.
-        - ``agents`` after a step also lists the agents that end in it (until the next step), as
-          RLlib reads every id in a step's dicts as one of ``agents``.
+        - An agent that ends before the episode does reaches RLlib at the episode's end: its
+          final observation, infos and flags are held until then. Ours may still pay it rewards
+          (DESIGN.md: rewards may name any agent at any step), which RLlib's episodes refuse for
+          an agent they saw end ("already had its SingleAgentEpisode.is_done set to True"); held,
+          it is an agent between two turns to RLlib, whose rewards add up until its last step.
+          Every reward arrives, in the episode it belongs to; only the step RLlib sees the
+          agent end moves. (RLlib's episodes drop, by their own rule, what an agent is paid
+          before its first observation.)
+        - ``agents`` after a step also lists the agents that end in it and those held (until the
+          step that hands them over), as RLlib reads every id in a step's dicts as one of ``agents``.
         - Seeding: ``reset(seed=s)`` seeds the wrapped env.
         - Dicts are copied both ways, so neither side can write into the other's.
     """
@@ -341,9 +349,11 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
         self.action_spaces = {a: env.get_action_space(a) for a in self.possible_agents}
         self.render_mode = getattr(env, "render_mode", None)
         self.metadata = dict(getattr(env, "metadata", None) or {"render_modes": []})
+        self._held: dict[AgentID, dict[str, Any]] = {}  # ended agents, handed over at the episode's end
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         obs, infos = self.env.reset(seed=seed, options=options)
+        self._held = {}
         self.agents = list(self.env.agents)
         return dict(obs), dict(infos)
 
@@ -356,15 +366,29 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
                 f"(keys: {sorted(map(str, terminateds))}); the contract requires it"
             )
         truncateds.setdefault(ALL, False)  # missing means False (DESIGN.md); RLlib needs the key
+        obs, infos = dict(obs), dict(infos)
+        if terminateds[ALL] or truncateds[ALL]:
+            for agent_id, held in self._held.items():
+                for key, mapping in (("obs", obs), ("info", infos), ("terminated", terminateds), ("truncated", truncateds)):
+                    if key in held:
+                        mapping.setdefault(agent_id, held[key])
+            self._held = {}
+        else:
+            for agent_id in [a for a in (*terminateds, *truncateds) if a not in _SPECIAL]:
+                if terminateds.get(agent_id) or truncateds.get(agent_id):
+                    held = self._held.setdefault(agent_id, {})
+                    for key, mapping in (("obs", obs), ("info", infos), ("terminated", terminateds), ("truncated", truncateds)):
+                        if agent_id in mapping:
+                            held[key] = mapping.pop(agent_id)
         # RLlib reads every id in a step's dicts as one of env.agents (its env check refuses others):
-        # agents that end in this step stay listed until the next step.
+        # agents that end in this step, or are held, stay listed until they are handed over.
         agents = list(self.env.agents)
-        for mapping in (obs, rewards, terminateds, truncateds, infos):
+        for mapping in (obs, rewards, terminateds, truncateds, infos, self._held):
             for agent_id in mapping:
                 if agent_id not in _SPECIAL and agent_id not in agents:
                     agents.append(agent_id)
         self.agents = agents
-        return dict(obs), dict(rewards), terminateds, truncateds, dict(infos)
+        return obs, dict(rewards), terminateds, truncateds, infos
 
     def render(self) -> Any:
         return self.env.render()

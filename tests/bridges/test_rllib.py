@@ -19,7 +19,7 @@ from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 
 from bridges.compat.rllib_cases import CASES
 from bridges.rllib import RLlibEnv, RLlibMultiAgentEnvAdapter, from_rllib, string_id, to_rllib
-from marl_core import ALL, rollout
+from marl_core import ALL, MultiAgentEnv, rollout
 from marl_core import make_multi_agent as marl_make_multi_agent
 from marl_core.conformance import check_env
 from marl_core.errors import (
@@ -290,6 +290,83 @@ def test_the_two_directions_undo_each_other() -> None:
     assert to_rllib(from_rllib(raw)) is raw
     with pytest.raises(UnsupportedEnvError, match=r"it already is an RLlib MultiAgentEnv: use it as it is"):
         to_rllib(RLlibRPS({}))
+
+
+class _TeamRewardAfterAnEnd(MultiAgentEnv):
+    """``b`` ends at step 1; at step 2 the team's result pays both, ``b`` included (DESIGN.md:
+    rewards may name any agent at any step)."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        self.observation_spaces = {agent: gym.spaces.Discrete(3) for agent in self.possible_agents}
+        self.action_spaces = {agent: gym.spaces.Discrete(2) for agent in self.possible_agents}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a", "b"]
+        return {"a": 0, "b": 0}, {}
+
+    def step(self, action_dict: dict) -> tuple:
+        self.t += 1
+        if self.t == 1:
+            self.agents = ["a"]
+            return ({"a": 1, "b": 1}, {"a": 0.0, "b": 0.5}, {"a": False, "b": True, ALL: False},
+                    {"a": False, "b": False, ALL: False}, {"b": {"why": "out"}})
+        self.agents = []
+        return {"a": 2}, {"a": 1.0, "b": 1.0}, {"a": True, ALL: True}, {"a": False, ALL: False}, {}
+
+
+@pytest.mark.parametrize("make", [_TeamRewardAfterAnEnd, *CORRECT_ENVS.values()])
+def test_rllibs_own_episodes_take_every_reward_and_final_observation_of_to_rllib(make: Any) -> None:
+    # RLlib's MultiAgentEpisode refuses data for an agent after it saw the agent end: a reward
+    # paid to an ended agent crashed it ("already had its SingleAgentEpisode.is_done set to True").
+    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+
+    from marl_core.spaces import sample_action_for
+
+    source, rng = make(), np.random.default_rng(0)
+    env = to_rllib(source)
+    for seed in range(3):
+        obs, infos = env.reset(seed=seed)
+        episode = MultiAgentEpisode(observations=[obs], infos=[infos], observation_space=env.observation_spaces,
+                                    action_space=env.action_spaces)
+        paid: dict[str, float] = {}
+        finals: dict[str, Any] = {}
+        seen = set(obs)  # RLlib drops what an agent is paid before its first observation (its own rule)
+        while not episode.is_done:
+            actions = {a: sample_action_for(env.get_action_space(a), o, rng, a) for a, o in obs.items()}
+            obs, rewards, terminateds, truncateds, infos = env.step(actions)
+            ended = [a for a in source.possible_agents if terminateds.get(a) or truncateds.get(a)]
+            finals.update({a: obs[a] for a in ended if a in obs})
+            for agent, reward in rewards.items():
+                if agent in seen:
+                    paid[agent] = paid.get(agent, 0.0) + reward
+            seen.update(obs)
+            episode.add_env_step(observations=obs, actions=actions, rewards=rewards, infos=infos,
+                                 terminateds=terminateds, truncateds=truncateds)
+        # Every reward is in RLlib's episode, each agent's in its own.
+        assert {a: ep.get_return() for a, ep in episode.agent_episodes.items()} == pytest.approx(paid)
+        if make is _TeamRewardAfterAnEnd:
+            assert {a: ep.get_return() for a, ep in episode.agent_episodes.items()} == {"a": 1.0, "b": 1.5}
+        for agent, final in finals.items():  # each final observation is its agent's last
+            last = episode.agent_episodes[agent].get_observations(-1)
+            assert np.array_equal(np.asarray(last if not isinstance(last, dict) else last["observation"]),
+                                  np.asarray(final if not isinstance(final, dict) else final["observation"]))
+
+
+def test_an_agent_that_ends_early_reaches_rllib_with_the_episodes_end() -> None:
+    env = to_rllib(_TeamRewardAfterAnEnd())
+    env.reset(seed=0)
+    obs, rewards, terminateds, _, infos = env.step({"a": 0, "b": 1})
+    assert obs == {"a": 1} and rewards == {"a": 0.0, "b": 0.5} and terminateds == {"a": False, ALL: False}
+    assert infos == {} and env.agents == ["a", "b"]  # held, so still one of RLlib's agents
+    obs, rewards, terminateds, truncateds, infos = env.step({"a": 0})
+    assert obs == {"a": 2, "b": 1} and rewards == {"a": 1.0, "b": 1.0}
+    assert terminateds == {"a": True, "b": True, ALL: True} and truncateds == {"a": False, "b": False, ALL: False}
+    assert infos == {"b": {"why": "out"}}
+    env.reset(seed=0)
+    assert env.agents == ["a", "b"] and env.step({"a": 0, "b": 0})[0] == {"a": 1}  # nothing held from before
 
 
 class _OneStepGame(gym.Env):
