@@ -1,10 +1,9 @@
 """Turning what the user hands to the checker into an env, and more fresh envs of the same kind.
 
-Accepted: an env instance (ours, or any object following the protocol, such as a subclass of
-RLlib's ``MultiAgentEnv``); a class or zero-argument factory (a constructor or function taking one
-``config`` argument is called with ``{}`` when it cannot be called without one); and foreign envs
-(PettingZoo, OpenSpiel, Gymnasium), which go through ``bridges.wrap`` (the one place the checker
-imports ``bridges``).
+Accepted: an env instance (ours, or any object following the protocol); a class or zero-argument
+factory (a constructor or function taking one ``config`` argument is called with ``{}`` when it
+cannot be called without one); and foreign envs (PettingZoo, OpenSpiel, RLlib, Gymnasium), which
+go through ``bridges.wrap`` (the one place the checker imports ``bridges``).
 """
 
 from __future__ import annotations
@@ -50,17 +49,15 @@ def missing_protocol(obj: Any) -> list[str]:
     """What ``obj`` lacks to be checked directly as a multi-agent env (empty: nothing)."""
     if isinstance(obj, MultiAgentEnv):
         return []
-    # PettingZoo envs have look-alike attributes but other semantics (no "__all__", AEC turns).
-    if any(cls.__module__.split(".")[0] == "pettingzoo" for cls in type(obj).__mro__):
-        return ["not a PettingZoo env (PettingZoo envs go through bridges.wrap)"]
+    # PettingZoo envs have look-alike attributes but other semantics (no "__all__", AEC turns);
+    # RLlib's too: RLlib lists an agent in `agents` for the step it ends in, takes integer ids,
+    # names its agents in _agent_ids on its old API stack, and from_rllib reads them as RLlib does.
+    kind = _look_alike(obj)
+    if kind is not None:
+        return [f"not a {kind} env ({kind} envs go through bridges.wrap)"]
     missing = [name for name in ("reset", "step") if not callable(_probe(obj, name))]
-    possible = _probe(obj, "possible_agents", missing=_MISSING)
-    if possible is _MISSING:
+    if _probe(obj, "possible_agents", missing=_MISSING) is _MISSING:
         missing.append("possible_agents")
-    elif isinstance(possible, (list, tuple)) and not possible and _probe(obj, "_agent_ids") and any(
-        cls.__module__.split(".")[0] == "ray" for cls in type(obj).__mro__
-    ):  # RLlib's old API stack names its agents in _agent_ids: from_rllib reads them
-        missing.append("possible_agents (RLlib's old API stack: its _agent_ids go through bridges.wrap)")
     for attr, method in _SPACE_ATTRS:
         if _probe(obj, attr) is None and not callable(_probe(obj, method)):
             missing.append(f"{attr} or {method}()")
@@ -133,8 +130,8 @@ def _wrap(obj: Any) -> Any:
         raise TargetBuildError(f"cannot load bridges.wrap to convert {_name_of(obj)}: {error}") from error
     if wrap is None:
         raise TargetBuildError(
-            f"{_name_of(obj)} is not a multi-agent env: it lacks {', '.join(missing)}, and "
-            f"bridges.wrap (which converts PettingZoo, OpenSpiel and Gymnasium envs) is not available"
+            f"{_name_of(obj)} is not a multi-agent env{_lacking(obj, missing) or ' of ours'}, and "
+            f"bridges.wrap (which converts PettingZoo, OpenSpiel, RLlib and Gymnasium envs) is not available"
         )
     try:
         wrapped = wrap(obj)
@@ -149,11 +146,15 @@ def _wrap(obj: Any) -> Any:
     return wrapped
 
 
+def _look_alike(obj: Any) -> str | None:
+    """"PettingZoo" or "RLlib" for envs of theirs, whose attributes look like ours; else None."""
+    packages = {cls.__module__.split(".")[0] for cls in type(obj).__mro__}
+    return "PettingZoo" if "pettingzoo" in packages else "RLlib" if "ray" in packages else None
+
+
 def _lacking(obj: Any, missing: list[str]) -> str:
-    """": it lacks ...", or nothing for a PettingZoo env (which has look-alike attributes)."""
-    if any(cls.__module__.split(".")[0] == "pettingzoo" for cls in type(obj).__mro__):
-        return ""
-    return f": it lacks {', '.join(missing)}"
+    """": it lacks ...", or nothing for PettingZoo and RLlib envs (which have look-alike attributes)."""
+    return "" if _look_alike(obj) is not None else f": it lacks {', '.join(missing)}"
 
 
 def _via(obj: Any, env: Any) -> str:

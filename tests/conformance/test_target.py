@@ -111,13 +111,27 @@ def test_wrap_failure_is_a_build_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.ray
-def test_rllib_subclass_is_checked_directly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Importing ray.rllib takes about 3.5 s here, hence the ray tier (no Ray instance is started)."""
-    from tests.fixtures import rllib_seed_envs
+def test_rllib_envs_are_checked_through_from_rllib(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Importing ray.rllib takes about 3.5 s here, hence the ray tier (no Ray instance is started).
 
-    monkeypatch.delitem(bridges._EXPORTS, "wrap", raising=False)
+    Checked directly, RLlib's own make_multi_agent envs and our to_rllib's output failed ids.agents-attr:
+    RLlib lists an agent in ``agents`` for the step it ends in (RLlib's env check wants it so)."""
+    from ray.rllib.env.multi_agent_env import make_multi_agent as rllib_make_multi_agent
+
+    from bridges.rllib import to_rllib
+    from tests.fixtures import rllib_seed_envs
+    from tests.fixtures.envs import JoinLeaveEnv
+
     assert check_env(rllib_seed_envs.RockPaperScissors).findings == ()
     assert check_env(rllib_seed_envs.TicTacToe).rules == {"determinism.seed"}
+    two_carts = check_env(lambda: rllib_make_multi_agent("CartPole-v1")({"num_agents": 2}), episodes=2)
+    assert two_carts.errors == () and two_carts.via == "checked through bridges.wrap, as RLlibEnv"
+    ours = check_env(lambda: to_rllib(JoinLeaveEnv()))
+    assert ours.findings == () and ours.via == "checked through bridges.wrap, as JoinLeaveEnv"
+    monkeypatch.delitem(bridges._EXPORTS, "wrap", raising=False)
+    with pytest.raises(TargetBuildError, match=r"is not a multi-agent env of ours, and bridges\.wrap \(which converts "
+                                               r"PettingZoo, OpenSpiel, RLlib and Gymnasium envs\) is not available"):
+        check_env(rllib_seed_envs.RockPaperScissors)
 
 
 @pytest.mark.ray
