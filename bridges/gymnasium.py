@@ -245,6 +245,9 @@ class SingleAgentEnv(gym.Env):
         - **Errors:** an action outside the action space raises
           :class:`~marl_core.errors.InvalidActionError` before the env is stepped; one the env
           refuses itself (a masked action) leaves the episode going, as the env left it.
+        - **Round trip:** over a :class:`GymnasiumEnv` (``to_gymnasium(from_gymnasium(e,
+          agent_id))``), ``spec`` is ``e``'s and ``get_wrapper_attr`` reaches ``e``'s attributes,
+          as Gymnasium's wrappers do.
     """
 
     def __init__(self, env: MultiAgentEnv) -> None:
@@ -260,8 +263,17 @@ class SingleAgentEnv(gym.Env):
         self.action_space = env.get_action_space(self.agent_id)
         self.render_mode = getattr(env, "render_mode", None)
         self.metadata = dict(getattr(env, "metadata", {}) or {"render_modes": []})
+        self._gym_env = env.env if isinstance(env, GymnasiumEnv) else None
+        if self._gym_env is not None:
+            self.spec = self._gym_env.spec
         self._last_observation: Any = None
         self._running = False
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        """``name`` of this env, or else of the Gymnasium env under a :class:`GymnasiumEnv` it wraps."""
+        if self._gym_env is None or name in vars(self) or hasattr(type(self), name):
+            return getattr(self, name)
+        return self._gym_env.get_wrapper_attr(name)
 
     def _unexpected(self, mapping: Mapping[Any, Any], what: str, also: tuple[str, ...] = ()) -> None:
         others = [key for key in mapping if key != self.agent_id and key not in also]

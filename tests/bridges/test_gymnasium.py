@@ -527,3 +527,13 @@ def test_the_two_directions_undo_each_other() -> None:
     # An env with its own agent id keeps it: to_gymnasium unwrapped it, and from_gymnasium named it agent_0.
     cart = from_gymnasium(gym.make("CartPole-v1"), agent_id="cart")
     assert from_gymnasium(to_gymnasium(cart)) is cart
+    # ... and the Gymnasium env it is keeps the spec and attributes of the one inside (both were lost).
+    back = to_gymnasium(cart)
+    assert back.spec is not None and back.spec.id == "CartPole-v1"
+    assert back.get_wrapper_attr("gravity") == 9.8 and back.get_wrapper_attr("agent_id") == "cart"
+    with pytest.raises(AttributeError, match="nothing_here"):
+        back.get_wrapper_attr("nothing_here")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gymnasium_check_env(back, skip_render_check=False)
+    assert not [w for w in caught if "alternative render modes" in str(w.message)]  # said without a spec
