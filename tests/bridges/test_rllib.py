@@ -19,7 +19,7 @@ from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 
 from bridges.compat.rllib_cases import CASES
 from bridges.rllib import RLlibEnv, RLlibMultiAgentEnvAdapter, from_rllib, string_id, to_rllib
-from marl_core import ALL, MultiAgentEnv, rollout
+from marl_core import ALL, rollout
 from marl_core import make_multi_agent as marl_make_multi_agent
 from marl_core.conformance import check_env
 from marl_core.errors import (
@@ -33,7 +33,7 @@ from marl_core.errors import (
     UnsupportedEnvError,
 )
 from tests.fixtures import rllib_seed_envs
-from tests.fixtures.envs import CORRECT_ENVS
+from tests.fixtures.envs import CORRECT_ENVS, TeamRewardAfterAnEndEnv
 
 RUNNABLE = [case for case in CASES if case.left_out is None and not case.slow]
 
@@ -292,32 +292,7 @@ def test_the_two_directions_undo_each_other() -> None:
         to_rllib(RLlibRPS({}))
 
 
-class _TeamRewardAfterAnEnd(MultiAgentEnv):
-    """``b`` ends at step 1; at step 2 the team's result pays both, ``b`` included (DESIGN.md:
-    rewards may name any agent at any step)."""
-
-    def __init__(self, config: dict | None = None) -> None:
-        super().__init__()
-        self.possible_agents = ["a", "b"]
-        self.observation_spaces = {agent: gym.spaces.Discrete(3) for agent in self.possible_agents}
-        self.action_spaces = {agent: gym.spaces.Discrete(2) for agent in self.possible_agents}
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
-        super().reset(seed=seed)
-        self.t, self.agents = 0, ["a", "b"]
-        return {"a": 0, "b": 0}, {}
-
-    def step(self, action_dict: dict) -> tuple:
-        self.t += 1
-        if self.t == 1:
-            self.agents = ["a"]
-            return ({"a": 1, "b": 1}, {"a": 0.0, "b": 0.5}, {"a": False, "b": True, ALL: False},
-                    {"a": False, "b": False, ALL: False}, {"b": {"why": "out"}})
-        self.agents = []
-        return {"a": 2}, {"a": 1.0, "b": 1.0}, {"a": True, ALL: True}, {"a": False, ALL: False}, {}
-
-
-@pytest.mark.parametrize("make", [_TeamRewardAfterAnEnd, *CORRECT_ENVS.values()])
+@pytest.mark.parametrize("make", [TeamRewardAfterAnEndEnv, *CORRECT_ENVS.values()])
 def test_rllibs_own_episodes_take_every_reward_and_final_observation_of_to_rllib(make: Any) -> None:
     # RLlib's MultiAgentEpisode refuses data for an agent after it saw the agent end: a reward
     # paid to an ended agent crashed it ("already had its SingleAgentEpisode.is_done set to True").
@@ -335,7 +310,8 @@ def test_rllibs_own_episodes_take_every_reward_and_final_observation_of_to_rllib
         finals: dict[str, Any] = {}
         seen = set(obs)  # RLlib drops what an agent is paid before its first observation (its own rule)
         while not episode.is_done:
-            actions = {a: sample_action_for(env.get_action_space(a), o, rng, a) for a, o in obs.items()}
+            acting = episode.get_agents_to_act()  # as RLlib's env runner asks them
+            actions = {a: sample_action_for(env.get_action_space(a), obs[a], rng, a) for a in sorted(acting)}
             obs, rewards, terminateds, truncateds, infos = env.step(actions)
             ended = [a for a in source.possible_agents if terminateds.get(a) or truncateds.get(a)]
             finals.update({a: obs[a] for a in ended if a in obs})
@@ -347,7 +323,7 @@ def test_rllibs_own_episodes_take_every_reward_and_final_observation_of_to_rllib
                                  terminateds=terminateds, truncateds=truncateds)
         # Every reward is in RLlib's episode, each agent's in its own.
         assert {a: ep.get_return() for a, ep in episode.agent_episodes.items()} == pytest.approx(paid)
-        if make is _TeamRewardAfterAnEnd:
+        if make is TeamRewardAfterAnEndEnv:
             assert {a: ep.get_return() for a, ep in episode.agent_episodes.items()} == {"a": 1.0, "b": 1.5}
         for agent, final in finals.items():  # each final observation is its agent's last
             last = episode.agent_episodes[agent].get_observations(-1)
@@ -356,17 +332,17 @@ def test_rllibs_own_episodes_take_every_reward_and_final_observation_of_to_rllib
 
 
 def test_an_agent_that_ends_early_reaches_rllib_with_the_episodes_end() -> None:
-    env = to_rllib(_TeamRewardAfterAnEnd())
+    env = to_rllib(TeamRewardAfterAnEndEnv())
     env.reset(seed=0)
     obs, rewards, terminateds, _, infos = env.step({"a": 0, "b": 1})
-    assert obs == {"a": 1} and rewards == {"a": 0.0, "b": 0.5} and terminateds == {"a": False, ALL: False}
+    assert list(obs) == ["a"] and rewards == {"a": 0.0, "b": 0.5} and terminateds == {"a": False, ALL: False}
     assert infos == {} and env.agents == ["a", "b"]  # held, so still one of RLlib's agents
     obs, rewards, terminateds, truncateds, infos = env.step({"a": 0})
-    assert obs == {"a": 2, "b": 1} and rewards == {"a": 1.0, "b": 1.0}
+    assert {a: float(o[0]) for a, o in obs.items()} == {"a": 2.0, "b": 1.0} and rewards == {"a": 1.0, "b": 1.0}
     assert terminateds == {"a": True, "b": True, ALL: True} and truncateds == {"a": False, "b": False, ALL: False}
     assert infos == {"b": {"why": "out"}}
     env.reset(seed=0)
-    assert env.agents == ["a", "b"] and env.step({"a": 0, "b": 0})[0] == {"a": 1}  # nothing held from before
+    assert env.agents == ["a", "b"] and list(env.step({"a": 0, "b": 0})[0]) == ["a"]  # nothing held from before
 
 
 class _OneStepGame(gym.Env):
