@@ -181,9 +181,10 @@ class Sampler:
         self.ending: list[set[AgentID]] = [set() for _ in range(num_envs)]
         self.episodes: list[Episode] = [None] * num_envs  # type: ignore[list-item]
         self.trajectories: list[dict[AgentID, _Trajectory]] = [{} for _ in range(num_envs)]
-        # Agents that ended before their episode did: whether terminated, and their final obs. Their
-        # trajectories keep their last action until the episode ends, and it is still credited.
-        self.ended: list[dict[AgentID, tuple[bool, Any]]] = [{} for _ in range(num_envs)]
+        # Agents that ended before their episode did: whether terminated, their final obs, and
+        # whether the env sent one. Their trajectories keep their last action until the episode
+        # ends, and it is still credited.
+        self.ended: list[dict[AgentID, tuple[bool, Any, bool]]] = [{} for _ in range(num_envs)]
         self._failures_in_a_row = [0] * num_envs  # failures since the env last finished an episode
         self._first_error: str | None = None  # the first failure of the current sample() call
         self._started = False
@@ -487,9 +488,12 @@ class Sampler:
         if not all_done:
             # An agent that ends before its episode ships all but its last action (bootstrapped with
             # that action's value); the last one waits for the end, so later rewards still count.
-            for agent_id in obs:
-                if terminateds.get(agent_id) or truncateds.get(agent_id):
-                    ended[agent_id] = (bool(terminateds.get(agent_id)), obs[agent_id])
+            # An agent flagged without a final observation ends too (bootstrapped, if truncated,
+            # with the value of its last observation).
+            flagged = [a for a in (*terminateds, *truncateds) if a != ALL and (terminateds.get(a) or truncateds.get(a))]
+            for agent_id in dict.fromkeys(flagged):
+                if agent_id not in ended and (agent_id in obs or agent_id in trajectories):
+                    ended[agent_id] = (bool(terminateds.get(agent_id)), obs.get(agent_id), agent_id in obs)
                     trajectory = trajectories.get(agent_id)
                     if trajectory is not None and len(trajectory.rewards) > 1:
                         self._ship(episode.agent_to_policy[agent_id], trajectory, out, len(trajectory.rewards) - 1,
@@ -500,7 +504,7 @@ class Sampler:
                 continue
             policy_id = episode.agent_to_policy[agent_id]
             if agent_id in ended:
-                (terminated, final_obs), has_final = ended[agent_id], True
+                terminated, final_obs, has_final = ended[agent_id]
             else:
                 terminated = bool(terminateds.get(agent_id, False)) or (
                     all_terminated and not truncateds.get(agent_id, False))

@@ -8,6 +8,7 @@ import torch
 from marl_core.env import ALL, MultiAgentEnv
 from marl_core.errors import ConfigError, EnvContractError
 from marl_core.ppo.config import DEFAULT_MODEL
+from marl_core.ppo.model import TorchPolicy
 from marl_core.ppo.rollout import LearnedSpec, Sampler
 from marl_core.spaces import check_action_dict
 from tests.fixtures.envs import IrregularOrderEnv, JoinLeaveEnv
@@ -79,6 +80,8 @@ class PaysTheFallen(MultiAgentEnv):
         self.observation_spaces = {x: gym.spaces.Box(0.0, 3.0, (1,), np.float32) for x in self.possible_agents}
         self.action_spaces = {x: gym.spaces.Discrete(2) for x in self.possible_agents}
         self.truncate = bool((config or {}).get("truncate", False))
+        self.final = bool((config or {}).get("final", True))  # False: a's end comes without a final obs
+        self.end_by_truncation = bool((config or {}).get("end_by_truncation", False))
         self.t = 0
 
     def reset(self, *, seed=None, options=None):
@@ -89,10 +92,10 @@ class PaysTheFallen(MultiAgentEnv):
     def step(self, action_dict):
         check_action_dict(self, action_dict, self.agents)
         self.t += 1
-        obs = {x: np.full(1, self.t, np.float32) for x in self.agents}
         a_ends = self.t == 1
-        terminateds = {"a": a_ends and not self.truncate, ALL: self.t == 3}
-        truncateds = {"a": a_ends and self.truncate, ALL: False}
+        obs = {x: np.full(1, self.t, np.float32) for x in self.agents if self.final or not (x == "a" and a_ends)}
+        terminateds = {"a": a_ends and not self.truncate, ALL: self.t == 3 and not self.end_by_truncation}
+        truncateds = {"a": a_ends and self.truncate, ALL: self.t == 3 and self.end_by_truncation}
         if a_ends:
             self.agents = ["b"]
         if self.t == 3:
@@ -137,6 +140,27 @@ def test_rewards_after_an_agents_own_end_are_credited_to_its_last_action(truncat
     else:  # terminated: gamma = lambda = 1 and no bootstrap, so the return is the reward
         np.testing.assert_allclose(batch_a["returns"], batch_a["rewards"])
     assert sorted(e["return"] for e in out["episodes"] if e["agent_id"] == "a") == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_an_agent_flagged_without_a_final_observation_ends_as_flagged(truncate):
+    # Its flag was read only from the step that ended the episode, where it no longer appears:
+    # terminated, it was bootstrapped when the episode was truncated; truncated, it was not when
+    # the episode terminated.
+    probe = PaysTheFallen()
+    spec = LearnedSpec(probe.observation_spaces["a"], probe.action_spaces["a"], dict(DEFAULT_MODEL), 1.0, 1.0)
+    sampler = Sampler(PaysTheFallen, {"truncate": truncate, "final": False, "end_by_truncation": not truncate}, 1,
+                      seed=0)
+    install_policies(sampler, {"a": spec, "b": spec}, lambda agent_id, episode: agent_id, {"a", "b"})
+    # Weights shifted off their initialization: a value of 0 for the zero observation would hide a bootstrap.
+    policy = TorchPolicy(spec.observation_space, spec.action_space, spec.model_config)
+    sampler.set_weights({"a": {name: value + 0.1 for name, value in policy.get_weights().items()}})
+    batch = sampler.sample(3)["batches"]["a"]
+    np.testing.assert_array_equal(batch["rewards"], [3.0])
+    # Truncated: bootstrapped with the value of its last observation (the one it acted on).
+    bootstrap = float(sampler.policies["a"].value(np.zeros((1, 1), np.float32))[0]) if truncate else 0.0
+    assert abs(bootstrap) > 1e-3 or not truncate
+    np.testing.assert_allclose(batch["returns"], [3.0 + bootstrap], rtol=1e-6)
 
 
 def test_late_joiners_and_early_leavers():
