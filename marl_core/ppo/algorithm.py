@@ -22,7 +22,7 @@ import torch
 
 from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError, a_type
 from marl_core.ppo.actions import name_stuck_rows
-from marl_core.ppo.batching import concat_obs, stack_obs
+from marl_core.ppo.batching import concat_obs, listed, stack_obs, unfit_descriptions
 from marl_core.ppo.config import PolicySpec, PPOConfig, map_agent
 from marl_core.ppo.learner import Learner
 from marl_core.ppo.model import TorchPolicy
@@ -450,14 +450,17 @@ class PPO:
             if not isinstance(policy, TorchPolicy):
                 actions.update({a: policy(obs_dict[a]) for a in agents})
                 continue
-            batch = stack_obs(policy.observation_space, [obs_dict[a] for a in agents])
             try:
-                rows, _, _ = policy.act(batch, explore=explore, rng=self.act_rng)
+                rows, _, _ = policy.act(stack_obs(policy.observation_space, [obs_dict[a] for a in agents]),
+                                        explore=explore, rng=self.act_rng)
             except EnvContractError as error:
                 stuck = name_stuck_rows(error, agents, "agents", pid)
                 if stuck is None:
                     raise
                 raise stuck from error
+            except Exception as error:  # a torch or numpy error over an observation the model cannot take
+                _refuse_unfit(error, pid, policy.observation_space, [(f"agent {a!r}", obs_dict[a]) for a in agents])
+                raise
             actions.update(zip(agents, policy.layout.to_env(rows), strict=True))
         return actions
 
@@ -470,8 +473,14 @@ class PPO:
             return policy
 
         def act(observation: Any) -> Any:
-            rows, _, _ = policy.act(stack_obs(policy.observation_space, [observation]), explore=explore,
-                                    rng=self.act_rng)
+            try:
+                rows, _, _ = policy.act(stack_obs(policy.observation_space, [observation]), explore=explore,
+                                        rng=self.act_rng)
+            except EnvContractError:
+                raise
+            except Exception as error:  # a torch or numpy error over an observation the model cannot take
+                _refuse_unfit(error, policy_id, policy.observation_space, [("the observation", observation)])
+                raise
             return policy.layout.to_env(rows)[0]
 
         return act
@@ -505,3 +514,11 @@ class PPO:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _refuse_unfit(error: Exception, policy_id: PolicyID, space: Any, observations: list[tuple[str, Any]]) -> None:
+    """Raise a :class:`SpaceError` naming the ``(label, observation)`` pairs that policy
+    ``policy_id`` cannot take, as the cause of ``error``; return when all fit (the error is not theirs)."""
+    found = unfit_descriptions([(label, space, observation) for label, observation in observations])
+    if found:
+        raise SpaceError(f"observations that policy {policy_id!r} cannot take: {listed(found)}") from error

@@ -97,6 +97,24 @@ def unfit(space: spaces.Space, value: Any) -> bool:
     return dtype is not None and array.dtype != dtype and _cast(array, dtype) is None
 
 
+def unfit_descriptions(rows: Sequence[tuple[str, spaces.Space, Any]]) -> list[str]:
+    """``"LABEL: why (space ...)"`` for each ``(label, space, observation)`` whose observation a
+    model of ``space`` cannot take (:func:`unfit`)."""
+    from marl_core.spaces import why_not_contained
+
+    found = []
+    for label, space, observation in rows:
+        if unfit(space, observation):
+            why = why_not_contained(space, observation) or f"{observation!r} does not fit {space}"
+            found.append(f"{label}: {why}" + ("" if str(space) in why else f" (space {space})"))
+    return found
+
+
+def listed(found: Sequence[str]) -> str:
+    """The first three of ``found``, and how many more."""
+    return "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+
+
 def is_image(space: spaces.Space) -> bool:
     """A uint8 Box of shape (H, W, C): encoded with a CNN."""
     return isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3

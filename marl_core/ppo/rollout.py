@@ -34,7 +34,7 @@ import numpy as np
 from marl_core.env import ALL, AgentID, scalar_reward
 from marl_core.errors import ConfigError, EnvContractError, InvalidActionError, SpaceError
 from marl_core.ppo.actions import name_stuck_rows
-from marl_core.ppo.batching import as_dtype, index_obs, stack_obs, unfit
+from marl_core.ppo.batching import as_dtype, index_obs, listed, stack_obs, unfit_descriptions
 from marl_core.ppo.config import map_agent
 from marl_core.ppo.gae import compute_gae
 from marl_core.ppo.numpy_policy import NumpyPolicy, runs_in_numpy
@@ -44,7 +44,6 @@ from marl_core.spaces import (
     check_action,
     same_layout,
     surely_valid_action,
-    why_not_contained,
 )
 from marl_core.vector import VectorMultiAgentEnv, gather, scatter
 
@@ -443,16 +442,10 @@ class Sampler:
         if rows is None:
             rows = [(index, agent_id, observation) for index, obs in enumerate(self.obs)
                     for agent_id, observation in obs.items() if agent_id not in self.ending[index]]
-        found = []
-        for index, agent_id, observation in rows:
-            space = self.vector.get_observation_space(agent_id)
-            if unfit(space, observation):
-                why = why_not_contained(space, observation) or f"{observation!r} does not fit {space}"
-                named = "" if str(space) in why else f" (space {space})"
-                found.append(f"agent {agent_id!r} in env {index}: {why}{named}")
+        found = unfit_descriptions([(f"agent {agent_id!r} in env {index}", self.vector.get_observation_space(agent_id),
+                                     observation) for index, agent_id, observation in rows])
         if found:
-            shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
-            raise EnvContractError(f"runner {self.worker_index}: {what} outside their spaces: {shown}") from error
+            raise EnvContractError(f"runner {self.worker_index}: {what} outside their spaces: {listed(found)}") from error
 
     def _refuse_non_finite(self, batch: Any, rows: list[tuple[int, AgentID, Any]], what: str, why: str) -> None:
         """Raise naming the first of ``rows`` (env index, agent, observation) whose row of

@@ -674,6 +674,18 @@ def test_compute_actions_and_policy_callables():
             algo.compute_actions({"player1": 0}, policy_id="nope")
 
 
+def test_observations_a_policy_cannot_take_are_named_not_raw_torch_errors():
+    # They were torch's "Class values must be smaller than num_classes." and "mat1 and mat2 shapes cannot be multiplied".
+    with _rps_config().build() as algo:
+        with pytest.raises(SpaceError, match=r"observations that policy 'learned' cannot take: agent 'b': .*7"):
+            algo.compute_actions({"a": 1, "b": 7}, policy_id="learned")
+        with pytest.raises(SpaceError, match=r"policy 'learned' cannot take: agent 'a': .*shape"):
+            algo.compute_actions({"a": np.zeros(4, np.float32)}, policy_id="learned")
+        with pytest.raises(SpaceError, match=r"policy 'learned' cannot take: the observation: .*-1"):
+            algo.get_policy_callable("learned")(-1)
+        assert 0 <= int(algo.get_policy_callable("learned")(2)) < 3
+
+
 def test_a_ctrl_c_during_the_update_leaves_states_that_match_the_iteration_count(monkeypatch):
     # A second Ctrl-C while policies updated saved a "final" checkpoint of iteration N whose
     # weights, Adam steps and generator had moved on into iteration N + 1.
