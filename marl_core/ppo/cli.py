@@ -139,13 +139,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume is not None:
             out.mkdir(parents=True, exist_ok=True)  # only once its checkpoint loaded
             _lock_run_dir(out)
-        print(f"marl-train {preset.name}: writing to {out}"
-              + (f" (resumed from {args.resume} at iteration {algo.iteration})" if args.resume else ""))
         algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs
-        # The logs first: a resume they refuse (unreadable logs) must leave the run directory as it was.
-        run_log = RunLogger(out, resume_at=algo.iteration if args.resume is not None else None)
+        # What a resume can refuse (unreadable logs, a callback's damaged state) comes before what
+        # it changes (logs cut back to the checkpoint), so a refused resume leaves the run directory as it was.
+        if args.resume is not None:
+            RunLogger.check_resume(out)
         for hook in preset.start:
             hook(algo)
+        run_log = RunLogger(out, resume_at=algo.iteration if args.resume is not None else None)
+        print(f"marl-train {preset.name}: writing to {out}"
+              + (f" (resumed from {args.resume} at iteration {algo.iteration})" if args.resume else ""))
         if args.resume is not None:
             _drop_later_final_result(out, algo.iteration)
     except BaseException as error:

@@ -54,6 +54,23 @@ def keep_until(entries: list[Any], iteration: int, iteration_of: Callable[[Any],
     return kept
 
 
+def _read_csv(path: Path, complete: Callable[[str], str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The columns and rows of the CSV log ``path`` (its text passed through ``complete`` first).
+
+    Raises:
+        RunLogError: it cannot be read back.
+    """
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            text = complete(handle.read())
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        columns = list(reader.fieldnames or [])
+        rows = [{k: _number(v) for k, v in row.items() if k is not None and v not in ("", None)} for row in reader]
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise RunLogError(f"{path} cannot be read back: {error}") from error
+    return columns, rows
+
+
 def complete_lines(text: str, path: Path) -> str:
     """``text`` up to its last newline: a last line that a crash cut short is dropped (with a warning)."""
     if text and not text.endswith("\n"):
@@ -117,16 +134,20 @@ class RunLogger:
 
             self.writer = SummaryWriter(str(self.out_dir / "tb"), purge_step=purge_step)
 
+    @staticmethod
+    def check_resume(out_dir: str | Path) -> None:
+        """Read ``progress.csv`` in ``out_dir`` as ``RunLogger(out_dir, resume_at=...)`` would,
+        changing nothing: a resume can refuse unreadable logs before anything else is touched.
+
+        Raises:
+            RunLogError: it cannot be read back.
+        """
+        csv_path = Path(out_dir) / "progress.csv"
+        if csv_path.is_file():
+            _read_csv(csv_path, lambda text: text)
+
     def _read_back(self, resume_at: int) -> None:
-        try:
-            with self.csv_path.open(encoding="utf-8", newline="") as handle:
-                text = complete_lines(handle.read(), self.csv_path)
-            reader = csv.DictReader(io.StringIO(text, newline=""))
-            columns = list(reader.fieldnames or [])
-            rows = [{k: _number(v) for k, v in row.items() if k is not None and v not in ("", None)}
-                    for row in reader]
-        except (OSError, UnicodeDecodeError, csv.Error) as error:
-            raise RunLogError(f"{self.csv_path} cannot be read back: {error}") from error
+        columns, rows = _read_csv(self.csv_path, lambda text: complete_lines(text, self.csv_path))
         if not columns:
             logger.warning("%s has no header line to continue; starting it again", self.csv_path)
             return

@@ -354,11 +354,25 @@ def test_marl_train_refuses_to_resume_a_damaged_league_state_in_one_line(tmp_pat
         final = algo.save(tmp_path / "run" / "final")
     finally:
         algo.stop()
+    # The logs of later iterations than the checkpoint's: a refused resume must not have cut them.
+    logs = "training_iteration,num_env_steps_sampled_lifetime\n0,10\n1,20\n2,30\n"
+    (tmp_path / "run" / "progress.csv").write_text(logs)
     status = main(["connect4", "--resume", str(final), "--out", str(tmp_path / "run"), "--iterations", "1",
                    "--no-progress"])
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert status == 2 and err.startswith(f"marl-train: cannot resume from {final}: the checkpoint's league state")
-    assert "Traceback" not in err and {p.name for p in (tmp_path / "run").iterdir()} <= {"final", "tb"}
+    assert "Traceback" not in err and "writing to" not in out
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["final", "progress.csv"]
+    assert (tmp_path / "run" / "progress.csv").read_text() == logs
+    # An evaluation history that cannot be read back: refused before the logs are cut too.
+    with PPO.from_checkpoint(final) as algo:
+        algo.callback_state.clear()
+        algo.save(final)
+    (tmp_path / "run" / "evaluation.jsonl").write_text("not json\n")
+    assert main(["connect4", "--resume", str(final), "--out", str(tmp_path / "run"), "--iterations", "1",
+                 "--no-progress"]) == 2
+    assert "cannot continue the logs" in capsys.readouterr().err
+    assert (tmp_path / "run" / "progress.csv").read_text() == logs
 
 
 @pytest.mark.ray
