@@ -326,14 +326,22 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
           always carry ``"__all__"``.
         - Spaces: ``observation_spaces`` / ``action_spaces`` list every possible agent, which
           RLlib's env runners read; masked observations stay ``Dict`` spaces.
-        - An agent that ends before the episode does reaches RLlib at the episode's end: its
-          final observation, infos and flags are held until then. Ours may still pay it rewards
-          (DESIGN.md: rewards may name any agent at any step), which RLlib's episodes refuse for
-          an agent they saw end ("already had its SingleAgentEpisode.is_done set to True"); held,
-          it is an agent between two turns to RLlib, whose rewards add up until its last step.
-          Every reward arrives, in the episode it belongs to; only the step RLlib sees the
-          agent end moves. (RLlib's episodes drop, by their own rule, what an agent is paid
-          before its first observation.)
+        - An agent that terminates before the episode ends reaches RLlib at the episode's end:
+          its final observation, infos and flags are held until then. Ours may still pay it
+          rewards (DESIGN.md: rewards may name any agent at any step), which RLlib's episodes
+          refuse for an agent they saw end ("already had its SingleAgentEpisode.is_done set to
+          True"); held, it is an agent between two turns to RLlib, whose rewards add up until
+          its last step. RLlib's episodes drop, by their own rule, what an agent is paid before
+          its first observation.
+        - An agent truncated before the episode ends reaches RLlib at once: handed over with a
+          terminated episode, RLlib would take it as terminated too (it reads an agent's flags
+          with the episode's), and its value would not bootstrap. A reward paid to it later
+          cannot reach RLlib: an :class:`~marl_core.errors.EnvContractError` names it (rewards
+          of 0 are left out, which loses nothing).
+        - RLlib's episodes close an agent with an observation (they refuse to truncate one
+          without it, and leave a held one open): an agent that ends without a final observation
+          (truncated, held, or alive when the episode is truncated) gets its last one, which
+          a truncated agent's value bootstraps from (as in our trainer).
         - ``agents`` after a step also lists the agents that end in it and those held (until the
           step that hands them over), as RLlib reads every id in a step's dicts as one of ``agents``.
         - Seeding: ``reset(seed=s)`` seeds the wrapped env.
@@ -349,11 +357,13 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
         self.action_spaces = {a: env.get_action_space(a) for a in self.possible_agents}
         self.render_mode = getattr(env, "render_mode", None)
         self.metadata = dict(getattr(env, "metadata", None) or {"render_modes": []})
-        self._held: dict[AgentID, dict[str, Any]] = {}  # ended agents, handed over at the episode's end
+        self._held: dict[AgentID, dict[str, Any]] = {}  # terminated agents, handed over at the episode's end
+        self._truncated: set[AgentID] = set()  # agents RLlib saw truncated before the episode's end
+        self._last_obs: dict[AgentID, Any] = {}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         obs, infos = self.env.reset(seed=seed, options=options)
-        self._held = {}
+        self._held, self._truncated, self._last_obs = {}, set(), dict(obs)
         self.agents = list(self.env.agents)
         return dict(obs), dict(infos)
 
@@ -366,20 +376,32 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
                 f"(keys: {sorted(map(str, terminateds))}); the contract requires it"
             )
         truncateds.setdefault(ALL, False)  # missing means False (DESIGN.md); RLlib needs the key
-        obs, infos = dict(obs), dict(infos)
+        obs, rewards, infos = dict(obs), dict(rewards), dict(infos)
+        self._last_obs.update(obs)
+        if self._truncated:
+            self._leave_out_truncated(rewards)
+        for agent_id, held in self._held.items():  # infos of held agents wait with them (RLlib drops them now)
+            if agent_id in infos:
+                held["info"] = {**held.get("info", {}), **infos.pop(agent_id)}
         if terminateds[ALL] or truncateds[ALL]:
             for agent_id, held in self._held.items():
                 for key, mapping in (("obs", obs), ("info", infos), ("terminated", terminateds), ("truncated", truncateds)):
                     if key in held:
                         mapping.setdefault(agent_id, held[key])
-            self._held = {}
+            # RLlib closes an agent with an observation: every agent it truncates, and (else it is
+            # left open) the held ones.
+            self._fill_last_observations(obs, [a for a in self._last_obs if a not in self._truncated]
+                                         if truncateds[ALL] else list(self._held))
+            self._held, self._truncated = {}, set()
         else:
-            for agent_id in [a for a in (*terminateds, *truncateds) if a not in _SPECIAL]:
-                if terminateds.get(agent_id) or truncateds.get(agent_id):
-                    held = self._held.setdefault(agent_id, {})
-                    for key, mapping in (("obs", obs), ("info", infos), ("terminated", terminateds), ("truncated", truncateds)):
-                        if agent_id in mapping:
-                            held[key] = mapping.pop(agent_id)
+            for agent_id in [a for a in terminateds if a not in _SPECIAL and terminateds[a] and a not in self._held]:
+                held = self._held[agent_id] = {}
+                for key, mapping in (("obs", obs), ("info", infos), ("terminated", terminateds), ("truncated", truncateds)):
+                    if agent_id in mapping:
+                        held[key] = mapping.pop(agent_id)
+            truncated = [a for a in truncateds if a not in _SPECIAL and truncateds[a] and a not in self._held]
+            self._fill_last_observations(obs, truncated)
+            self._truncated.update(truncated)
         # RLlib reads every id in a step's dicts as one of env.agents (its env check refuses others):
         # agents that end in this step, or are held, stay listed until they are handed over.
         agents = list(self.env.agents)
@@ -388,7 +410,23 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
                 if agent_id not in _SPECIAL and agent_id not in agents:
                     agents.append(agent_id)
         self.agents = agents
-        return obs, dict(rewards), terminateds, truncateds, infos
+        return obs, rewards, terminateds, truncateds, infos
+
+    def _fill_last_observations(self, obs: dict[AgentID, Any], agents: list[AgentID]) -> None:
+        """Give each of ``agents`` without an observation in ``obs`` its last one (when it had one)."""
+        for agent_id in agents:
+            if agent_id not in obs and agent_id in self._last_obs:
+                obs[agent_id] = self._last_obs[agent_id]
+
+    def _leave_out_truncated(self, rewards: dict[AgentID, Any]) -> None:
+        """Leave out rewards of 0 for agents RLlib saw truncated; raise for any other."""
+        for agent_id in self._truncated.intersection(rewards):
+            if rewards[agent_id] != 0:
+                raise EnvContractError(
+                    f"{type(self.env).__name__} pays agent {agent_id!r} a reward of {rewards[agent_id]!r} after it "
+                    f"was truncated; RLlib's episodes take no data for an agent after its end, so to_rllib cannot "
+                    f"hand it over (an agent that terminates instead is held until the episode ends)")
+            del rewards[agent_id]
 
     def render(self) -> Any:
         return self.env.render()

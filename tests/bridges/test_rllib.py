@@ -19,7 +19,7 @@ from ray.rllib.utils.pre_checks.env import check_multiagent_environments
 
 from bridges.compat.rllib_cases import CASES
 from bridges.rllib import RLlibEnv, RLlibMultiAgentEnvAdapter, from_rllib, string_id, to_rllib
-from marl_core import ALL, rollout
+from marl_core import ALL, MultiAgentEnv, rollout
 from marl_core import make_multi_agent as marl_make_multi_agent
 from marl_core.conformance import check_env
 from marl_core.errors import (
@@ -343,6 +343,89 @@ def test_an_agent_that_ends_early_reaches_rllib_with_the_episodes_end() -> None:
     assert infos == {"b": {"why": "out"}}
     env.reset(seed=0)
     assert env.agents == ["a", "b"] and list(env.step({"a": 0, "b": 0})[0]) == ["a"]  # nothing held from before
+
+
+class _Endings(MultiAgentEnv):
+    """``a`` and ``b`` act together; ``b`` ends at step 1 (``b_end``: "terminate" or "truncate",
+    with its final observation if ``b_final``), ``a`` alone at step 2 and the episode ends at step 3
+    (``end``: "terminate" or "truncate"; ``a_final``: with a's final observation). ``pay_b``: what
+    ``b`` is paid at every step after its end; ``info_b``: an info for it at step 2."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__()
+        self.config = {"b_end": "terminate", "b_final": True, "end": "terminate", "a_final": True, "pay_b": None,
+                       "info_b": False, **(config or {})}
+        self.possible_agents = ["a", "b"]
+        self.observation_spaces = {x: gym.spaces.Box(0.0, 9.0, (1,), np.float32) for x in self.possible_agents}
+        self.action_spaces = {x: gym.spaces.Discrete(2) for x in self.possible_agents}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a", "b"]
+        return {x: np.zeros(1, np.float32) for x in self.agents}, {}
+
+    def step(self, action_dict: dict) -> tuple:
+        config, self.t = self.config, self.t + 1
+        obs = {x: np.full(1, self.t, np.float32) for x in self.agents}
+        rewards = {x: 1.0 for x in action_dict}
+        terminateds, truncateds, infos = {ALL: False}, {ALL: False}, {}
+        if self.t == 1:
+            (terminateds if config["b_end"] == "terminate" else truncateds)["b"] = True
+            if not config["b_final"]:
+                del obs["b"]
+            self.agents = ["a"]
+        elif config["pay_b"] is not None:
+            rewards["b"] = config["pay_b"]
+        if self.t == 2 and config["info_b"]:
+            infos["b"] = {"late": True}
+        if self.t == 3:
+            (terminateds if config["end"] == "terminate" else truncateds)[ALL] = True
+            if not config["a_final"]:
+                del obs["a"]
+            self.agents = []
+        return obs, rewards, terminateds, truncateds, infos
+
+
+def _rllib_episode(env: Any, seed: int = 0) -> Any:
+    """One episode of ``env`` recorded in RLlib's own MultiAgentEpisode, acting as RLlib's runner does."""
+    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+
+    obs, infos = env.reset(seed=seed)
+    episode = MultiAgentEpisode(observations=[obs], infos=[infos], observation_space=env.observation_spaces,
+                                action_space=env.action_spaces)
+    while not episode.is_done:
+        actions = {a: 0 for a in sorted(episode.get_agents_to_act())}
+        obs, rewards, terminateds, truncateds, infos = env.step(actions)
+        episode.add_env_step(observations=obs, actions=actions, rewards=rewards, infos=infos,
+                             terminateds=terminateds, truncateds=truncateds)
+    return episode
+
+
+@pytest.mark.parametrize("b_end", ["terminate", "truncate"])
+@pytest.mark.parametrize("end", ["terminate", "truncate"])
+@pytest.mark.parametrize("b_final", [True, False])
+@pytest.mark.parametrize("a_final", [True, False])
+def test_rllibs_episodes_keep_each_agents_own_end(b_end: str, end: str, b_final: bool, a_final: bool) -> None:
+    # Held to the end, a truncated agent became terminated with a terminated episode; an agent
+    # ending without a final observation crashed RLlib's episode when the episode was truncated.
+    episode = _rllib_episode(to_rllib(_Endings({"b_end": b_end, "end": end, "b_final": b_final, "a_final": a_final})))
+    b, a = episode.agent_episodes["b"], episode.agent_episodes["a"]
+    assert (b.is_terminated, b.is_truncated) == ((True, end == "truncate") if b_end == "terminate" else (False, True))
+    assert a.is_terminated == (end == "terminate") and a.is_truncated == (end == "truncate")
+    assert b.get_return() == 1.0 and a.get_return() == 3.0
+    # A final observation that the env did not send is the agent's last one.
+    assert float(b.get_observations(-1)[0]) == (1.0 if b_final else 0.0)
+    assert float(a.get_observations(-1)[0]) == (3.0 if a_final else 2.0)
+
+
+def test_rewards_after_an_agents_end_reach_rllib_when_it_terminated_and_are_named_when_truncated() -> None:
+    episode = _rllib_episode(to_rllib(_Endings({"pay_b": 0.5, "info_b": True})))
+    assert episode.agent_episodes["b"].get_return() == 2.0  # 1 for its action, 0.5 at steps 2 and 3
+    assert episode.agent_episodes["b"].get_infos(-1) == {"late": True}  # held with it, not dropped
+    assert _rllib_episode(to_rllib(_Endings({"b_end": "truncate", "pay_b": 0.0}))).agent_episodes["b"].get_return() == 1.0
+    with pytest.raises(EnvContractError, match=r"_Endings pays agent 'b' a reward of 0\.5 after it was truncated; "
+                                               r"RLlib's episodes take no data for an agent after its end"):
+        _rllib_episode(to_rllib(_Endings({"b_end": "truncate", "pay_b": 0.5})))
 
 
 class _OneStepGame(gym.Env):
