@@ -246,8 +246,8 @@ class SingleAgentEnv(gym.Env):
           :class:`~marl_core.errors.InvalidActionError` before the env is stepped; one the env
           refuses itself (a masked action) leaves the episode going, as the env left it.
         - **Round trip:** over a :class:`GymnasiumEnv` (``to_gymnasium(from_gymnasium(e,
-          agent_id))``), ``spec`` is ``e``'s and ``get_wrapper_attr`` reaches ``e``'s attributes,
-          as Gymnasium's wrappers do.
+          agent_id))``), ``spec`` is ``e``'s, and ``get_wrapper_attr`` / ``set_wrapper_attr``
+          reach ``e``'s attributes that this env lacks, as Gymnasium's wrappers do.
     """
 
     def __init__(self, env: MultiAgentEnv) -> None:
@@ -271,9 +271,18 @@ class SingleAgentEnv(gym.Env):
 
     def get_wrapper_attr(self, name: str) -> Any:
         """``name`` of this env, or else of the Gymnasium env under a :class:`GymnasiumEnv` it wraps."""
-        if self._gym_env is None or name in vars(self) or hasattr(type(self), name):
+        if self._gym_env is None or hasattr(self, name):
             return getattr(self, name)
         return self._gym_env.get_wrapper_attr(name)
+
+    def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
+        """Set ``name`` where :meth:`get_wrapper_attr` finds it: on this env, or else on the Gymnasium
+        env under a :class:`GymnasiumEnv` it wraps if that has it; on this env with ``force``."""
+        if self._gym_env is None or hasattr(self, name):
+            return super().set_wrapper_attr(name, value, force=force)
+        if self._gym_env.set_wrapper_attr(name, value, force=False):
+            return True
+        return super().set_wrapper_attr(name, value, force=force)
 
     def _unexpected(self, mapping: Mapping[Any, Any], what: str, also: tuple[str, ...] = ()) -> None:
         others = [key for key in mapping if key != self.agent_id and key not in also]

@@ -533,6 +533,10 @@ def test_the_two_directions_undo_each_other() -> None:
     assert back.get_wrapper_attr("gravity") == 9.8 and back.get_wrapper_attr("agent_id") == "cart"
     with pytest.raises(AttributeError, match="nothing_here"):
         back.get_wrapper_attr("nothing_here")
+    assert back.set_wrapper_attr("gravity", 1.0) and back.get_wrapper_attr("gravity") == 1.0
+    assert back.unwrapped is back and cart.env.unwrapped.gravity == 1.0  # set on the env that has it
+    assert back.set_wrapper_attr("extra", 3) and vars(back)["extra"] == 3  # forced onto this env
+    assert not back.set_wrapper_attr("other", 4, force=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gymnasium_check_env(back, skip_render_check=False)
