@@ -147,9 +147,14 @@ def _wrap(obj: Any) -> Any:
 
 
 def _look_alike(obj: Any) -> str | None:
-    """"PettingZoo" or "RLlib" for envs of theirs, whose attributes look like ours; else None."""
-    packages = {cls.__module__.split(".")[0] for cls in type(obj).__mro__}
-    return "PettingZoo" if "pettingzoo" in packages else "RLlib" if "ray" in packages else None
+    """"PettingZoo" or "RLlib" for their envs, whose attributes look like ours (RLlib's
+    ``MultiAgentEnv`` subclasses: a gymnasium.Env in RLlib's examples is none); else None."""
+    mro = type(obj).__mro__
+    if any(cls.__module__.split(".")[0] == "pettingzoo" for cls in mro):
+        return "PettingZoo"
+    if any(cls.__name__ == "MultiAgentEnv" and cls.__module__.startswith("ray.rllib.") for cls in mro):
+        return "RLlib"
+    return None
 
 
 def _lacking(obj: Any, missing: list[str]) -> str:

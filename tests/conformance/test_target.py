@@ -128,6 +128,12 @@ def test_rllib_envs_are_checked_through_from_rllib(monkeypatch: pytest.MonkeyPat
     assert two_carts.errors == () and two_carts.via == "checked through bridges.wrap, as RLlibEnv"
     ours = check_env(lambda: to_rllib(JoinLeaveEnv()))
     assert ours.findings == () and ours.via == "checked through bridges.wrap, as JoinLeaveEnv"
+    # A gymnasium.Env of RLlib's examples is no RLlib MultiAgentEnv: its report says what it lacks.
+    from ray.rllib.examples.envs.classes.cliff_walking_wall_env import CliffWalkingWallEnv
+
+    assert check_env(CliffWalkingWallEnv, episodes=1).via.endswith(
+        "(CliffWalkingWallEnv is a gymnasium.Env without possible_agents, observation_spaces or "
+        "get_observation_space(), action_spaces or get_action_space())")
     monkeypatch.delitem(bridges._EXPORTS, "wrap", raising=False)
     with pytest.raises(TargetBuildError, match=r"is not a multi-agent env of ours, and bridges\.wrap \(which converts "
                                                r"PettingZoo, OpenSpiel, RLlib and Gymnasium envs\) is not available"):
