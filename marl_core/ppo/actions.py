@@ -116,8 +116,9 @@ class ActionLayout:
                     logits = np.where(legal, logits, np.float32(MASKED_LOGIT))
                 log_probs = _log_softmax(logits)
                 score = log_probs - np.log(-np.log(rng.random(log_probs.shape))) if explore else log_probs
-                if legal is not None:  # legal logits that are NaN or below MASKED_LOGIT stay legal choices
-                    score = np.where(legal, score, -np.inf)
+                if legal is not None:  # legal logits that are NaN, -inf or below MASKED_LOGIT stay legal choices
+                    lowest = np.finfo(score.dtype).min
+                    score = np.where(legal, np.nan_to_num(score, nan=lowest, neginf=lowest), -np.inf)
                 choice = np.argmax(score, axis=1)
                 logp += log_probs[np.arange(batch), choice]
                 columns.append(choice[:, None].astype(np.float32))

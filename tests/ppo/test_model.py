@@ -42,10 +42,10 @@ def test_masked_actions_are_never_sampled():
 def test_a_masked_action_is_not_drawn_even_when_legal_logits_are_below_the_masked_logit(legal_logit, explore):
     # Masked logits became -1e9: legal ones below it (or NaN, or -inf) made a masked action the choice.
     layout = ActionLayout(gym.spaces.Discrete(4))
-    inputs = np.array([[legal_logit, 0.0, legal_logit, 3.0]] * 200, np.float32)
-    mask = np.array([[1, 0, 1, 0]] * 200, np.int8)
+    inputs = np.array([[0.0, legal_logit, 3.0, legal_logit]] * 200, np.float32)
+    mask = np.array([[0, 1, 0, 1]] * 200, np.int8)  # the first masked: NaN scores made argmax pick it
     rows, _ = layout.sample(inputs, mask, explore=explore, rng=np.random.default_rng(0))
-    assert set(rows[:, 0].astype(int).tolist()) <= {0, 2}
+    assert set(rows[:, 0].astype(int).tolist()) <= {1, 3}
 
 
 def test_masked_multidiscrete_respects_each_dimension():
