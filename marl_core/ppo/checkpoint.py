@@ -277,13 +277,30 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
 
 
 def _callback_state_json(callback_state: dict[str, Any]) -> str:
+    """``callback_state`` as JSON, refusing what would not come back as it is (a tuple as a list,
+    an integer key as a string, an object)."""
     for key, value in callback_state.items():
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"callback_state[{key!r}] cannot be saved in a checkpoint: it holds JSON values only "
-                            f"(dicts, lists, strings, numbers, booleans, None): {error}") from error
+        where = _not_json(value, f"callback_state[{key!r}]") if isinstance(key, str) else f"key {key!r}"
+        if where:
+            raise TypeError(f"callback_state cannot be saved in a checkpoint: {where}; it holds JSON values only "
+                            "(dicts with string keys, lists, strings, numbers, booleans, None), which come back "
+                            "as they are")
     return json.dumps(callback_state)
+
+
+def _not_json(value: Any, where: str) -> str:
+    """Where in ``value`` something is not a JSON value ("" when all is)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return ""
+    if type(value) is list:
+        return next((found for i, item in enumerate(value) if (found := _not_json(item, f"{where}[{i}]"))), "")
+    if type(value) is dict:
+        for key, item in value.items():
+            found = _not_json(item, f"{where}[{key!r}]") if isinstance(key, str) else f"{where} has the key {key!r}"
+            if found:
+                return found
+        return ""
+    return f"{where} is {a_type(value)}"
 
 
 def _saved_callback_state(text: Any) -> dict[str, Any]:
