@@ -288,15 +288,20 @@ def _callback_state_json(callback_state: dict[str, Any]) -> str:
     return json.dumps(callback_state)
 
 
-def _not_json(value: Any, where: str) -> str:
-    """Where in ``value`` something is not a JSON value ("" when all is)."""
+def _not_json(value: Any, where: str, inside: tuple[int, ...] = ()) -> str:
+    """Where in ``value`` something is not a JSON value ("" when all is); ``inside``: the ids of
+    the containers it is in (one that holds itself is no JSON value)."""
     if value is None or isinstance(value, (str, bool, int, float)):
         return ""
+    if type(value) in (list, dict) and id(value) in inside:
+        return f"{where} holds itself"
+    inside = (*inside, id(value))
     if type(value) is list:
-        return next((found for i, item in enumerate(value) if (found := _not_json(item, f"{where}[{i}]"))), "")
+        return next((found for i, item in enumerate(value) if (found := _not_json(item, f"{where}[{i}]", inside))), "")
     if type(value) is dict:
         for key, item in value.items():
-            found = _not_json(item, f"{where}[{key!r}]") if isinstance(key, str) else f"{where} has the key {key!r}"
+            found = (_not_json(item, f"{where}[{key!r}]", inside) if isinstance(key, str)
+                     else f"{where} has the key {key!r}")
             if found:
                 return found
         return ""

@@ -135,8 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"marl-train: cannot build the trainer: {error}", file=sys.stderr)
             return 2
     run_log = None
+    created_for_resume: list[Path] = []
     try:
         if args.resume is not None:
+            created_for_resume = [path for path in (out, *out.parents) if not path.exists()]  # the leaf first
             out.mkdir(parents=True, exist_ok=True)  # only once its checkpoint loaded
             _lock_run_dir(out)
         algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs
@@ -157,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
             run_log.close()
         if not isinstance(error, ConfigError):  # a ConfigError here: another run holds the lock
             _unlock_run_dir(out)
+            for path in created_for_resume:  # a refused resume leaves no directory behind either
+                with contextlib.suppress(OSError):  # left as it is unless still empty
+                    path.rmdir()
         if isinstance(error, CheckpointError):  # a callback's saved state, damaged
             print(f"marl-train: cannot resume from {args.resume}: {error}", file=sys.stderr)
             return 2

@@ -538,10 +538,13 @@ def test_a_damaged_state_is_named_as_such_and_paths_that_are_not_checkpoints_say
         with pytest.raises(RuntimeError, match="not about the disk"):
             algo.save(tmp_path / "not_the_disk")
     assert not (tmp_path / "not_the_disk").exists()
+    looped: list = []
+    looped.append(looped)
     with _rps_config().build() as algo:  # a callback's state that would not come back as it is: said, nothing written
         for state, where in [({"when": object()}, "callback_state['mine']['when'] is an object"),
                              ({"seen": [1, (2, 3)]}, r"callback_state['mine']['seen'][1] is a tuple"),
-                             ({"games": {3: 1}}, "callback_state['mine']['games'] has the key 3")]:
+                             ({"games": {3: 1}}, "callback_state['mine']['games'] has the key 3"),
+                             (looped, "callback_state['mine'][0] holds itself")]:
             algo.callback_state["mine"] = state
             with pytest.raises(TypeError, match=re.escape(f"callback_state cannot be saved in a checkpoint: {where}; ")):
                 algo.save(tmp_path / "unsavable")

@@ -364,6 +364,10 @@ def test_marl_train_refuses_to_resume_a_damaged_league_state_in_one_line(tmp_pat
     assert "Traceback" not in err and "writing to" not in out
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["final", "progress.csv"]
     assert (tmp_path / "run" / "progress.csv").read_text() == logs
+    # Into an --out that did not exist: the directories made for it go again.
+    assert main(["connect4", "--resume", str(final), "--out", str(tmp_path / "fresh" / "new"), "--iterations", "1",
+                 "--no-progress"]) == 2
+    assert "league state" in capsys.readouterr().err and not (tmp_path / "fresh").exists()
     # An evaluation history that cannot be read back: refused before the logs are cut too.
     with PPO.from_checkpoint(final) as algo:
         algo.callback_state.clear()
