@@ -75,7 +75,9 @@ class PolicySpec:
             ``factory(observation_space, action_space, model_config) -> torch.nn.Module`` builds
             a module whose ``forward(obs) -> (dist_inputs, values)``. Masks stay outside the
             module: with masked observations it gets the space of what it sees, the
-            ``"observation"`` part (a Tuple of the members' parts for a grouped agent).
+            ``"observation"`` part (a Tuple of the members' parts for a grouped agent). A
+            factory with a ``model_keys`` attribute (the keys it reads) has any other key
+            refused by name, besides the default model's.
     """
 
     observation_space: gym.Space | None = None
@@ -478,15 +480,22 @@ class PPOConfig:
         check only these model keys (None: all)."""
         self.for_policy(spec, policy_id)
         model = self.model_for(spec)
-        if "module" not in model:  # a module factory of one's own reads what it likes
-            if model_keys is not None:
-                model = {key: model[key] for key in model_keys if key in model}
-            where = f"policy {policy_id!r}: model "
-            unknown = sorted(set(model) - set(DEFAULT_MODEL))
+        factory = model.get("module")
+        if model_keys is not None:
+            model = {key: model[key] for key in model_keys if key in model}
+        where = f"policy {policy_id!r}: model "
+        if factory is not None:  # a module factory of one's own reads what it likes, or what it says
+            reads = getattr(factory, "model_keys", None)
+            unknown = sorted(set(model) - set(DEFAULT_MODEL) - {"module"} - set(reads)) if reads is not None else []
             if unknown:
-                raise ConfigError(f"{where}has unknown keys {unknown}; the model reads {sorted(DEFAULT_MODEL)} "
-                                  f"(or pass {{'module': factory}} for a model of your own)")
-            _check_fields(model, where, _MODEL_RULES)
+                raise ConfigError(f"{where}has unknown keys {unknown}; its module {reference_of(factory) or factory!r} "
+                                  f"reads {sorted(reads)} (and the default model's keys, which it may ignore)")
+            return
+        unknown = sorted(set(model) - set(DEFAULT_MODEL))
+        if unknown:
+            raise ConfigError(f"{where}has unknown keys {unknown}; the model reads {sorted(DEFAULT_MODEL)} "
+                              f"(or pass {{'module': factory}} for a model of your own)")
+        _check_fields(model, where, _MODEL_RULES)
 
     def env_creator(self) -> Callable[[dict], Any]:
         """``creator(env_config) -> env`` from ``env`` (a class, a creator or ``"module:name"``),

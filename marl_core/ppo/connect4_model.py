@@ -136,6 +136,9 @@ def connect4_module(observation_space: Any, action_space: Any, model_config: dic
     return SideToMoveActorCritic(observation_space, action_space, model_config)
 
 
+connect4_module.model_keys = frozenset(_CONNECT4_RULES)  # type: ignore[attr-defined]  (the config refuses others)
+
+
 @functools.cache
 def _lines(height: int, width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Every line of four cells on the board: ``(L, 4)`` flat cell indices and the ``(L, H * W)``

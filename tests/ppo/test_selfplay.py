@@ -426,6 +426,19 @@ def test_connect4_model_settings_it_cannot_take_are_config_errors_naming_the_key
         config.build()
 
 
+@pytest.mark.parametrize("key", ["hiddenz", "fcnet_hiddens", "networkk"])
+def test_a_connect4_model_key_it_does_not_read_is_refused_by_name(key, tmp_path, capsys):
+    # The module factory's keys went unchecked: a typo trained the default network, exit 0.
+    config = connect4_config(num_envs=2).training(model={**connect4_config().model, key: [64]})
+    with pytest.raises(ConfigError, match=rf"policy 'main': model has unknown keys \['{key}'\]; its module "
+                                          r"'marl_core.ppo.connect4_model:connect4_module' reads \['activation', "):
+        config.validate()
+    from marl_core.ppo.cli import main
+
+    assert main(["connect4", "--iterations", "1", "--out", str(tmp_path / "run"), "--set", f'model={{"{key}": [64]}}']) == 2
+    assert f"unknown keys ['{key}']" in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
 def test_connect4_networks_refuse_another_game_at_build():
     config = connect4_config(num_envs=2).environment(make_env, env_config={"game": "tic_tac_toe"})
     with pytest.raises(SpaceError, match=r"policy 'main': connect4_module reads Connect-4 boards .*shape \(3, 6, 7\)\), "
