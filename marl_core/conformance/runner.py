@@ -73,6 +73,15 @@ DEFAULT_MAX_STEPS = 1000
 _GONE = object()  # a key missing from a dict returned earlier
 _POSSIBLE_HINT = "Set self.possible_agents in __init__ to the list of every agent id that may ever appear."
 
+
+def _probe_agent_ids(env: Any) -> list[Any]:
+    """The agent ids an env names in ``_agent_ids`` (RLlib's old API stack), sorted; [] if none."""
+    try:
+        ids = getattr(env, "_agent_ids", None)
+        return sorted(ids, key=repr) if isinstance(ids, (set, frozenset, list, tuple)) else []
+    except ENV_ERRORS:
+        return []
+
 _RAISED_HINT = (
     "Fix the exception shown in the traceback: the checker calls reset(seed=..., options=None) and sends "
     "one action per agent in the obs dict, drawn from its action space and legal under its action mask."
@@ -219,12 +228,17 @@ class _Run:
             self.collector.add("ids.agents-attr", "reading possible_agents raised", error=error, hint=_POSSIBLE_HINT)
             return []
         if not isinstance(possible, (list, tuple)) or not possible:
+            old_api = _probe_agent_ids(self.env)
             self.collector.add(
                 "ids.agents-attr",
-                f"possible_agents is {shown(possible)}; expected a non-empty list of every agent id that may appear",
-                hint=_POSSIBLE_HINT,
+                f"possible_agents is {shown(possible)}; expected a non-empty list of every agent id that may appear"
+                + (f" (the env names {names(old_api)} in _agent_ids, as on RLlib's old API stack, which this "
+                   "MultiAgentEnv does not read)" if old_api else ""),
+                hint=_POSSIBLE_HINT + (" On RLlib's old API stack: self.possible_agents = sorted(self._agent_ids), "
+                                       "or subclass RLlib's MultiAgentEnv (bridges.wrap reads _agent_ids)."
+                                       if old_api else ""),
             )
-            return _ids_in(possible)
+            return _ids_in(possible) or old_api
         possible = self._first_possible = list(possible)
         unhashable = [a for a in possible if not is_hashable(a)]
         if unhashable:

@@ -365,6 +365,36 @@ def test_possible_agents_changed_by_reset_is_named_with_both_lists() -> None:
     ), finding.message
 
 
+class _OldApiStackOfOurs(MultiAgentEnv):
+    """RLlib's old API stack (agents in ``_agent_ids``, Dict spaces) on our MultiAgentEnv, whose
+    ``possible_agents`` stays empty: RLlib's class reads ``_agent_ids``, ours does not."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__()
+        self._agent_ids = {"a", "b"}
+        self.observation_space = spaces.Dict({a: spaces.Box(0.0, 1.0, (2,), np.float32) for a in "ab"})
+        self.action_space = spaces.Dict({a: spaces.Discrete(2) for a in "ab"})
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a", "b"]
+        return {a: self.np_random.random(2).astype(np.float32) for a in "ab"}, {}
+
+    def step(self, action_dict: dict) -> tuple:
+        self.t += 1
+        obs = {a: self.np_random.random(2).astype(np.float32) for a in "ab"}
+        return obs, dict.fromkeys("ab", 1.0), {"__all__": self.t >= 3}, {"__all__": False}, {}
+
+
+def test_an_old_api_stack_env_on_our_class_is_told_how_to_declare_its_agents() -> None:
+    # It got four ids.known errors, "which is not in possible_agents []", and no word of _agent_ids.
+    report = check_env(_OldApiStackOfOurs)
+    (finding,) = report.findings
+    assert finding.rule == "ids.agents-attr"
+    assert "(the env names ['a', 'b'] in _agent_ids, as on RLlib's old API stack" in finding.message
+    assert "self.possible_agents = sorted(self._agent_ids)" in finding.hint
+
+
 def test_unknown_keys_are_named_against_the_list_read_before_the_first_reset() -> None:
     finding = next(f for f in check_env(broken_envs.UnknownRewardKey).findings if f.rule == "ids.known")
     assert "which is not in possible_agents ['a', 'b', 'c'] (as read before the first reset)" in finding.message
