@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 
 from marl_core.conformance.collect import ENV_ERRORS, Collector, describe, is_hashable, shown
+from marl_core.conformance.rules import RULES
 from marl_core.env import ALL, COMMON
 from marl_core.errors import a_type, shape_of
 from marl_core.spaces import (
@@ -473,16 +474,23 @@ class CallChecker:
                 key="not an array",
             )
             return None
+        if isinstance(observation, Mapping) and mask is not None:
+            form = _mask_form_problem(observation, np.asarray(mask))
+        hint = _FORM_HINT if form is not None else None
         if problem is None:
-            if isinstance(observation, Mapping) and mask is not None:
-                form = _mask_form_problem(observation, mask)
             if form is not None:  # a sound mask in another form: still followed, but the trainer refuses it
-                self.collector.add(
-                    "masks.valid", f"agent {shown(agent_id)} {at} has {form}", agent=agent_id, step=step, key=form[:30]
-                )
+                self.collector.add("masks.valid", f"agent {shown(agent_id)} {at} has {form}", agent=agent_id,
+                                   step=step, key=form[:30], hint=hint)
             return mask
-        self.collector.add("masks.valid", f"agent {shown(agent_id)} must act {at} and has {problem}", agent=agent_id, step=step, key=problem[:30])
+        also = f"; it also has {form}" if form is not None and type(observation) is not tuple else ""
+        self.collector.add("masks.valid", f"agent {shown(agent_id)} must act {at} and has {problem}{also}",
+                           agent=agent_id, step=step, key=problem[:30],
+                           hint=None if hint is None else f"{RULES['masks.valid'].fix} {hint}")
         return _NO_LEGAL_ACTION if problem.startswith(_ALLOWS_NOTHING) else None
+
+
+_FORM_HINT = (f"Return a masked observation as the Dict {{{OBS_KEY!r}: ..., {MASK_KEY!r}: mask}} of int8 0/1 entries, "
+              f"in the space `marl_core.spaces.masked_space(observation_space, num_actions)`.")
 
 
 _VALUES = re.compile(r"-?\d+(\.\d*)?([eE][-+]?\d+)?|'[^']*'|\"[^\"]*\"")

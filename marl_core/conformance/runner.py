@@ -524,6 +524,7 @@ class _Run:
                 try:
                     if step == 0:
                         result = env.reset(seed=episode.seed, options=None)
+                        leak = leak and not _left_unseeded(env, episode.seed)  # the likelier cause, then
                     else:
                         result = env.step(snapshot(episode.actions[step - 1]))
                         self.steps += 1
@@ -595,3 +596,12 @@ def _difference(record: Record, result: Any, step: int) -> tuple[str, Any] | Non
         frame = Frame(step, result[0], result[4], result[1], result[2], result[3])
     return first_difference(record, Record.of(frame))
 
+
+def _left_unseeded(env: Any, seed: int) -> bool:
+    """Whether ``env.reset(seed=seed)`` left the env's ``np_random`` seeded otherwise (it did not
+    call ``super().reset(seed=seed)``)."""
+    try:
+        value = getattr(env, "np_random_seed", None)
+    except ENV_ERRORS:
+        return False
+    return isinstance(value, int) and value not in (seed, -1)

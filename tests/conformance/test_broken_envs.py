@@ -395,6 +395,67 @@ def test_an_old_api_stack_env_on_our_class_is_told_how_to_declare_its_agents() -
     assert "self.possible_agents = sorted(self._agent_ids)" in finding.hint
 
 
+class _NoSuperReset(MultiAgentEnv):
+    """Draws from ``self.np_random`` but never calls ``super().reset(seed=seed)``."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = ["a"]
+        self.observation_spaces = {"a": spaces.Box(0.0, 1.0, (2,), np.float32)}
+        self.action_spaces = {"a": spaces.Discrete(3)}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        self.t = 0
+        return {"a": self.np_random.random(2).astype(np.float32)}, {}
+
+    def step(self, action_dict: dict) -> tuple:
+        self.t += 1
+        done = self.t >= 3
+        return ({"a": self.np_random.random(2).astype(np.float32)}, {"a": 0.0}, {"a": done, "__all__": done},
+                {"a": False, "__all__": False}, {})
+
+
+def test_a_reset_that_leaves_np_random_unseeded_is_not_blamed_on_state_carried_over() -> None:
+    # The same-instance finding added "Something carries over from the previous episode", which
+    # pointed away from the missing super().reset(seed=seed).
+    findings = check_env(_NoSuperReset).findings
+    assert [f.rule for f in findings] == ["determinism.seed", "determinism.seed"]
+    assert all("super().reset(seed=seed)" in f.hint and "carries over" not in f.hint for f in findings)
+    leaky = [f for f in check_env(broken_envs.LeakyEpisodeCounter).findings if "same instance" in f.message]
+    assert leaky and all("carries over" in f.hint for f in leaky)  # state that does carry over still says so
+
+
+def test_a_mask_in_a_dict_of_other_keys_is_told_the_canonical_form_even_beside_another_problem() -> None:
+    class WrongKey(MultiAgentEnv):
+        def __init__(self, config: dict | None = None) -> None:
+            super().__init__()
+            self.size = (config or {}).get("size", 3)
+            self.agents = self.possible_agents = ["a"]
+            self.observation_spaces = {"a": spaces.Dict({"obs": spaces.Box(0.0, 1.0, (2,), np.float32),
+                                                         "action_mask": spaces.Box(0, 1, (self.size,), np.int8)})}
+            self.action_spaces = {"a": spaces.Discrete(3)}
+
+        def _obs(self) -> dict:
+            return {"a": {"obs": np.zeros(2, np.float32), "action_mask": np.ones(self.size, np.int8)}}
+
+        def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+            super().reset(seed=seed)
+            self.t = 0
+            return self._obs(), {}
+
+        def step(self, action_dict: dict) -> tuple:
+            self.t += 1
+            done = self.t >= 3
+            return self._obs(), {"a": 0.0}, {"a": done, "__all__": done}, {"a": False, "__all__": False}, {}
+
+    (finding,) = check_env(WrongKey).findings
+    assert finding.rule == "masks.valid" and "masked_space(observation_space, num_actions)" in finding.hint
+    assert "mask_from_legal" not in finding.hint  # it was the only hint, about another problem
+    (finding,) = check_env(lambda: WrongKey({"size": 4})).findings  # the wrong size was all it said
+    assert "needs (3,); it also has an action_mask in a Dict with keys ['action_mask', 'obs']" in finding.message
+    assert "mask_from_legal" in finding.hint and "masked_space" in finding.hint
+
+
 def test_unknown_keys_are_named_against_the_list_read_before_the_first_reset() -> None:
     finding = next(f for f in check_env(broken_envs.UnknownRewardKey).findings if f.rule == "ids.known")
     assert "which is not in possible_agents ['a', 'b', 'c'] (as read before the first reset)" in finding.message
