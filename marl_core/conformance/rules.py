@@ -223,7 +223,8 @@ _CATALOG = (
         "Episodes end (`\"__all__\"`) within the checker's `max_steps` under random play.",
         "terminateds = {\"__all__\": False}        # always: the episode never ends",
         "End the episode, or truncate it after a step budget with `truncateds[\"__all__\"] = "
-        "True` (or raise `max_steps` if the episodes are long on purpose).",
+        "True` (or raise the checker's `max_steps`, `--max-steps` of `marl-check`, if the episodes "
+        "are long on purpose).",
     ),
     Rule(
         "close.idempotent",
