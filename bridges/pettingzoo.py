@@ -293,6 +293,8 @@ class PettingZooEnv(_PettingZooBase):
     def __init__(self, env: Any, *, check_legal: bool = True, mask_in_info: bool | None = None) -> None:
         self._acting: AgentID | None = None
         self._mask: np.ndarray | None = None
+        # What reset() met but cannot return (rewards; agents it found ended): the first step returns it.
+        self._from_reset: tuple[MultiAgentDict, ...] | None = None
         super().__init__(env, check_legal=check_legal, mask_in_info=mask_in_info)
 
     def _reset_env(
@@ -311,14 +313,21 @@ class PettingZooEnv(_PettingZooBase):
         self._reset_env(seed, options)
         obs: ObsDict = {}
         infos: MultiAgentDict = {}
-        rewards: MultiAgentDict = {}
+        rewards: MultiAgentDict = {agent_id: reward for agent_id, reward in self.env.rewards.items() if reward}
         terminateds: MultiAgentDict = {}
         truncateds: MultiAgentDict = {}
+        self._from_reset = None
         self._advance(obs, rewards, terminateds, truncateds, infos)
         if self._acting is None:
             raise EnvContractError(
                 f"{self.env} has no agent to act after reset() (agents: {list(self.env.agents)})"
             )
+        # Agents found ended (their dead steps made here) act in no step: their final observation
+        # and flags come with the first step's result, as do rewards paid at reset.
+        ended = {agent_id for agent_id, flag in (*terminateds.items(), *truncateds.items()) if flag}
+        if ended or rewards:
+            gone = ({a: obs.pop(a) for a in ended if a in obs}, {a: infos.pop(a) for a in ended if a in infos})
+            self._from_reset = (rewards, *gone, {a: terminateds[a] for a in ended}, {a: truncateds[a] for a in ended})
         if self._export is not None:
             infos = self._with_common_infos(infos)
         return obs, infos
@@ -345,10 +354,23 @@ class PettingZooEnv(_PettingZooBase):
         truncateds: MultiAgentDict = {}
         infos: MultiAgentDict = {}
         done = self._advance(obs, rewards, terminateds, truncateds, infos)
+        if self._from_reset is not None:
+            self._add_from_reset(rewards, obs, infos, terminateds, truncateds)
         terminateds[ALL], truncateds[ALL] = _end_flags(done, terminateds, truncateds)
         if self._export is not None:
             infos = self._with_common_infos(infos)
         return obs, rewards, terminateds, truncateds, infos
+
+    def _add_from_reset(self, rewards: MultiAgentDict, *reported: MultiAgentDict) -> None:
+        """Add what ``reset()`` met to the first step's result: its rewards to the step's, and the
+        final observations, infos and flags of the agents it found ended."""
+        kept_rewards, *kept = self._from_reset  # type: ignore[misc]
+        self._from_reset = None
+        for agent_id, reward in kept_rewards.items():
+            rewards[agent_id] = rewards.get(agent_id, 0) + reward
+        for mapping, earlier in zip(reported, kept, strict=True):
+            for agent_id, value in earlier.items():
+                mapping.setdefault(agent_id, value)
 
     def _advance(
         self,

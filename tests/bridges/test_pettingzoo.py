@@ -244,6 +244,105 @@ def test_rewards_reach_agents_when_they_happen_including_dead_steps():
         env.step({"bob_0": 0})
 
 
+class EndedAtReset(AECEnv):
+    """``a`` is terminated from the start and selected first: PettingZoo's first turn is its dead
+    step, in which the others earn ``dead_reward``; ``b`` earns 0.25 at reset; ``b`` and ``c`` then
+    take turns, each earning 1 per turn, for four turns."""
+
+    metadata = {"name": "ended_at_reset", "is_parallelizable": False, "render_modes": []}
+
+    def __init__(self, dead_reward: float = 0.5) -> None:
+        self.possible_agents = ["a", "b", "c"]
+        self.dead_reward = dead_reward
+        self.render_mode = None
+
+    def observation_space(self, agent: str) -> spaces.Box:
+        return spaces.Box(0.0, 10.0, (1,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return spaces.Discrete(2)
+
+    def observe(self, agent: str) -> np.ndarray:
+        return np.array([self.t], np.float32)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        self.rewards = {"a": 0.0, "b": 0.25, "c": 0.0}
+        self._cumulative_rewards = dict(self.rewards)
+        self.terminations = {agent: agent == "a" for agent in self.agents}
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {agent: {"who": agent} for agent in self.agents}
+        self.agent_selection = "a"
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self._was_dead_step(action)
+            if self.agents:
+                self.agent_selection = self.agents[0]
+            for other in self.agents:
+                self.rewards[other] = self.dead_reward
+            self._accumulate_rewards()
+            return
+        self._cumulative_rewards[agent] = 0.0
+        self.t += 1
+        self._clear_rewards()
+        for other in self.agents:
+            self.rewards[other] = 1.0
+        if self.t >= 4:
+            for other in self.agents:
+                self.terminations[other] = True
+        self._accumulate_rewards()
+        self.agent_selection = self.agents[(self.agents.index(agent) + 1) % len(self.agents)]
+
+
+def _raw_returns(env: Any, seed: int) -> dict:
+    """Each agent's sum of what ``last()`` reports to it in PettingZoo's own loop (first legal actions)."""
+    env.reset(seed=seed)
+    returns: dict = {}
+    for agent_id in env.agent_iter():
+        observation, reward, terminated, truncated, info = env.last()
+        returns[agent_id] = returns.get(agent_id, 0.0) + reward
+        mask = info.get("action_mask") if isinstance(info, dict) else None
+        if isinstance(observation, dict):
+            mask = observation.get("action_mask", mask)
+        env.step(None if terminated or truncated else int(np.flatnonzero(mask)[0]) if mask is not None else 0)
+    return returns
+
+
+def _bridged_returns(env: PettingZooEnv, seed: int) -> tuple[dict, list]:
+    obs, _ = env.reset(seed=seed)
+    returns: dict = {}
+    seen = [list(obs)]
+    ended: set = set()
+    while True:
+        actions = {a: int(np.flatnonzero(o["action_mask"])[0]) if isinstance(o, dict) else 0
+                   for a, o in obs.items() if a not in ended}
+        obs, rewards, terminateds, truncateds, _ = env.step(actions)
+        seen.append((list(obs), {a: f for a, f in terminateds.items() if f}))
+        ended |= {a for a in obs if terminateds.get(a) or truncateds.get(a)}
+        for agent_id, reward in rewards.items():
+            returns[agent_id] = returns.get(agent_id, 0.0) + reward
+        if terminateds[ALL] or truncateds[ALL]:
+            return returns, seen
+
+
+def test_an_agent_ended_at_reset_and_rewards_paid_at_reset_reach_the_first_step():
+    # reset() made the ended agent's dead step and dropped its rewards; the ended agent was in
+    # reset's obs dict, as if it had to act, and never flagged.
+    env = PettingZooEnv(EndedAtReset())
+    obs, infos = env.reset(seed=0)
+    assert list(obs) == ["b"] and "a" not in infos
+    obs, rewards, terminateds, truncateds, infos = env.step({"b": 0})
+    assert terminateds["a"] and not truncateds["a"] and float(obs["a"][0]) == 0.0  # its final observation
+    assert infos["a"] == {"who": "a"}
+    assert rewards == pytest.approx({"b": 0.25 + 0.5 + 1.0, "c": 0.5 + 1.0})  # reset's, a's dead step's, b's turn's
+    returns, _ = _bridged_returns(PettingZooEnv(EndedAtReset()), 0)
+    assert returns == pytest.approx({a: r for a, r in _raw_returns(EndedAtReset(), 0).items() if r})
+    assert check_env(lambda: PettingZooEnv(EndedAtReset())).ok
+
+
 def test_bad_actions_raise_clear_errors_and_leave_the_env_unchanged():
     env = PettingZooEnv(tictactoe.env())
     env.reset(seed=0)
