@@ -272,11 +272,13 @@ class PettingZooEnv(_PettingZooBase):
           ``for agent in env.agent_iter(): env.last()`` loop, but for a dead step whose
           observation is None (or, around :func:`to_aec`, a placeholder for an agent the
           MultiAgentEnv never observed): that agent has no final observation, so only its flags
-          (and rewards) say it ended, and its info, if any, goes under ``"__common__"``.
+          (and rewards) say it ended, and its info, if any, goes under ``"__common__"``. An
+          agent already ended at reset (PettingZoo's first turn is its dead step) acts in no
+          step: it is not in reset's dict, and comes with the first step's result instead.
         - **Rewards:** every step returns ``env.rewards`` summed over the agent's step and the
           dead steps that follow, for every agent it names, so rewards reach agents as they
           happen (not at their next turn) and each agent's sum equals the sum of what ``last()``
-          reports to it in PettingZoo.
+          reports to it in PettingZoo. Rewards paid at reset come with the first step.
         - **"__all__":** True in ``terminateds`` when the last agent has left, or in ``truncateds``
           instead when an agent ending in that step was truncated and not terminated.
         - **Chance and seeding:** ``reset(seed=s)`` resets the wrapped env with ``seed=s``; the
