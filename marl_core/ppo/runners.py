@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,10 @@ logger = logging.getLogger(__name__)
 
 # ray.wait takes its timeout in int64 milliseconds: longer timeouts are waited for in steps of this.
 _LONGEST_WAIT_S = 3600.0
+
+# The Ray this module started and how many runner groups use it: the last to stop shuts it down,
+# so one trainer's stop() never pulls Ray from under another's runners.
+_started_ray: dict[str, Any] = {"cluster": None, "users": 0, "generation": 0}
 
 
 def _check_reachable(address: str) -> None:
@@ -44,7 +49,11 @@ def _check_reachable(address: str) -> None:
 
 
 class RunnerGroup:
-    """``num_runners`` :class:`~marl_core.ppo.rollout.EnvRunner` actors and their restarts."""
+    """``num_runners`` :class:`~marl_core.ppo.rollout.EnvRunner` actors and their restarts.
+
+    Ray is started here when it is not running (and shut down by the last group using it, so
+    trainers in one process share it); a Ray the caller started stays up.
+    """
 
     def __init__(self, env_creator: Callable[[dict], Any], env_config: dict, num_runners: int, num_envs: int,
                  *, seed: int | None, ray_address: str | None, num_cpus: int | None, max_restarts: int,
@@ -56,27 +65,42 @@ class RunnerGroup:
 
         from marl_core.ppo.rollout import EnvRunner
 
-        self.owns_ray = not ray.is_initialized()
-        self._cluster: Any = None
-        if self.owns_ray:
+        # Ours to shut down when this module started it (for this group or another still running).
+        self.owns_ray = not ray.is_initialized() or _started_ray["users"] > 0
+        self.runners: list[Any] = []
+        if not ray.is_initialized():
             if ray_address:
                 _check_reachable(ray_address)
                 ray.init(address=ray_address, log_to_driver=False, logging_level=logging.WARNING)
             else:
-                self._cluster = _start_local_ray(num_cpus)
-        total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
-        self.cpus_per_runner = min(1.0, total_cpus / num_runners)
-        self._actor_class = ray.remote(num_cpus=self.cpus_per_runner, max_restarts=0)(EnvRunner)
-        self._creator_blob = cloudpickle.dumps(env_creator)
-        self._args = (env_config, num_envs)
-        self._seed, self._max_env_errors, self._log_level = seed, max_env_errors_in_a_row, log_level
-        self._vector = (vector_mode, vector_num_workers, torch_threads, stream)
-        self.max_restarts = max_restarts
-        self.sample_timeout_s = sample_timeout_s
-        self._next_worker_index = 1
-        self.runners = [self._make() for _ in range(num_runners)]
-        self.versions = [-1] * num_runners
-        self.num_restarts = 0
+                _started_ray["cluster"] = _start_local_ray(num_cpus)
+            # A new Ray: groups of one shut down under them (ray.shutdown()) no longer count.
+            _started_ray["users"], _started_ray["generation"] = 0, _started_ray["generation"] + 1
+        self._generation = _started_ray["generation"]
+        if self.owns_ray:
+            _started_ray["users"] += 1
+        try:
+            total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
+            self.cpus_per_runner = min(1.0, total_cpus / num_runners)
+            self._actor_class = ray.remote(num_cpus=self.cpus_per_runner, max_restarts=0)(EnvRunner)
+            try:
+                self._creator_blob = cloudpickle.dumps(env_creator)
+            except Exception as error:  # a lock, a file handle, ... in the env's class or closure
+                raise ConfigError(f"the env creator {env_creator!r} cannot be sent to env runners: it must pickle "
+                                  f"(cloudpickle): {type(error).__name__}: {error}; build the env from a module-level "
+                                  "class or function, or set num_env_runners=0") from error
+            self._args = (env_config, num_envs)
+            self._seed, self._max_env_errors, self._log_level = seed, max_env_errors_in_a_row, log_level
+            self._vector = (vector_mode, vector_num_workers, torch_threads, stream)
+            self.max_restarts = max_restarts
+            self.sample_timeout_s = sample_timeout_s
+            self._next_worker_index = 1
+            self.runners = [self._make() for _ in range(num_runners)]
+            self.versions = [-1] * num_runners
+            self.num_restarts = 0
+        except BaseException:
+            self.stop()  # the Ray it started, too
+            raise
 
     @classmethod
     def for_config(cls, config: PPOConfig, env_creator: Callable[[dict], Any], *, stream: int = 0) -> RunnerGroup:
@@ -101,74 +125,114 @@ class RunnerGroup:
         import ray
         from ray.exceptions import RayActorError
 
+        if not ray.is_initialized():  # ray.put would start a new Ray, without these runners
+            raise EnvRunnerError("Ray was shut down under this trainer's env runners (ray.shutdown() was called); "
+                                 "build the trainer again")
+        for index, runner in enumerate(self.runners):  # slots left empty by a failed or interrupted call
+            if runner is None:
+                self.runners[index], self.versions[index] = self._make(), -1
         weights_ref = ray.put(weights)
         pending: dict[Any, tuple[int, float]] = {}  # the call -> its runner and when it was sent
 
         def submit(index: int) -> None:
             pending[self._submit(index, version, state_blob, weights_ref, steps_per_runner)] = (index, time.monotonic())
 
-        for index in range(len(self.runners)):
-            submit(index)
         restarts = [0] * len(self.runners)
         timeout = self.sample_timeout_s
-        results = []
-        while pending:
-            wait = None if timeout is None else min(
-                _LONGEST_WAIT_S, max(0.0, min(sent for _, sent in pending.values()) + timeout - time.monotonic()))
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
-            if not ready:  # the oldest call (maybe others too) is overdue
-                now = time.monotonic()
-                for ref in [ref for ref, (_, sent) in pending.items() if now - sent >= timeout]:  # type: ignore[operator]
-                    index, _ = pending.pop(ref)
-                    self._replace(index, restarts, f"did not return its samples within sample_timeout_s={timeout:g} s")
-                    submit(index)
-                continue
-            index, _ = pending.pop(ready[0])
-            try:
-                results.append(ray.get(ready[0]))
-                self.versions[index] = version
-            except RayActorError as error:
-                # Ray's text without its tab-indented fields (actor id, pid, namespace, ip): one line
-                why = " ".join(line.strip() for line in str(error).splitlines() if line.strip() and line[0] != "\t")
-                self._replace(index, restarts, f"died ({why})", error)
+        results: dict[int, dict] = {}
+        try:
+            for index in range(len(self.runners)):
                 submit(index)
-        return results
+            while pending:
+                wait = None if timeout is None else min(
+                    _LONGEST_WAIT_S, max(0.0, min(sent for _, sent in pending.values()) + timeout - time.monotonic()))
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
+                if not ready:  # the oldest call (maybe others too) is overdue
+                    now = time.monotonic()
+                    for ref in [ref for ref, (_, sent) in pending.items() if now - sent >= timeout]:  # type: ignore[operator]
+                        index, _ = pending.pop(ref)
+                        self._replace(index, restarts, f"did not return its samples within sample_timeout_s={timeout:g} s")
+                        submit(index)
+                    continue
+                index, _ = pending.pop(ready[0])
+                try:
+                    results[index] = ray.get(ready[0])
+                    self.versions[index] = version
+                except RayActorError as error:
+                    if getattr(error, "_actor_init_failed", False):  # its __init__ raised: a restart would too
+                        self._drop(index)
+                        raise EnvRunnerError(f"env runner {index} could not start: {_init_failure(error)}") from None
+                    # Ray's text without its tab-indented fields (actor id, pid, namespace, ip): one line
+                    why = " ".join(line.strip() for line in str(error).splitlines() if line.strip() and line[0] != "\t")
+                    self._replace(index, restarts, f"died ({why})", error)
+                    submit(index)
+        except BaseException:
+            # Ctrl-C, or a runner given up: the calls still running would hold their runners (and
+            # their late results the next call's) after this one is gone, so those runners go.
+            for index, _ in pending.values():
+                self._drop(index)
+            raise
+        return [results[index] for index in range(len(self.runners))]  # in runner order: seeded runs repeat
 
     def _replace(self, index: int, restarts: list[int], why: str, error: BaseException | None = None) -> None:
         """Kill runner ``index`` and start a replacement; raise :class:`EnvRunnerError` once it has
         been replaced ``max_restarts`` times in this call."""
-        import ray
 
         restarts[index] += 1
         self.num_restarts += 1
-        with contextlib.suppress(Exception):  # it may be gone already
-            ray.kill(self.runners[index], no_restart=True)
-        if restarts[index] > self.max_restarts:
+        self._drop(index)
+        if restarts[index] > self.max_restarts:  # the next call starts a new runner in its slot
             raise EnvRunnerError(f"env runner {index} {why} (failure {restarts[index]} of this iteration; "
                                  f"max_runner_restarts={self.max_restarts})") from error
         logger.warning("env runner %d %s; starting a replacement", index, why)
         self.runners[index] = self._make()
-        self.versions[index] = -1
+
+    def _drop(self, index: int) -> None:
+        """Kill runner ``index`` and leave its slot empty (the next call fills it)."""
+        import ray
+
+        runner, self.runners[index], self.versions[index] = self.runners[index], None, -1
+        if runner is not None:
+            with contextlib.suppress(Exception):  # it may be gone already
+                ray.kill(runner, no_restart=True)
 
     def _submit(self, index: int, version: int, state_blob: bytes, weights_ref: Any, steps: int) -> Any:
         blob = state_blob if self.versions[index] != version else None
         return self.runners[index].sample.remote(version, blob, weights_ref, steps)
 
     def stop(self) -> None:
-        """Kill the runners and shut Ray down if we started it."""
+        """Kill the runners; shut Ray down if this module started it and no other group uses it."""
         import ray
 
         for runner in self.runners:
+            if runner is None:
+                continue
             try:
                 ray.kill(runner)
             except Exception:
                 logger.debug("killing a runner raised", exc_info=True)
         self.runners = []
-        if self.owns_ray and ray.is_initialized():
+        if not self.owns_ray:
+            return
+        self.owns_ray = False
+        if self._generation != _started_ray["generation"]:  # its Ray is gone already
+            return
+        _started_ray["users"] -= 1
+        if _started_ray["users"] > 0:
+            return
+        if ray.is_initialized():
             ray.shutdown()
-        if self._cluster is not None:
-            self._cluster.shutdown()
-            self._cluster = None
+        cluster, _started_ray["cluster"] = _started_ray["cluster"], None
+        if cluster is not None:
+            cluster.shutdown()
+
+
+def _init_failure(error: BaseException) -> str:
+    """The last line of the error that a runner's ``__init__`` raised (Ray's traceback around it
+    dropped, colours too): ``"VectorEnvError: env 0: its factory raised ..."``."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    lines = [line.strip() for line in text.splitlines() if re.match(r"^\s*[\w.]+(Error|Exception)\b.*: ", line)]
+    return lines[-1] if lines else text.strip().splitlines()[-1] if text.strip() else type(error).__name__
 
 
 def _start_local_ray(num_cpus: int | None) -> Any:

@@ -101,6 +101,18 @@ class SlowRockPaperScissors(RockPaperScissors):
         return super().step(action_dict)
 
 
+class FailsOutsideTheDriver(RockPaperScissors):
+    """Rock-paper-scissors that cannot be built in any process but ``driver_pid``'s (an env that
+    needs something only the driver has): the driver's probe passes, every env runner fails."""
+
+    def __init__(self, config=None):
+        import os
+
+        if os.getpid() != int((config or {})["driver_pid"]):
+            raise RuntimeError("factory fails in runner")
+        super().__init__(config)
+
+
 class HangingRockPaperScissors(RockPaperScissors):
     """Rock-paper-scissors whose step never returns (a 1000 s sleep) once the file
     ``config["arm"]`` exists; with ``config["once"]`` (a path) only the first env to create that

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from marl_core.ppo import PPOConfig
+from marl_core.ppo import runners as runners_module
 from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
 from tests.ppo.helpers import FlakyRockPaperScissors, HangingRockPaperScissors, SlowRockPaperScissors
 
@@ -122,6 +123,85 @@ def test_a_runner_that_dies_more_often_than_max_runner_restarts_is_named():
                                                  r"max_runner_restarts=0\)") as raised:
             algo.train()
         assert isinstance(raised.value.__cause__, ray.exceptions.RayActorError)
+        # The budget is per iteration: the next one starts a new runner in the slot (it kept the
+        # dead one, so every later iteration failed the same way).
+        assert algo.train()["num_env_steps_sampled"] == 400
+    finally:
+        algo.stop()
+    assert not ray.is_initialized()
+
+
+def test_trainers_share_the_ray_they_start_and_a_failed_build_leaves_none():
+    import ray
+
+    from marl_core.errors import ConfigError
+
+    lock = threading.Lock()  # cloudpickle cannot send it: a build failing after Ray started
+    unpicklable = _config(lambda config: SlowRockPaperScissors(config) if lock else None, runners=1)
+    with pytest.raises(ConfigError, match=r"cannot be sent to env runners: it must pickle \(cloudpickle\): "
+                                          r"TypeError: cannot pickle '_thread.lock' object"):
+        unpicklable.build()
+    assert not ray.is_initialized()  # it was left running, and later trainers took it for the user's
+    first = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
+    second = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
+    try:
+        first.stop()  # it shut Ray down under the second, whose train() then started a Ray of its own
+        assert ray.is_initialized() and second.train()["num_env_steps_sampled"] == 400
+    finally:
+        first.stop()
+        second.stop()
+    assert not ray.is_initialized()
+
+
+def test_seeded_runs_with_several_runners_repeat_and_an_interrupted_call_leaves_nothing_behind():
+    import _thread
+
+    import numpy as np
+    import ray
+
+    def trained_weights() -> list:
+        algo = _config(SlowRockPaperScissors, {"sleep": 0.002}).debugging(seed=0).build()
+        try:
+            for _ in range(2):
+                algo.train()
+            return algo.get_weights(["learned"])["learned"]
+        finally:
+            algo.stop()
+
+    first, second = trained_weights(), trained_weights()  # the runners' batches came in finishing order
+    assert all(np.array_equal(first[key], second[key]) for key in first)
+    algo = _config(SlowRockPaperScissors, {"sleep": 0.02}).build()
+    try:
+        algo.train()
+        timer = threading.Timer(0.5, _thread.interrupt_main)  # Ctrl-C while the runners sample
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            algo.train()
+            time.sleep(30)  # not reached: the interrupt comes during train()
+        timer.cancel()
+        started = time.monotonic()
+        result = algo.train()  # the abandoned calls neither hold the runners nor time them out
+        assert result["num_env_steps_sampled"] == 400 and result["num_runner_restarts"] == 0
+        assert time.monotonic() - started < 30
+    finally:
+        algo.stop()
+    assert not ray.is_initialized()
+
+
+def test_a_runner_whose_env_cannot_be_built_is_named_at_once_not_restarted():
+    import os
+
+    import ray
+
+    from marl_core.errors import EnvRunnerError
+    from tests.ppo.helpers import FailsOutsideTheDriver
+
+    algo = _config(FailsOutsideTheDriver, {"driver_pid": os.getpid()}, runners=1).build()
+    try:
+        with pytest.raises(EnvRunnerError, match=r"^env runner 0 could not start: .*RuntimeError: factory fails in "
+                                                 r"runner$") as raised:
+            algo.train()
+        assert "\x1b[" not in str(raised.value) and algo.runners.num_restarts == 0
     finally:
         algo.stop()
     assert not ray.is_initialized()
@@ -147,7 +227,7 @@ def test_remote_env_errors_are_counted_and_policy_changes_reach_the_runners():
         runner = algo.runners.runners[0]
         assert ray.get(runner.__ray_call__.remote(lambda actor: "torch" in sys.modules)) is False
         # The local Ray is lean: no dashboard server, autoscaler monitor or log monitor.
-        commands = _commands_of_session(algo.runners._cluster.head_node.get_session_dir_path())
+        commands = _commands_of_session(runners_module._started_ray["cluster"].head_node.get_session_dir_path())
         assert any("raylet" in command for command in commands), commands
         for unused in ("dashboard/dashboard.py", "/monitor.py", "_private/log_monitor.py"):
             assert not any(unused in command for command in commands), (unused, commands)
