@@ -79,7 +79,9 @@ class PPO:
         - **Faults**: an env raising in ``reset``/``step`` is rebuilt by its vector
           (``on_error="rebuild"``) and its episode dropped (``num_env_errors``), the other envs
           going on; a dead runner actor is replaced and asked again within the same iteration
-          (``num_runner_restarts``).
+          (``num_runner_restarts``), up to ``max_runner_restarts`` times (then an
+          :class:`~marl_core.errors.EnvRunnerError`, and the next iteration starts a new one);
+          a runner whose env cannot be built there is an ``EnvRunnerError`` at once.
 
     Attributes:
         out_dir: the run's output folder when ``marl-train`` runs it (set before the first
