@@ -483,9 +483,10 @@ class Sampler:
             # that action's value); the last one waits for the end, so later rewards still count.
             # An agent flagged without a final observation ends too (bootstrapped, if truncated,
             # with the value of its last observation).
-            flagged = [a for a in (*terminateds, *truncateds) if a != ALL and (terminateds.get(a) or truncateds.get(a))]
-            for agent_id in dict.fromkeys(flagged):
-                if agent_id not in ended and (agent_id in obs or agent_id in trajectories):
+            for flags in (terminateds, truncateds):
+                for agent_id, flag in flags.items():
+                    if not flag or agent_id == ALL or agent_id in ended or not (agent_id in obs or agent_id in trajectories):
+                        continue
                     ended[agent_id] = (bool(terminateds.get(agent_id)), obs.get(agent_id), agent_id in obs)
                     trajectory = trajectories.get(agent_id)
                     if trajectory is not None and len(trajectory.rewards) > 1:
