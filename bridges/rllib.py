@@ -383,9 +383,10 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
         for agent_id, held in self._held.items():  # infos of held agents wait with them (RLlib drops them now)
             if agent_id in infos:
                 held["info"] = {**held.get("info", {}), **infos.pop(agent_id)}
+        reported = (("obs", obs), ("info", infos), ("terminated", terminateds), ("truncated", truncateds))
         if terminateds[ALL] or truncateds[ALL]:
             for agent_id, held in self._held.items():
-                for key, mapping in (("obs", obs), ("info", infos), ("terminated", terminateds), ("truncated", truncateds)):
+                for key, mapping in reported:
                     if key in held:
                         mapping.setdefault(agent_id, held[key])
             # RLlib closes an agent with an observation: every agent it truncates, and (else it is
@@ -396,7 +397,7 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
         else:
             for agent_id in [a for a in terminateds if a not in _SPECIAL and terminateds[a] and a not in self._held]:
                 held = self._held[agent_id] = {}
-                for key, mapping in (("obs", obs), ("info", infos), ("terminated", terminateds), ("truncated", truncateds)):
+                for key, mapping in reported:
                     if agent_id in mapping:
                         held[key] = mapping.pop(agent_id)
             truncated = [a for a in truncateds if a not in _SPECIAL and truncateds[a] and a not in self._held]
