@@ -279,12 +279,11 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
 def _callback_state_json(callback_state: dict[str, Any]) -> str:
     """``callback_state`` as JSON, refusing what would not come back as it is (a tuple as a list,
     an integer key as a string, an object)."""
-    for key, value in callback_state.items():
-        where = _not_json(value, f"callback_state[{key!r}]") if isinstance(key, str) else f"key {key!r}"
-        if where:
-            raise TypeError(f"callback_state cannot be saved in a checkpoint: {where}; it holds JSON values only "
-                            "(dicts with string keys, lists, strings, numbers, booleans, None), which come back "
-                            "as they are")
+    where = _not_json(callback_state, "callback_state")
+    if where:
+        raise TypeError(f"callback_state cannot be saved in a checkpoint: {where}; it holds JSON values only "
+                        "(dicts with string keys, lists, strings, numbers, booleans, None), which come back "
+                        "as they are")
     return json.dumps(callback_state)
 
 

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         if algo is None:
             return 2
     else:
-        created = [path for path in (out, *out.parents) if not path.exists()]  # the leaf first
+        created = _missing_dirs(out)
         try:
             config.validate()  # before the run directory exists: a bad setting leaves nothing behind
             try:
@@ -126,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             algo = config.build()
         except (MultiAgentEnvError, ConnectionError, KeyboardInterrupt) as error:  # a bad setting, no cluster, Ctrl-C
             _unlock_run_dir(out)
-            for path in created:
-                with contextlib.suppress(OSError):  # left as it is unless still empty
-                    path.rmdir()
+            _remove_if_empty(created)
             if isinstance(error, KeyboardInterrupt):
                 print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
                 return 130
@@ -138,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     created_for_resume: list[Path] = []
     try:
         if args.resume is not None:
-            created_for_resume = [path for path in (out, *out.parents) if not path.exists()]  # the leaf first
+            created_for_resume = _missing_dirs(out)
             out.mkdir(parents=True, exist_ok=True)  # only once its checkpoint loaded
             _lock_run_dir(out)
         algo.out_dir = out  # callbacks and ``preset.final`` can write next to the logs
@@ -159,9 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             run_log.close()
         if not isinstance(error, ConfigError):  # a ConfigError here: another run holds the lock
             _unlock_run_dir(out)
-            for path in created_for_resume:  # a refused resume leaves no directory behind either
-                with contextlib.suppress(OSError):  # left as it is unless still empty
-                    path.rmdir()
+            _remove_if_empty(created_for_resume)  # a refused resume leaves no directory behind either
         if isinstance(error, CheckpointError):  # a callback's saved state, damaged
             print(f"marl-train: cannot resume from {args.resume}: {error}", file=sys.stderr)
             return 2
@@ -188,6 +184,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 _RUN_FILES = ("progress.csv", "checkpoint", "final")
+
+
+def _missing_dirs(out: Path) -> list[Path]:
+    """``out`` and its parents that do not exist yet (the leaf first): what making ``out`` creates."""
+    return [path for path in (out, *out.parents) if not path.exists()]
+
+
+def _remove_if_empty(paths: list[Path]) -> None:
+    """Remove the directories ``paths`` (the leaf first) made for a run that did not start, each
+    left as it is unless still empty."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
 
 def _run_dir_refusal(out: Path, *, resuming: Path | None) -> str | None:
