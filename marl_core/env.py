@@ -344,12 +344,13 @@ def seed_value(seed: int | None) -> int | None:
     """``seed`` as a Python int (numpy's integers too, as PettingZoo takes them), or None.
 
     Raises:
-        SeedError: a seed that is not a non-negative integer (what Gymnasium's seeding refuses).
+        SeedError: a seed that is not a non-negative integer (what Gymnasium's seeding refuses),
+            or a bool (which Gymnasium would take as 0 or 1: ``seed=True`` is a mistake, not a seed).
     """
     if seed is None:
         return None
     number = int(seed) if isinstance(seed, np.integer) else seed
-    if not (isinstance(number, int) and number >= 0):
+    if not (isinstance(number, int) and number >= 0) or isinstance(number, bool):
         raise SeedError(seed)
     return number
 

@@ -76,8 +76,8 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
 
     Raises:
         GroupingError: an empty group, members given as one string, a member listed twice or in
-            two groups, a member the env does not know, or a group id that is not a string or is
-            already an agent id.
+            two groups, a member the env does not know, a group id that is not a string or is
+            already an agent id, or spaces given (in a dict) for ids that are not groups.
         SpaceError: a given space that is not a Tuple with one entry per member, or a member
             whose observation space has no placeholder value (see Observations below).
 
@@ -109,7 +109,10 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
           no more infos.
           ``infos[group]["member_infos"]`` holds the members' latest info dicts.
         - **Dead agents:** the group ends when all its members have ended: truncated if any
-          member was truncated (and not terminated), terminated otherwise.
+          member was truncated (and not terminated), terminated otherwise. A group whose last
+          members end without final observations gets its final observation (its members'
+          latest) when any member got an observation, a reward or an info since the group last
+          appeared, as on ``"__all__"`` below.
         - **"__all__":** passed through (always present in both dicts); groups still alive end
           with it and get their final observation when any member got an observation, a reward
           (zero included) or an info since the group last appeared (that observation holds the
@@ -173,6 +176,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         self.action_spaces = {a: self.get_action_space(a) for a in possible}
         self.agents = []
         self._acting: list[AgentID] | None = None
+        self._refused: str | None = None  # why step() needs reset(), when an error stopped the episode
         self._asked: dict[str, list[AgentID]] = {}
         self._slots: dict[str, list[Any]] = {}
         self._ended: set[AgentID] = set()
@@ -184,6 +188,11 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         self._news: set[str] = set()  # groups whose members got anything since the group last appeared
 
     def _tuple_spaces(self, given: SpaceArg, kind: str, member_space: Any) -> dict[str, spaces.Tuple]:
+        if isinstance(given, Mapping):
+            unknown = [key for key in given if key not in self.groups]
+            if unknown:  # a misspelled group would silently get the default space
+                raise GroupingError(f"{kind} spaces given for {unknown}, which are not groups; the groups are "
+                                    f"{list(self.groups)}")
         out = {}
         for group, members in self.groups.items():
             space = given.get(group) if isinstance(given, Mapping) else given
@@ -231,14 +240,21 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         self._pending_infos = {group: {} for group in self.groups}
         self._news = set()
         self._acting = None
-        out_obs, out_infos, acting = self._translate(obs, infos, {}, {}, episode_over=False)
+        self.agents = []
+        try:
+            out_obs, out_infos, acting = self._translate(obs, infos, {}, {}, episode_over=False)
+        except (GroupingError, EnvContractError) as error:
+            self._refused = f"reset() raised {type(error).__name__}"
+            raise
+        self._refused = None
         self._acting = acting
         self._sync_agents(done=False)
         return out_obs, out_infos
 
     def step(self, action_dict: Mapping[AgentID, Any]) -> StepResult:
         if self._acting is None:
-            raise ResetNeededError("GroupAgentsWrapper.step() called before reset() or after the episode ended")
+            why = self._refused or "step() was called before reset() or after the episode ended"
+            raise ResetNeededError(f"GroupAgentsWrapper.step() needs reset(): {why}")
         inner_actions = self._ungroup_actions(action_dict)
         obs, rewards, terminateds, truncateds, infos = self.env.step(inner_actions)
         episode_over = bool(terminateds.get(ALL, False)) or bool(truncateds.get(ALL, False))
@@ -254,8 +270,10 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                 self._pending_rewards[group][agent_id] += value
                 self._news.add(group)
             out_obs, out_infos, acting = self._translate(obs, infos, terminateds, truncateds, episode_over)
-        except (GroupingError, EnvContractError):
-            self._acting = None  # the env has moved on and its result cannot be grouped: reset() is needed
+        except (GroupingError, EnvContractError) as error:
+            # The env has moved on and its result cannot be grouped: reset() is needed.
+            self._acting, self.agents = None, []
+            self._refused = f"the last step() raised {type(error).__name__}, after the env had stepped"
             raise
         out_terminateds, out_truncateds = self._flags(terminateds, truncateds, out_obs, episode_over)
         self._acting = None if episode_over else acting
@@ -348,11 +366,13 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                     asked_now[group] = asked
                     if asked and not episode_over:
                         acting.append(group)
-        if episode_over:  # the last chance to deliver what members got since their group's last turn
-            for group in self.groups:
-                if group in self._news and group not in out_obs and group not in self._groups_over:
-                    out_obs[group] = tuple(self._slots[group])
-                    asked_now[group] = []
+        # A group that ends now (with the episode, or by its last members' flags alone) has its last
+        # chance to deliver what members got since its last turn: rewards, infos, observations.
+        for group, members in self.groups.items():
+            if (group in self._news and group not in out_obs and group not in self._groups_over
+                    and (episode_over or self._ended.issuperset(members))):
+                out_obs[group] = tuple(self._slots[group])
+                asked_now[group] = []
         out_infos: dict[AgentID, Any] = {}
         for agent_id, info in infos.items():
             if agent_id not in self._group_of:

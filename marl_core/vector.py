@@ -257,6 +257,10 @@ class VectorMultiAgentEnv:
         self._check_usable()
         if self._reset_needed is not None:
             raise ResetNeededError(f"VectorMultiAgentEnv.step() {self._reset_needed}")
+        if not isinstance(action_list, Sequence) or isinstance(action_list, str):
+            # A single action dict among them: its keys would be taken for the envs' action dicts.
+            raise VectorEnvError(f"step() needs a list of action dicts, one per env ({self.num_envs}), received "
+                                 f"{type(action_list).__name__} {action_list!r:.80}")
         if len(action_list) != self.num_envs:
             raise VectorEnvError(
                 f"step() needs one action dict per env ({self.num_envs}), received {len(action_list)}"
@@ -684,6 +688,10 @@ def gather(
             out. Nothing is skipped otherwise: to batch only the agents that must act, pass
             ``where=lambda i, a: a in acting[i]`` with the vector's :attr:`~VectorMultiAgentEnv.acting`
             (agents whose final observation arrives in this step are in ``obs_list`` but do not act).
+            With ``autoreset_mode="same_step"``, an env whose episode ended in the step holds its
+            final observations in ``obs_list`` while ``acting`` already names the new episode's
+            agents (the same ids, often): put ``reset_results[i][0]`` in place of ``obs_list[i]``
+            where :attr:`~VectorMultiAgentEnv.reset_results` has an entry, before gathering.
         unstacked: policies whose batches keep their observations as a list, one per row, not
             stacked (for policies that act row by row, e.g. fixed callables: no stacking cost).
 

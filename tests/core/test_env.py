@@ -203,7 +203,7 @@ def test_np_random_is_gymnasiums_generator_for_the_last_seed() -> None:
     assert np.array_equal(drawn, seeding.np_random(7)[0].integers(1 << 30, size=4))
     env.np_random = np.random.default_rng(1)
     assert env.np_random_seed == -1
-    for bad in (-1, 1.5, "3", np.int64(-3)):
+    for bad in (-1, 1.5, "3", np.int64(-3), True, np.bool_(False)):
         with pytest.raises(SeedError, match=rf"needs a non-negative integer or None, received {re.escape(repr(bad))}") as caught:
             env.reset(seed=bad)
         assert isinstance(caught.value, Error) and isinstance(caught.value, MultiAgentEnvError)

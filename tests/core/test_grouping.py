@@ -95,6 +95,10 @@ def test_given_spaces_are_validated_and_used() -> None:
     env = RockPaperScissors().with_agent_groups({"one": ["player1"], "two": ["player2"]}, obs_space=per_group)
     assert env.get_observation_space("one") is per_group["one"]
     assert env.get_observation_space("two") == spaces.Tuple([spaces.Discrete(3)])
+    # A misspelled group id would leave its group with the default space: refused by name.
+    with pytest.raises(GroupingError, match=re.escape("action spaces given for ['tow'], which are not groups; "
+                                                      "the groups are ['one', 'two']")):
+        RockPaperScissors().with_agent_groups({"one": ["player1"], "two": ["player2"]}, act_space={"tow": per_group["one"]})
 
 
 @pytest.mark.parametrize(
@@ -296,6 +300,56 @@ def test_a_members_final_observation_arrives_whatever_its_last_reward(final_rewa
     assert infos["team"]["individual_rewards"] == {"a": final_reward, "b": 0.0}
 
 
+class MembersEndByFlagsOnly(MultiAgentEnv):
+    """``a``, ``b`` and ``c`` act together; ``a`` and ``b`` then end by flags alone (no final
+    observation), paid 1 and 2, while ``c`` goes on for one more step. With ``apart``, ``b`` ends
+    first (with its final observation 5) and ``a`` ends alone in the next step."""
+
+    def __init__(self, apart: bool) -> None:
+        super().__init__()
+        self.possible_agents = ["a", "b", "c"]
+        self.observation_spaces = {agent_id: spaces.Discrete(10) for agent_id in self.possible_agents}
+        self.action_spaces = {agent_id: spaces.Discrete(2) for agent_id in self.possible_agents}
+        self.apart = apart
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, list(self.possible_agents)
+        return dict.fromkeys(self.agents, 0), {}
+
+    def step(self, action_dict):
+        self.t += 1
+        if self.apart and self.t == 1:
+            self.agents = ["a", "c"]
+            return {"a": 1, "b": 5, "c": 1}, {"b": 2.0}, {"b": True, ALL: False}, {ALL: False}, {"a": {"t": 1}}
+        if self.t < 3 and "a" in self.agents:
+            self.agents = ["c"]
+            rewards = {"a": 1.0, "c": 0.0} if self.apart else {"a": 1.0, "b": 2.0, "c": 0.0}
+            ended = {"a": True} if self.apart else {"a": True, "b": True}
+            return {"c": 1}, rewards, {**ended, ALL: False}, {ALL: False}, {}
+        self.agents = []
+        return {"c": 2}, {"c": 1.0}, {"c": True, ALL: True}, {ALL: False}, {}
+
+
+@pytest.mark.parametrize("apart", [False, True])
+def test_a_group_whose_last_members_end_by_flags_alone_gets_its_final_entry(apart: bool) -> None:
+    # Its members' rewards and latest observations must not wait for "__all__": the group is over.
+    env = MembersEndByFlagsOnly(apart).with_agent_groups({"team": ["a", "b"]})
+    env.reset(seed=0)
+    obs, rewards, terminateds, _, infos = env.step({"team": (0, 0), "c": 0})
+    if apart:
+        assert obs["team"][1] == 5 and rewards["team"] == 2.0 and terminateds["team"] is False
+        obs, rewards, terminateds, _, infos = env.step({"team": (0, 0), "c": 0})
+    assert obs == {"c": 1, "team": (1, 5) if apart else (0, 0)}
+    assert rewards["team"] == (1.0 if apart else 3.0)
+    assert terminateds["team"] is True and terminateds[ALL] is False and env.agents == ["c"]
+    individual = {"a": 1.0, "b": 0.0} if apart else {"a": 1.0, "b": 2.0}
+    assert infos["team"] == {"individual_rewards": individual, "member_infos": {}}
+    obs, _, terminateds, _, infos = env.step({"c": 0})
+    assert obs == {"c": 2} and "team" not in terminateds and "team" not in infos
+
+
 class MaskedMembersEndApart(MultiAgentEnv):
     """Simultaneous and masked; ``x`` ends after one step with a mask that allows nothing, ``y`` after three."""
 
@@ -414,6 +468,9 @@ def test_turn_based_group_raises_naming_group_and_members() -> None:
     env = TicTacToe().with_agent_groups({"both": ["player1", "player2"]})
     with pytest.raises(GroupingError, match=r"members of group 'both' must act together, but the env asked \['player(1|2)'\] to act and not \['player(1|2)'\]"):
         env.reset(seed=0)
+    assert env.agents == []
+    with pytest.raises(ResetNeededError, match=r"needs reset\(\): reset\(\) raised GroupingError"):
+        env.step({"both": (0, 0)})
 
 
 def test_group_split_by_an_irregular_order_raises_at_the_step() -> None:
@@ -422,8 +479,9 @@ def test_group_split_by_an_irregular_order_raises_at_the_step() -> None:
     assert list(obs) == ["pair"]
     with pytest.raises(GroupingError, match=re.escape("group 'pair' must act together, but the env asked ['agent_1'] to act and not ['agent_3']")):
         env.step({"pair": (1, 1)})
-    with pytest.raises(ResetNeededError):
-        env.step({"pair": (1, 1)})
+    assert env.agents == []  # nothing can step: the env moved on without the group
+    with pytest.raises(ResetNeededError, match=r"the last step\(\) raised GroupingError"):
+        env.step({"agent_2": 0})
     assert list(env.reset(seed=1)[0]) == ["pair"]
 
 
@@ -627,7 +685,10 @@ def test_a_member_asked_to_act_with_a_mask_that_allows_nothing_is_an_env_error()
     with pytest.raises(EnvContractError, match=r"asks member 'masked' of group 'team' to act with an action mask "
                                                r"that allows no action"):
         env.step(actions)
-    with pytest.raises(ResetNeededError):  # the inner env has stepped: its result could not be grouped
+    # The inner env has stepped and its result could not be grouped: nobody is live, and the
+    # next step says why it needs a reset (not "before reset() or after the episode ended").
+    assert env.agents == []
+    with pytest.raises(ResetNeededError, match=r"needs reset\(\): the last step\(\) raised EnvContractError"):
         env.step(actions)
 
 
@@ -645,8 +706,11 @@ def test_a_member_reward_that_is_not_a_number_needs_a_reset_too() -> None:
     actions = {agent_id: policy(agent_id, observation) for agent_id, observation in obs.items()}
     with pytest.raises(EnvContractError, match=r"a reward that is not one number: None"):
         env.step(actions)  # a bare TypeError from float(None), after which step() went on
-    with pytest.raises(ResetNeededError):
+    assert env.agents == []
+    with pytest.raises(ResetNeededError, match=r"the last step\(\) raised EnvContractError"):
         env.step(actions)
+    env.reset(seed=0)
+    assert "team" in env.agents
 
 
 def test_vector_refuses_a_masked_member_action_before_any_env_steps() -> None:

@@ -487,10 +487,13 @@ def test_spaces_and_agents_are_those_of_env_zero_in_both_modes() -> None:
 # Bad input ----------------------------------------------------------------------------------
 
 
-def _bad_inputs() -> list[tuple[list[dict], str]]:
+def _bad_inputs() -> list[tuple[Any, str]]:
     ok = {"player1": 0, "player2": 1}
     return [
         ([ok], "one action dict per env (2), received 1"),
+        # One env's dict with as many keys as envs: its keys are not the envs' action dicts.
+        (ok, "step() needs a list of action dicts, one per env (2), received dict {'player1': 0, 'player2': 1}"),
+        (None, "step() needs a list of action dicts, one per env (2), received NoneType None"),
         ([ok, {**ok, "player3": 0}], "env 1: action for agent 'player3' which is not expected to act"),
         ([{"player1": 0}, ok], "env 0: no action for ['player2']"),
         ([ok, {"player1": 0, "player2": 7}], "env 1: invalid action for agent 'player2'"),
