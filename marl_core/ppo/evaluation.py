@@ -285,14 +285,22 @@ def evaluate(
     *,
     seed: int = 0,
     env_factory: Callable[[], Any] = make_connect4_env,
+    on_match: Callable[[str, MatchResult], None] | None = None,
 ) -> dict[str, MatchResult]:
-    """Play one match per ``(opponent spec, games)`` and return them by spec."""
+    """Play one match per ``(opponent spec, games)`` and return them by spec.
+
+    ``on_match(spec, result)``, when given, runs after each match: to show or keep the matches
+    finished so far while slower ones are still playing (an interrupt loses only the one playing).
+    """
     pairs = list(opponents.items()) if isinstance(opponents, Mapping) else list(opponents)
     for spec, _ in pairs:
         parse_opponent(spec)  # fail on a bad spec before any game is played
-    return {
-        spec: play_match(policy, spec, games, seed=seed, env_factory=env_factory) for spec, games in pairs
-    }
+    results: dict[str, MatchResult] = {}
+    for spec, games in pairs:
+        results[spec] = play_match(policy, spec, games, seed=seed, env_factory=env_factory)
+        if on_match is not None:
+            on_match(spec, results[spec])
+    return results
 
 
 def flat_metrics(results: Mapping[str, MatchResult]) -> dict[str, float]:

@@ -49,7 +49,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,6 +67,7 @@ from marl_core.ppo.connect4_model import (  # noqa: F401 - re-exported: checkpoi
 )
 from marl_core.ppo.evaluation import (
     EvaluationPoint,
+    MatchResult,
     evaluate,
     flat_metrics,
     load_history,
@@ -491,24 +492,40 @@ class Connect4Evaluation:
                     chart.unlink(missing_ok=True)
         self.started = time.perf_counter() - 60.0 * minutes
 
-    def _run(self, algo: PPO, opponents: Sequence[tuple[str, int]], final: bool = False) -> EvaluationPoint:
+    def _run(self, algo: PPO, opponents: Sequence[tuple[str, int]], final: bool = False,
+             on_match: Callable[[str, MatchResult], None] | None = None) -> EvaluationPoint:
+        """Play ``opponents``; the history's last point holds the matches finished so far, each
+        added as it ends (before ``on_match(spec, result)``), so an interrupt keeps them."""
         start = time.perf_counter()
         policy = algo.get_policy_callable(MAIN, explore=False)
         # Numbered by iteration, so a resumed run (or a chain of them) plays new games.
         seed = self.seed + 10_000 * (2 * int(algo.iteration) + int(final))
-        results = evaluate(policy, opponents, seed=seed)
-        seconds = time.perf_counter() - start
-        self.seconds_evaluating += seconds
-        point = EvaluationPoint(
-            iteration=int(algo.iteration),
-            minutes=(time.perf_counter() - self.started) / 60.0,
-            env_steps=int(algo.env_steps_lifetime),
-            results=results,
-            seed=seed,
-            seconds=seconds,
-        )
-        self.history.append(point)
-        return point
+        results: dict[str, MatchResult] = {}
+        begun = len(self.history)
+
+        def record() -> None:
+            self.history[begun:] = [EvaluationPoint(
+                iteration=int(algo.iteration),
+                minutes=(time.perf_counter() - self.started) / 60.0,
+                env_steps=int(algo.env_steps_lifetime),
+                results=dict(results),
+                seed=seed,
+                seconds=time.perf_counter() - start,
+            )]
+
+        def played(spec: str, match: MatchResult) -> None:
+            results[spec] = match
+            record()
+            if on_match is not None:
+                on_match(spec, match)
+
+        try:
+            evaluate(policy, opponents, seed=seed, on_match=played)
+            if not results:
+                record()  # no opponents: the point says when it was asked for
+        finally:  # the points' seconds, as a resumed run adds them up
+            self.seconds_evaluating += sum(point.seconds for point in self.history[begun:])
+        return self.history[begun]
 
     def __call__(self, algo: PPO, result: dict[str, Any]) -> None:
         """After every iteration: play evaluation games when ``every_minutes`` have passed (and the
@@ -536,10 +553,21 @@ class Connect4Evaluation:
         }
 
     def final(self, algo: PPO, out_dir: Path) -> dict[str, Any]:
-        """The final evaluation: more games, stronger MCTS; returns one summary line per opponent."""
+        """The final evaluation: more games, stronger MCTS; returns one summary line per opponent.
+
+        Each match is printed and written (``evaluation.jsonl``, ``win_rate.png``) as it ends, so
+        one interrupted keeps those before it.
+        """
         self.out_dir = Path(out_dir)
-        point = self._run(algo, self.final_opponents, final=True)
-        files = self.write(self.out_dir)
+        files: dict[str, Path] = {}
+
+        def keep(spec: str, match: MatchResult) -> None:
+            files.update(self.write(self.out_dir))
+            print(f"final evaluation: {match.summary()}", flush=True)
+
+        point = self._run(algo, self.final_opponents, final=True, on_match=keep)
+        if not files:
+            files.update(self.write(self.out_dir))
         summary: dict[str, Any] = {
             opponent_label(spec): match.summary() for spec, match in point.results.items()
         }

@@ -15,6 +15,7 @@ import torch
 from marl_core.errors import ConfigError
 from marl_core.ppo import PPO, PPOConfig
 from marl_core.ppo.cli import main
+from marl_core.ppo.evaluation import load_history
 from marl_core.ppo.presets import PRESETS, load_preset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -445,11 +446,12 @@ def test_sigterm_during_the_final_evaluation_stops_it_with_status_143(tmp_path):
                "--set", "train_batch_size=200"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    seen = []
     try:
         for line in process.stdout:  # the final checkpoint is saved just before the final evaluation
-            if line.startswith(b"final checkpoint:"):
+            seen.append(line)
+            if line.startswith(b"final evaluation: random"):  # its first match: MCTS-25's 100 games follow
                 break
-        time.sleep(1.0)
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=120)
     finally:
@@ -458,7 +460,12 @@ def test_sigterm_during_the_final_evaluation_stops_it_with_status_143(tmp_path):
             process.communicate()
     assert process.returncode == 143, err.decode()[-2000:]
     assert b"interrupted: the final evaluation stopped (the final checkpoint is saved)" in err
+    assert any(line.startswith(b"final checkpoint:") for line in seen)
     assert (tmp_path / "final" / "state.pt").exists() and not (tmp_path / "final_result.json").exists()
+    # The match it finished is kept, as the final point of the evaluation history (seed 2i + 1).
+    last = load_history(tmp_path / "evaluation.jsonl")[-1]
+    assert (last.iteration, last.seed, list(last.results)) == (1, 1_030_000, ["random"])
+    assert last.results["random"].games == 200 and (tmp_path / "win_rate.png").exists()
 
 
 def out_dir_preset():

@@ -202,7 +202,7 @@ def test_league_games_are_played_and_old_snapshots_leave():
 # Evaluation callback and checkpoints.
 
 
-def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path):
+def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path, capsys):
     algo = small_algo()
     try:
         evaluation = Connect4Evaluation(every_minutes=10.0, opponents=(("random", 4), ("mcts:5", 2)),
@@ -226,7 +226,11 @@ def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path):
         assert metrics["random/games"] == 4 and metrics["mcts5/games"] == 2 and "mcts8/games" not in metrics
         assert results[2]["evaluation"]["mcts8/games"] == 2 and results[2]["evaluation"]["random/games"] == 4
         assert 0.0 <= metrics["random/win_low"] <= metrics["random/win_rate"] <= metrics["random/win_high"] <= 1.0
+        capsys.readouterr()
         summary = evaluation.final(algo, tmp_path / "run")
+        # Each final match is printed as it ends (the slow ones come last), in the summary's words.
+        printed = capsys.readouterr().out.splitlines()
+        assert printed == [f"final evaluation: {summary['random']}", f"final evaluation: {summary['mcts10']}"]
         assert set(summary) >= {"random", "mcts10", "chart", "history", "minutes", "env_steps"}
         assert "(6 games" in summary["random"] and "(2 games" in summary["mcts10"]
         points = load_history(tmp_path / "run" / "evaluation.jsonl")
