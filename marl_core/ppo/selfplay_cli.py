@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -62,8 +62,14 @@ def load_policy(
     # good as any device (a run trained on a GPU plays on a laptop). Sampling settings of the
     # training run do not matter here, so no env runner (and no Ray) is started.
     torch.set_num_threads(1)
-    _check_saved_env(Path(checkpoint))
-    algo = PPO.from_checkpoint(str(checkpoint), num_env_runners=0, num_envs_per_env_runner=1, device="cpu")
+    saved = _saved_config(Path(checkpoint))
+    _check_saved_env(saved)
+    overrides: dict[str, Any] = {}
+    if "policy_mapping_fn" in saved and saved["policy_mapping_fn"] is None:
+        # Saved without a name (a lambda): these games pick their players themselves, so any mapping does.
+        overrides["policy_mapping_fn"] = lambda agent_id, episode, **kwargs: policy_id
+    algo = PPO.from_checkpoint(str(checkpoint), num_env_runners=0, num_envs_per_env_runner=1, device="cpu",
+                               **overrides)
     try:
         env = env_factory()
         expected = env.get_observation_space(env.possible_agents[0])
@@ -88,18 +94,26 @@ def load_policy(
     return policy, algo.stop
 
 
-def _check_saved_env(checkpoint: Path) -> None:
-    """Raise a :class:`CheckpointError` when the env the checkpoint trained does not import here:
-    most likely a checkpoint of another game (whose code the game commands do not need)."""
+def _saved_config(checkpoint: Path) -> dict[str, Any]:
+    """The checkpoint's saved config as JSON data; ``{}`` when it cannot be read (loading then
+    says what is wrong with the checkpoint itself)."""
     import json
 
+    try:
+        saved = json.loads((checkpoint / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return saved if isinstance(saved, dict) else {}
+
+
+def _check_saved_env(config: Mapping[str, Any]) -> None:
+    """Raise a :class:`CheckpointError` when the env the checkpoint trained (in its saved
+    ``config``) does not import here: most likely a checkpoint of another game (whose code the
+    game commands do not need)."""
     from marl_core.errors import CheckpointError
     from marl_core.ppo.config import resolve
 
-    try:
-        saved = json.loads((checkpoint / "config.json").read_text()).get("env")
-    except (OSError, ValueError, AttributeError):
-        return  # loading says what is wrong with the checkpoint itself
+    saved = config.get("env")
     if not isinstance(saved, str):
         return
     if saved.startswith("__main__:"):
@@ -212,6 +226,9 @@ def play_human(
 
     Returns:
         ``{"won": ..., "drawn": ..., "lost": ...}`` from the person's point of view.
+
+    Raises:
+        KeyboardInterrupt: on Ctrl-C, after the score of the games finished is written.
     """
     input_stream = sys.stdin if input_stream is None else input_stream
     output = sys.stdout if output is None else output
@@ -232,9 +249,17 @@ def play_human(
                 break
     except _Quit:
         pass
+    except KeyboardInterrupt:  # the games finished so far still count: say them, then stop
+        output.write("\n")
+        _farewell(score, output)
+        raise
+    _farewell(score, output)
+    return score
+
+
+def _farewell(score: Mapping[str, int], output: TextIO) -> None:
     output.write(f"Bye. You won {score['won']}, drew {score['drawn']}, lost {score['lost']}.\n")
     output.flush()
-    return score
 
 
 # Command lines ------------------------------------------------------------------------------
@@ -280,7 +305,8 @@ def _load_or_say(prog: str, checkpoint: str, policy_id: str) -> tuple[PolicyFn, 
         print(f"{prog}: cannot load {checkpoint}: {error}", file=sys.stderr)
         if "from_checkpoint" in str(error):  # advice for loading in Python, which this command cannot follow
             print(f"{prog}: it takes no settings for the checkpoint: load it in Python, "
-                  f"algo = PPO.from_checkpoint(path, name=value), save it again with algo.save(new_path), "
+                  f"algo = PPO.from_checkpoint(path, name=value) with a value importable by name (defined in "
+                  f"a module: not a lambda, nor in the script run), save it again with algo.save(new_path), "
                   f"and give {prog} new_path", file=sys.stderr)
         return None
 
@@ -290,7 +316,10 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``marl-eval``; returns the exit status."""
     args = eval_parser().parse_args(argv)
     opponents = args.opponent or ["random"]
-    loaded = _load_or_say("marl-eval", args.checkpoint, args.policy)
+    try:
+        loaded = _load_or_say("marl-eval", args.checkpoint, args.policy)
+    except KeyboardInterrupt:  # loading imports torch and builds the policy: seconds
+        return _interrupted("marl-eval")
     if loaded is None:
         return 2
     policy, release = loaded
@@ -301,11 +330,16 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
             match = evaluate(policy, [(spec, args.games)], seed=args.seed)[spec]
             print(match.summary(), flush=True)
     except KeyboardInterrupt:  # the opponents finished so far are printed above
-        print("\nmarl-eval: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted("marl-eval")
     finally:
         release()
     return 0
+
+
+def _interrupted(prog: str) -> int:
+    """Say that Ctrl-C stopped ``prog``; return its exit status (130, as the shell reports SIGINT)."""
+    print(f"\n{prog}: interrupted", file=sys.stderr)
+    return 130
 
 
 def play_parser() -> argparse.ArgumentParser:
@@ -324,15 +358,18 @@ def play_parser() -> argparse.ArgumentParser:
 def play_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``marl-play``; returns the exit status."""
     args = play_parser().parse_args(argv)
-    loaded = _load_or_say("marl-play", args.checkpoint, args.policy)
+    try:
+        loaded = _load_or_say("marl-play", args.checkpoint, args.policy)
+    except KeyboardInterrupt:
+        return _interrupted("marl-play")
     if loaded is None:
         return 2
     policy, release = loaded
     seat = None if args.seat is None else ["first", "second"].index(args.seat)
     try:
         play_human(policy, env_factory=GAMES[args.game], seat=seat)
-    except KeyboardInterrupt:
-        print("\nBye.")
+    except KeyboardInterrupt:  # play_human has said goodbye with the score
+        return 130
     finally:
         release()
     return 0

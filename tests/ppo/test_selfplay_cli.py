@@ -61,6 +61,44 @@ def test_ctrl_c_during_eval_is_one_line_and_status_130(checkpoint, capsys, monke
     assert capsys.readouterr().err.strip() == "marl-eval: interrupted"
 
 
+def test_ctrl_c_while_loading_is_one_line_and_status_130(checkpoint, capsys, monkeypatch):
+    import marl_core.ppo.selfplay_cli as cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "load_policy", interrupted)  # as if Ctrl-C came while torch imports
+    assert eval_main([str(checkpoint), "--games", "2"]) == 130  # it was a traceback
+    assert capsys.readouterr().err.strip() == "marl-eval: interrupted"
+    assert play_main(["connect4", str(checkpoint)]) == 130
+    assert capsys.readouterr().err.strip() == "marl-play: interrupted"
+
+
+def test_play_main_stops_with_status_130_on_ctrl_c_after_saying_the_score(checkpoint, monkeypatch, capsys):
+    from tests.ppo.test_selfplay_play import CtrlCAfter
+
+    monkeypatch.setattr(sys, "stdin", CtrlCAfter("1\n"))
+    assert play_main(["connect4", str(checkpoint)]) == 130  # it was 0, as if the person had quit
+    assert capsys.readouterr().out.endswith("\nBye. You won 0, drew 0, lost 0.\n")
+
+
+def test_eval_plays_a_checkpoint_whose_mapping_was_saved_without_a_name(checkpoint, tmp_path, capsys):
+    # A lambda policy_mapping_fn is saved as null; the evaluation games pick their players themselves.
+    import json
+    import shutil
+
+    from marl_core.errors import CheckpointError
+    from marl_core.ppo import PPO
+
+    lambda_mapped = shutil.copytree(checkpoint, tmp_path / "lambda_mapped")
+    settings = json.loads((lambda_mapped / "config.json").read_text())
+    (lambda_mapped / "config.json").write_text(json.dumps({**settings, "policy_mapping_fn": None}))
+    with pytest.raises(CheckpointError, match="policy_mapping_fn was not importable by name"):
+        PPO.from_checkpoint(lambda_mapped, num_env_runners=0)
+    assert eval_main([str(lambda_mapped), "--games", "2"]) == 0  # it was refused, with advice that looped
+    assert capsys.readouterr().out.splitlines()[1].startswith("random ")
+
+
 def test_eval_rejects_a_bad_opponent_before_loading(checkpoint, capsys):
     with pytest.raises(SystemExit) as caught:
         eval_main([str(checkpoint), "--opponent", "mcts:zero"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import pytest
 
 from marl_core.ppo.selfplay_cli import play_human, render_board
 
@@ -67,6 +68,25 @@ def test_several_games_with_a_fixed_seat_and_the_policy_winning():
     assert score == {"won": 0, "drawn": 0, "lost": 2}
     assert text.count("You lose.") == 2
     assert "Play first" not in text
+
+
+class CtrlCAfter(io.StringIO):
+    """The person's answers, then Ctrl-C at the next question."""
+
+    def readline(self, *args):
+        line = super().readline(*args)
+        if not line:
+            raise KeyboardInterrupt
+        return line
+
+
+def test_ctrl_c_says_the_score_of_the_games_finished_before_it_stops():
+    out = io.StringIO()
+    with pytest.raises(KeyboardInterrupt):  # marl-play turns it into status 130
+        play_human(leftmost, input_stream=CtrlCAfter("1\n4\n5\n6\n7\ny\n1\n"), output=out)
+    text = out.getvalue()
+    assert "You win!" in text and text.count("You play x (first).") == 2
+    assert text.endswith("Your move (column 1-7, q to quit): \nBye. You won 1, drew 0, lost 0.\n")
 
 
 def test_render_board_marks_and_numbers():
