@@ -39,12 +39,14 @@ import numpy as np
 import pyspiel
 from gymnasium import spaces
 
-from marl_core.env import ALL, AgentID, MultiAgentEnv
+from bridges.wrapping import require_multi_agent_env
+from marl_core.env import ALL, AgentID, MultiAgentEnv, seed_value
 from marl_core.errors import (
     EnvContractError,
     IllegalActionError,
     InvalidActionError,
     MultiAgentEnvError,
+    SeedError,
     UnsupportedEnvError,
 )
 from marl_core.spaces import OBS_KEY, action_mask_of, is_masked, snapshot
@@ -81,6 +83,17 @@ class _Spec:
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (with a serialized state) as its game's export, not with its envs.
         return _spec_from, (cloudpickle.dumps(self.export),)
+
+
+def _seed_of(seed: Any, seeds: Any) -> int:
+    """One of ``to_openspiel``'s ``seeds`` as an int (a float would be cut silently by ``int()``)."""
+    try:
+        value = seed_value(seed)
+    except SeedError:
+        value = None
+    if value is None:
+        raise UnsupportedEnvError(f"to_openspiel's seeds must be non-negative integers, received {seed!r} in {seeds!r}")
+    return value
 
 
 def _no_argument(factory: Callable[..., MultiAgentEnv]) -> Callable[[], MultiAgentEnv]:
@@ -191,7 +204,9 @@ def to_openspiel(
         The ``pyspiel.Game``.
 
     Raises:
-        UnsupportedEnvError: an action space is not Discrete, ``seeds`` is empty, ``name`` is not
+        UnsupportedEnvError: an action space is not Discrete, ``seeds`` is empty or holds
+            something other than non-negative integers, ``env_factory`` is an env rather than a
+            factory or builds something other than a marl_core MultiAgentEnv, ``name`` is not
             a plain name or is taken by a game that pyspiel already knows, or arguments contradict
             each other (``max_game_length`` below 1, ``utility_range`` min above max, a
             ``utility_sum`` for a game that is not constant sum).
@@ -267,8 +282,15 @@ def _define(
     utility_sum: float | None,
 ) -> tuple[_Spec, pyspiel.GameType, pyspiel.GameInfo]:
     """Check :func:`to_openspiel`'s arguments, probe the env and build what the game is made of."""
-    if not seeds:
-        raise UnsupportedEnvError("to_openspiel needs at least one seed in seeds, received none")
+    if isinstance(seeds, (str, bytes)) or not seeds:
+        raise UnsupportedEnvError(f"to_openspiel needs a sequence of one or more seeds, received {seeds!r}")
+    whole_seeds = tuple(_seed_of(seed, seeds) for seed in seeds)
+    if not callable(env_factory):
+        raise UnsupportedEnvError(
+            f"to_openspiel takes a factory that builds a MultiAgentEnv (a class or function: every game "
+            f"state builds its own env), received the {type(env_factory).__qualname__} instance {env_factory!r:.80}; "
+            "pass its class, or a function that returns a new one"
+        )
     if dynamics not in ("auto", "sequential", "simultaneous"):
         raise UnsupportedEnvError(f"dynamics must be 'auto', 'sequential' or 'simultaneous', received {dynamics!r}")
     if reward_model not in ("rewards", "terminal"):
@@ -278,6 +300,7 @@ def _define(
         raise UnsupportedEnvError(f"max_game_length must be a positive int, received {max_game_length!r}")
     build = _no_argument(env_factory)
     probe = build()
+    require_multi_agent_env(probe, "to_openspiel (through env_factory)", "openspiel")
     agents = tuple(probe.possible_agents)
     sizes, starts = [], []
     for agent_id in agents:
@@ -290,14 +313,14 @@ def _define(
         starts.append(int(space.start))
     utility, utility_range, utility_sum = _utility_of(probe, utility, utility_range, utility_sum)
     if dynamics == "auto":
-        obs, _ = probe.reset(seed=int(seeds[0]))
+        obs, _ = probe.reset(seed=whole_seeds[0])
         dynamics = "simultaneous" if len(obs) > 1 else "sequential"
     spec = _Spec(
         factory=build,
         agents=agents,
         sizes=tuple(sizes),
         starts=tuple(starts),
-        seeds=tuple(int(seed) for seed in seeds),
+        seeds=whole_seeds,
         max_game_length=int(max_game_length),
         terminal_rewards=reward_model == "terminal",
         tensor_shape=_tensor_shape(probe, agents),
@@ -633,6 +656,17 @@ class _EnvState(pyspiel.State):
         if player == pyspiel.PlayerId.CHANCE:
             self._position._check_chance_outcome(action)
             return f"seed={spec.seeds[action]}"
+        if not 0 <= player < len(spec.agents):  # the current player, at a simultaneous or terminal node
+            why = {pyspiel.PlayerId.SIMULTANEOUS: " (simultaneous: this game names no joint actions, so name each "
+                                                  "player's action with that player's index)",
+                   pyspiel.PlayerId.TERMINAL: " (terminal: a finished game has no player to act)"}.get(player, "")
+            raise MultiAgentEnvError(
+                f"action_to_string(player={player}, action={action}): the player must be an agent's index "
+                f"(0-{len(spec.agents) - 1}: {list(spec.agents)}) or chance (-1), not {player}{why}"
+            )
+        if not 0 <= action < spec.sizes[player]:
+            raise MultiAgentEnvError(f"action_to_string(player={player}, action={action}): agent "
+                                     f"{spec.agents[player]!r} has actions 0-{spec.sizes[player] - 1}")
         return f"{spec.agents[player]}:{spec.starts[player] + action}"
 
     def is_terminal(self) -> bool:

@@ -16,6 +16,7 @@ import numpy as np
 import pyspiel
 import pytest
 from open_spiel.python.algorithms import mcts
+from pettingzoo.classic import tictactoe_v3
 
 from bridges import OpenSpielEnv, to_openspiel
 from examples.rock_paper_scissors import RockPaperScissors
@@ -276,6 +277,14 @@ def test_a_turn_based_exported_game_refuses_what_its_env_would_misread() -> None
         seeded.action_to_string(pyspiel.PlayerId.CHANCE, -1)  # was "seed=2": the last seed
     with pytest.raises(MultiAgentEnvError, match=r"apply_actions\(\[0, 0\]\) at the chance node"):
         seeded.apply_actions([0, 0])
+    # Outside the players' indices, or their action ranges: OpenSpiel's current player at a terminal
+    # node (-4) was a bare IndexError, and an action outside the agent's space got a name.
+    with pytest.raises(MultiAgentEnvError, match=r"action_to_string\(player=-4, action=8\): the player must be an "
+                                                 r"agent's index \(0-1: \['player1', 'player2'\]\) .*terminal"):
+        state.action_to_string(8)
+    with pytest.raises(MultiAgentEnvError, match=r"action_to_string\(player=1, action=9\): agent 'player2' has "
+                                                 r"actions 0-8"):
+        state.action_to_string(1, 9)
 
 
 class _ReusesItsBuffer(MultiAgentEnv):
@@ -446,8 +455,23 @@ def test_refusals() -> None:
         to_openspiel(HeterogeneousSpacesEnv, name="test_heterogeneous")
     with pytest.raises(UnsupportedEnvError, match="already a pyspiel game"):
         to_openspiel(TicTacToe, name="tic_tac_toe")
-    with pytest.raises(UnsupportedEnvError, match="at least one seed"):
+    with pytest.raises(UnsupportedEnvError, match=r"a sequence of one or more seeds, received \(\)"):
         to_openspiel(TicTacToe, name="test_no_seed", seeds=())
+    # Each was cut by int() (1.7 played as seed 1) or a bare ValueError ("ab").
+    for seeds, bad in (((1.7, 2.9), "1.7"), ((True,), "True"), ((3, -1), "-1"), ((None,), "None")):
+        with pytest.raises(UnsupportedEnvError, match=rf"seeds must be non-negative integers, received {bad} in "):
+            to_openspiel(TicTacToe, name="test_bad_seeds", seeds=seeds)
+    with pytest.raises(UnsupportedEnvError, match=r"a sequence of one or more seeds, received 'ab'"):
+        to_openspiel(TicTacToe, name="test_bad_seeds", seeds="ab")
+    assert "test_bad_seeds" not in pyspiel.registered_names()
+    # An env where a factory belongs was a TypeError from functools.partial; a factory of a
+    # PettingZoo env an AttributeError ('raw_env' object has no attribute 'get_action_space').
+    with pytest.raises(UnsupportedEnvError, match=r"takes a factory that builds a MultiAgentEnv .*received the "
+                                                  r"TicTacToe instance .*pass its class"):
+        to_openspiel(TicTacToe(), name="test_instance")
+    with pytest.raises(UnsupportedEnvError, match=r"to_openspiel \(through env_factory\) takes a marl_core "
+                                                  r"MultiAgentEnv, .*it is a PettingZoo AECEnv"):
+        to_openspiel(tictactoe_v3.env, name="test_pettingzoo_factory")
 
 
 @pytest.mark.parametrize(
@@ -632,3 +656,10 @@ def test_round_trip_of_an_irregular_simultaneous_env_keeps_who_acts_and_rewards(
         done = terminateds["__all__"]
         assert done == direct_terminateds["__all__"]
     assert sums == pytest.approx(direct_sums)
+    # At its simultaneous nodes the current player is -2, which named the agent at index -2.
+    state = bridged.game.new_initial_state()
+    assert state.current_player() == pyspiel.PlayerId.SIMULTANEOUS
+    assert state.action_to_string(0, 1) == "agent_1:1"
+    with pytest.raises(MultiAgentEnvError, match=r"action_to_string\(player=-2, action=1\): .* not -2 \(simultaneous: "
+                                                 r"this game names no joint actions"):
+        state.action_to_string(1)
