@@ -498,6 +498,12 @@ class _Position:
             self.last_obs[player] = observation
             self.record[player].append(("observed", observation))
             if agent_id not in ended:
+                mask = action_mask_of(observation)
+                if mask is not None and not mask.any() and not self.done:  # OpenSpiel: a player to act has a legal action
+                    raise EnvContractError(
+                        f"{type(self.env).__name__} asks {agent_id!r} to act after {self.steps} steps with an "
+                        "action mask that allows no action; leave it out of the obs dict, or end it"
+                    )
                 acting.append(player)
         self.acting = [] if self.done else sorted(acting)
         if not self.done and not acting:

@@ -287,6 +287,35 @@ def test_a_turn_based_exported_game_refuses_what_its_env_would_misread() -> None
         state.action_to_string(1, 9)
 
 
+class _NoLegalMoveAfterTheFirst(MultiAgentEnv):
+    """Turn-based with masks; after a's move, b is asked to act with a mask that allows nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        masked = gym.spaces.Dict({"observation": gym.spaces.Discrete(2),
+                                  "action_mask": gym.spaces.Box(0, 1, (2,), np.int8)})
+        self.observation_spaces = dict.fromkeys(self.possible_agents, masked)
+        self.action_spaces = {agent_id: gym.spaces.Discrete(2) for agent_id in self.possible_agents}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.agents = list(self.possible_agents)
+        return {"a": {"observation": 0, "action_mask": np.ones(2, np.int8)}}, {}
+
+    def step(self, action_dict):
+        stuck = {"observation": 1, "action_mask": np.zeros(2, np.int8)}
+        return {"b": stuck}, {}, {"__all__": False}, {"__all__": False}, {}
+
+
+def test_a_player_asked_to_act_with_no_legal_action_is_the_envs_error() -> None:
+    # It was a decision node with legal_actions() == [], which OpenSpiel's algorithms cannot take.
+    state = to_openspiel(_NoLegalMoveAfterTheFirst, name="test_no_legal_move").new_initial_state()
+    with pytest.raises(EnvContractError, match=r"_NoLegalMoveAfterTheFirst asks 'b' to act after 1 steps "
+                                               r"with an action mask that allows no action"):
+        state.apply_action(1)
+
+
 class _ReusesItsBuffer(MultiAgentEnv):
     """Turn-based; every observation is the one array it writes the step count into."""
 
