@@ -194,7 +194,10 @@ class _Run:
         self._reset_without_arguments()
         explored = [self._explore(index) for index in range(self.episodes)]
         if self.collector.wants("determinism.seed"):
-            self._replay(self.env, explored, "on the same instance reset again after the other episodes", leak=True)
+            # Last episode first: state carried from reset to reset (a dealer that rotates with
+            # every reset, say) then differs by one reset, whatever its period.
+            self._replay(self.env, explored, "on the same instance reset again after the other episodes", leak=True,
+                         last_first=True)
             self._compare_fresh(explored)
         self._close()
 
@@ -514,9 +517,11 @@ class _Run:
         except ENV_ERRORS as error:  # reported once, for the explored instance, by close.idempotent
             logger.debug("close() of the fresh instance raised %s", describe(error))
 
-    def _replay(self, env: Any, explored: list[Episode], who: str, *, leak: bool) -> None:
-        """Replay each explored episode on ``env``; one finding at the first difference."""
-        for index, episode in enumerate(explored):
+    def _replay(self, env: Any, explored: list[Episode], who: str, *, leak: bool, last_first: bool = False) -> None:
+        """Replay each explored episode on ``env`` (in order, or the last first); one finding at
+        the first difference."""
+        order = list(enumerate(explored))
+        for index, episode in reversed(order) if last_first else order:
             label = f"episode {index} (seed {episode.seed})"
             for step, record in enumerate(episode.records):
                 call = f"reset(seed={episode.seed})" if step == 0 else f"step() at step {step}"

@@ -176,6 +176,14 @@ def test_state_leak_is_caught_on_the_same_instance_only() -> None:
     assert "reset()" in finding.hint
 
 
+@pytest.mark.parametrize(("period", "episodes"), [(3, 3), (2, 2), (2, 4), (5, 5)])
+def test_state_that_cycles_with_the_number_of_episodes_is_caught(period: int, episodes: int) -> None:
+    # Replayed in order, episode k met the same phase of the cycle again: such envs passed.
+    findings = check_env(lambda: broken_envs.RotatingDealer({"period": period}), episodes=episodes).findings
+    assert [f.rule for f in findings] == ["determinism.seed"]
+    assert "same instance reset again" in findings[0].message and "observation of agent 'a' differs" in findings[0].message
+
+
 def test_global_rng_use_is_caught_on_both_comparisons() -> None:
     findings = check_env(broken_envs.GlobalRandomNoise).findings
     assert len(findings) == 2
