@@ -83,10 +83,15 @@ class Collector:
 
     Args:
         skip: rule ids whose findings are dropped (the caller asked not to check them).
+
+    Attributes:
+        skipped_exceptions: how many dropped findings carried an exception raised by env code
+            (each stopped an episode, or a check, short): the report says so.
     """
 
     def __init__(self, skip: frozenset[str] = frozenset()) -> None:
         self.skip = skip
+        self.skipped_exceptions = 0
         self._entries: dict[tuple[str, Any, str], _Entry] = {}
         self._per_rule: dict[str, int] = {}
         self._overflow: dict[str, dict[tuple[str, Any, str], int]] = {}
@@ -110,8 +115,10 @@ class Collector:
         error: BaseException | None = None,
         key: str | None = None,
     ) -> None:
-        """Record one violation of ``rule`` (ignored when the rule is skipped)."""
+        """Record one violation of ``rule`` (ignored when the rule is skipped, but counted when
+        it carries an exception)."""
         if rule in self.skip:
+            self.skipped_exceptions += error is not None
             return
         if rule not in RULES:  # a checker bug, not the user's: never hide it behind a finding
             raise KeyError(f"unknown rule id {rule!r}")

@@ -88,6 +88,8 @@ class ConformanceReport:
         steps: how many ``step()`` calls the checker made in all.
         seconds: how long the check took.
         skipped: the rule ids that were not checked.
+        skipped_exceptions: exceptions raised by env code that only skipped rules would have
+            reported (each cut an episode or a check short, so less was checked than it seems).
         via: how ``bridges.wrap`` made the target a multi-agent env, and why (e.g. a
             ``gymnasium.Env`` without ``observation_spaces`` is checked as a one-agent
             ``GymnasiumEnv``); empty when the target is one.
@@ -102,6 +104,7 @@ class ConformanceReport:
     seconds: float = 0.0
     skipped: tuple[str, ...] = field(default_factory=tuple)
     via: str = ""
+    skipped_exceptions: int = 0
 
     @property
     def ok(self) -> bool:
@@ -136,6 +139,7 @@ class ConformanceReport:
             "steps": self.steps,
             "seconds": round(self.seconds, 4),
             "skipped": list(self.skipped),
+            "skipped_exceptions": self.skipped_exceptions,
             "via": self.via,
             "findings": [f.to_dict() for f in self.findings],
         }
@@ -166,6 +170,9 @@ class ConformanceReport:
         head += f", {self.seconds:.2f} s)" if self.seconds else ")"
         parts = [head + (f"\n{self.via}" if self.via else "")]
         if self.skipped:
-            parts.append(f"skipped rules: {', '.join(self.skipped)}")
+            hid = self.skipped_exceptions
+            parts.append(f"skipped rules: {', '.join(self.skipped)}" + (
+                f" (they hid {hid} exception{'s' * (hid != 1)} raised by the env, each of which cut an episode or "
+                "a check short: less was checked than the counts say)" if hid else ""))
         parts += [str(f) for f in self.findings]
         return "\n\n".join(parts)

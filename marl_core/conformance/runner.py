@@ -167,6 +167,7 @@ def check_env(
         steps=run.steps,
         seconds=time.perf_counter() - started,
         skipped=skipped,
+        skipped_exceptions=run.collector.skipped_exceptions,
     )
 
 

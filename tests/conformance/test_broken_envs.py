@@ -45,6 +45,17 @@ def test_skipping_the_rule_silences_it(rule: str, target: object, kwargs: dict) 
     assert report.skipped == (rule,)
 
 
+def test_skipping_a_rule_that_reports_crashes_says_how_many_it_hid() -> None:
+    # A user skipping api.step for one of its parts did not expect an env that crashes in every
+    # episode to pass as if it had been checked.
+    report = check_env(broken_envs.StepRaises, skip=["api.step"])
+    assert report.ok and report.skipped_exceptions == report.episodes == 3  # one in each episode explored
+    assert "skipped rules: api.step (they hid 3 exceptions raised by the env" in str(report)
+    assert report.to_dict()["skipped_exceptions"] == 3
+    clean = check_env(broken_envs.Duel, skip=["api.step"])
+    assert clean.skipped_exceptions == 0 and "hid" not in str(clean)
+
+
 def test_observation_finding_names_agent_path_dtype_and_step() -> None:
     report = check_env(broken_envs.Float64Observations)
     by_agent = {f.agent: f for f in report.findings}
