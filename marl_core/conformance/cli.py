@@ -2,7 +2,9 @@
 
 Exit status: 0 when no error was found (warnings allowed), 1 when errors were found, 2 when no
 report could be made: the target cannot be imported or built, the arguments are wrong, or the
-check itself failed (the message says which). ``--json`` prints the report as JSON for CI, alone
+check itself failed (the message says which). A check stopped by ``--timeout`` or Ctrl-C prints
+what it found until then (``"stopped"`` says where it was) and exits with 1 when that holds
+errors, else 2 (130 for Ctrl-C). ``--json`` prints the report as JSON for CI, alone
 on stdout (what the env prints goes to stderr); otherwise it prints plain text (no colour codes).
 With ``--json``, a run that produces no report (exit status 2) prints
 ``{"target", "ok": false, "error", "findings": []}`` (``"target"`` is null when the arguments
@@ -258,6 +260,22 @@ def _fail(message: str, as_json: bool, target: str | None) -> int:
     return 2
 
 
+def _stopped(stop: BaseException, args: argparse.Namespace) -> int:
+    """Print what a check stopped by Ctrl-C or ``--timeout`` found until then; return the exit
+    status: 130 for Ctrl-C; for the time limit 1 when errors were found by then, else 2."""
+    interrupted = isinstance(stop, KeyboardInterrupt)
+    why = "interrupted" if interrupted else (
+        f"the check did not finish within --timeout {args.timeout:g} s (an env call that never returns, or an env "
+        "too slow for the limit: raise --timeout, or lower --episodes or --max-steps)")
+    partial = getattr(stop, "partial_report", None)
+    if partial is None:  # stopped before the check began (importing or building the target)
+        status = _fail(f"{why}; no report", args.json, args.target)
+        return 130 if interrupted else status
+    print(f"marl-check: {why}; the findings until then follow ({partial.stopped})", file=sys.stderr)
+    print(json.dumps({**partial.to_dict(), "error": why}, indent=2) if args.json else str(partial))
+    return 130 if interrupted else 1 if partial.errors else 2
+
+
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line (``sys.argv`` when ``argv`` is None, as the command does); return the
@@ -292,9 +310,8 @@ def _check(args: argparse.Namespace) -> int:
             obj = load_target(args.target)
             report = check_env(obj, seed=args.seed, episodes=args.episodes, max_steps=args.max_steps, skip=args.skip,
                                name=args.target)
-    except CheckInterrupted:
-        return _fail(f"the check did not finish within --timeout {args.timeout:g} s (an env call that never "
-                     "returns?); no report", args.json, args.target)
+    except (CheckInterrupted, KeyboardInterrupt) as stop:
+        return _stopped(stop, args)
     except (TargetImportError, ConformanceError) as error:
         message = str(error)
         cause = error.__cause__

@@ -90,6 +90,8 @@ class ConformanceReport:
         skipped: the rule ids that were not checked.
         skipped_exceptions: exceptions raised by env code that only skipped rules would have
             reported (each cut an episode or a check short, so less was checked than it seems).
+        stopped: why the check stopped before its end, and where (a partial report: Ctrl-C, or
+            ``marl-check --timeout``); empty when it finished.
         via: how ``bridges.wrap`` made the target a multi-agent env, and why (e.g. a
             ``gymnasium.Env`` without ``observation_spaces`` is checked as a one-agent
             ``GymnasiumEnv``); empty when the target is one.
@@ -105,11 +107,12 @@ class ConformanceReport:
     skipped: tuple[str, ...] = field(default_factory=tuple)
     via: str = ""
     skipped_exceptions: int = 0
+    stopped: str = ""
 
     @property
     def ok(self) -> bool:
-        """True when no finding has severity ``"error"`` (warnings allowed)."""
-        return not self.errors
+        """True when the check finished and no finding has severity ``"error"`` (warnings allowed)."""
+        return not self.errors and not self.stopped
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -140,6 +143,7 @@ class ConformanceReport:
             "seconds": round(self.seconds, 4),
             "skipped": list(self.skipped),
             "skipped_exceptions": self.skipped_exceptions,
+            "stopped": self.stopped,
             "via": self.via,
             "findings": [f.to_dict() for f in self.findings],
         }
@@ -160,7 +164,7 @@ class ConformanceReport:
             raise ConformanceError("\n".join(lines), self.errors)
 
     def __str__(self) -> str:
-        verdict = "OK" if self.ok else "FAILED"
+        verdict = "FAILED" if self.errors else "INCOMPLETE" if self.stopped else "OK"
         errors, warnings = len(self.errors), len(self.warnings)
         head = (
             f"marl-check {self.target}: {verdict}, {errors} error{'s' * (errors != 1)}, "
@@ -168,7 +172,8 @@ class ConformanceReport:
             f"episodes, {self.steps} steps"
         )
         head += f", {self.seconds:.2f} s)" if self.seconds else ")"
-        parts = [head + (f"\n{self.via}" if self.via else "")]
+        parts = [head + (f"\n{self.via}" if self.via else "") + (f"\nthe check {self.stopped}: the findings until then"
+                                                                 if self.stopped else "")]
         if self.skipped:
             hid = self.skipped_exceptions
             parts.append(f"skipped rules: {', '.join(self.skipped)}" + (

@@ -123,6 +123,9 @@ def check_env(
         TargetBuildError: ``env_or_factory`` is not an env and none could be built from it.
         ConformanceError: unknown rule ids in ``skip``, ``episodes`` / ``max_steps`` below 1, or a
             negative ``seed``.
+        KeyboardInterrupt: passed on, with the report of what was checked until then (its
+            ``stopped`` says where) as its ``partial_report`` attribute; so is
+            :class:`~marl_core.conformance.collect.CheckInterrupted` (``marl-check --timeout``).
 
     Example:
         >>> from marl_core.conformance import check_env
@@ -144,9 +147,27 @@ def check_env(
     if name is not None:
         target.name = name
     run = _Run(target, Collector(frozenset(skipped)), seed, episodes, max_steps)
+
+    def report(stopped: str = "") -> ConformanceReport:
+        return ConformanceReport(
+            target=target.name,
+            via=target.via,
+            findings=run.collector.findings(),
+            seed=seed,
+            episodes=episodes,
+            max_steps=max_steps,
+            steps=run.steps,
+            seconds=time.perf_counter() - started,
+            skipped=skipped,
+            skipped_exceptions=run.collector.skipped_exceptions,
+            stopped=stopped,
+        )
+
     try:
         run.run()
-    except (KeyboardInterrupt, CheckInterrupted):
+    except (KeyboardInterrupt, CheckInterrupted) as stop:  # what was found until then goes with it
+        what = "interrupted" if isinstance(stop, KeyboardInterrupt) else "stopped by its time limit"
+        stop.partial_report = report(f"{what} while {run.where}, after {run.steps} steps")  # type: ignore[union-attr]
         raise
     except BaseException as error:  # not an Exception (trio's Cancelled, say): the run cannot go on
         rule = "api.reset" if env_method_of(error) == "reset" else "api.step"
@@ -157,18 +178,7 @@ def check_env(
         run.collector.add(rule, message, error=error, key="base exception",
                           hint="Raise Exception subclasses from env code: other BaseExceptions pass through every "
                                "`except Exception`, RLlib's env runners' and this checker's included.")
-    return ConformanceReport(
-        target=target.name,
-        via=target.via,
-        findings=run.collector.findings(),
-        seed=seed,
-        episodes=episodes,
-        max_steps=max_steps,
-        steps=run.steps,
-        seconds=time.perf_counter() - started,
-        skipped=skipped,
-        skipped_exceptions=run.collector.skipped_exceptions,
-    )
+    return report()
 
 
 class _Run:
@@ -182,6 +192,7 @@ class _Run:
         self.episodes = episodes
         self.max_steps = max_steps
         self.steps = 0
+        self.where = "setting up"  # what the check is doing, for a report cut short
         self._previous: list[tuple[Any, Any, Any, str]] = []
         self._previous_dicts: list[tuple[str, dict[Any, Any], list[tuple[Any, Any]], str]] = []
         self._first_possible: list[Any] | None = None  # possible_agents as first read, when a list
@@ -193,7 +204,10 @@ class _Run:
         self.act_spaces = act_spaces
         self.checker = CallChecker(self.env, self.collector, possible, obs_spaces, act_spaces)
         self._reset_without_arguments()
-        explored = [self._explore(index) for index in range(self.episodes)]
+        explored = []
+        for index in range(self.episodes):
+            self.where = f"exploring episode {index}"
+            explored.append(self._explore(index))
         if self.collector.wants("determinism.seed"):
             # Last episode first: state carried from reset to reset (a dealer that rotates with
             # every reset, say) then differs by one reset, whatever its period.
@@ -524,6 +538,7 @@ class _Run:
         order = list(enumerate(explored))
         for index, episode in reversed(order) if last_first else order:
             label = f"episode {index} (seed {episode.seed})"
+            self.where = f"replaying {label} {who}"
             for step, record in enumerate(episode.records):
                 call = f"reset(seed={episode.seed})" if step == 0 else f"step() at step {step}"
                 before = global_rng_state()

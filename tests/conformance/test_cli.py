@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from marl_core.conformance import check_env
 from marl_core.conformance.cli import main
 from marl_core.conformance.rules import RULES, catalog_markdown
+from tests.fixtures import broken_envs
 from tests.fixtures.broken_envs import Duel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,14 +74,52 @@ def test_a_base_exception_of_the_env_is_an_error_with_a_report(capsys: pytest.Ca
     assert finding["message"].startswith("the env raised Cancelled, which is not an Exception; the check stopped there")
 
 
-def test_a_check_past_its_timeout_is_no_report(capsys: pytest.CaptureFixture[str]) -> None:
-    # An env call that never returned hung marl-check forever, with no output.
+class HangsAfterItsFloat64Observations(broken_envs.Float64Observations):
+    def step(self, action_dict):
+        if self.t == 2:
+            HangsInStep.step(self, action_dict)
+        return super().step(action_dict)
+
+
+class InterruptedInStep(Duel):
+    def step(self, action_dict):
+        if self.t == 2:
+            raise KeyboardInterrupt  # as Ctrl-C lands, inside the env's code
+        return super().step(action_dict)
+
+
+def test_a_check_past_its_timeout_reports_what_it_found_until_then(capsys: pytest.CaptureFixture[str]) -> None:
+    # An env call that never returned hung marl-check forever, with no output; then it was "no
+    # report", the errors found before the hang thrown away.
     assert main(["tests.conformance.test_cli:HangsInStep", "--json", "--timeout", "0.5"]) == 2
     data = json.loads(capsys.readouterr().out)
-    assert data["error"] == ("the check did not finish within --timeout 0.5 s (an env call that never returns?); "
-                             "no report")
+    assert data["error"] == ("the check did not finish within --timeout 0.5 s (an env call that never returns, or "
+                             "an env too slow for the limit: raise --timeout, or lower --episodes or --max-steps)")
+    assert data["stopped"] == "stopped by its time limit while exploring episode 0, after 0 steps"
+    assert data["ok"] is False and data["findings"] == []
+    assert main(["tests.conformance.test_cli:HangsAfterItsFloat64Observations", "--timeout", "0.5"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("marl-check tests.conformance.test_cli:HangsAfterItsFloat64Observations: FAILED, 2 errors")
+    assert "the check stopped by its time limit while exploring episode 0, after 2 steps: the findings until then" in out
+    assert "error spaces.obs-contains (agent 'a', step 0)" in out
     assert main(["tests.conformance.test_cli:HangsInStep", "--timeout", "-1"]) == 2
     assert "--timeout must be a number of seconds of at least 0, received -1.0" in capsys.readouterr().err
+
+
+def test_ctrl_c_reports_what_was_found_until_then_with_status_130(capsys: pytest.CaptureFixture[str]) -> None:
+    # It was a traceback through the checker, and nothing on stdout with --json.
+    assert main(["tests.conformance.test_cli:InterruptedInStep", "--json", "--episodes", "1"]) == 130
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert (data["ok"], data["error"], data["stopped"]) == (False, "interrupted",
+                                                            "interrupted while exploring episode 0, after 2 steps")
+    assert "marl-check: interrupted; the findings until then follow" in captured.err
+    assert main(["tests.conformance.test_cli:InterruptedInStep", "--episodes", "1"]) == 130
+    assert "INCOMPLETE, 0 errors" in capsys.readouterr().out
+    with pytest.raises(KeyboardInterrupt) as caught:  # in Python: passed on, with the partial report
+        check_env(InterruptedInStep)
+    assert caught.value.partial_report.stopped == "interrupted while exploring episode 0, after 2 steps"
+    assert not caught.value.partial_report.ok
 
 
 class SwallowsTheFirstInterrupt(Duel):
