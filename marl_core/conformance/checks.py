@@ -254,9 +254,14 @@ class CallChecker:
         if not acting and not done:
             if all_missing:  # already an api.all-key finding; every agent ended: treat as over
                 return Verdict([], {}, True)
+            if frame.obs:  # the obs dict holds only final observations: the agents look as if they acted on
+                what = (f"every agent in the obs dict ({names(frame.obs)}) terminated or truncated {at}, so no agent "
+                        "must act, but '__all__' is not True")
+            else:
+                what = f"the obs dict {at} is empty, so no agent must act, but '__all__' is not True"
             self.collector.add(
                 "lifecycle.no-actor",
-                f"no agent must act {at} (obs keys: {names(frame.obs)}), but '__all__' is not True",
+                what,
                 step=frame.step,
                 key="reset" if frame.step == 0 else "step",
             )

@@ -56,6 +56,25 @@ def test_skipping_a_rule_that_reports_crashes_says_how_many_it_hid() -> None:
     assert clean.skipped_exceptions == 0 and "hid" not in str(clean)
 
 
+class TruncatesEveryoneWithoutAll(broken_envs.Duel):
+    """At its time limit every agent is truncated, with its final observation, but not "__all__"."""
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if terminateds["__all__"]:
+            return obs, rewards, {"__all__": False}, dict.fromkeys(obs, True), infos
+        return obs, rewards, terminateds, truncateds, infos
+
+
+def test_no_actor_says_when_the_agents_in_the_obs_dict_all_ended() -> None:
+    # The finding listed them as "obs keys", as if they were the agents that must act.
+    (finding,) = [f for f in check_env(TruncatesEveryoneWithoutAll).findings if f.rule == "lifecycle.no-actor"]
+    assert finding.message.startswith("every agent in the obs dict (['a', 'b']) terminated or truncated at step 6 of "
+                                      "episode 0 (seed 0), so no agent must act, but '__all__' is not True")
+    (finding,) = check_env(broken_envs.NobodyActs).findings
+    assert finding.message.startswith("the obs dict at step 3 of episode 0 (seed 0) is empty, so no agent must act")
+
+
 def test_observation_finding_names_agent_path_dtype_and_step() -> None:
     report = check_env(broken_envs.Float64Observations)
     by_agent = {f.agent: f for f in report.findings}
