@@ -170,8 +170,9 @@ def load_target(spec: str) -> Any:
     except ModuleNotFoundError as error:
         raise TargetImportError(f"cannot import module {module_name!r}: {error}") from error
     except ENV_ERRORS as error:  # sys.exit() in the module too: it would end marl-check with status 0
+        hint = _package_hint(path, attr) if isinstance(error, ImportError) and path is not None else ""
         raise TargetImportError(
-            f"importing module {module_name!r} raised {describe(error)}\n{format_exception(error)}"
+            f"importing module {module_name!r} raised {describe(error)}{hint}\n{format_exception(error)}"
         ) from error
     loaded = getattr(obj, "__file__", None)
     if path is not None and (loaded is None or Path(loaded).resolve() != path.resolve()):
@@ -187,6 +188,19 @@ def load_target(spec: str) -> Any:
                 f"{module_name}:{attr}: reading {part!r} raised {describe(error)}\n{format_exception(error)}"
             ) from error
     return obj
+
+
+def _package_hint(path: Path, attr: str) -> str:
+    """For a file inside a package (whose relative imports fail when the file is imported alone):
+    how to name it as a module of its package instead; empty for a file in no package."""
+    folder, parts = path.resolve().parent, [path.stem]
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if len(parts) == 1:
+        return ""
+    return (f"; {str(path)!r} is part of package {'.'.join(parts[:-1])!r}: name it as a module of its package, "
+            f"`marl-check {'.'.join(parts)}:{attr}`, from {str(folder)!r}")
 
 
 def _split_skip(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -391,6 +391,25 @@ def test_a_file_path_target_and_what_the_checker_made_of_the_target(tmp_path, ca
     (tmp_path / "signal.py").write_text(_USER_ENVS)
     assert main([f"{tmp_path / 'signal.py'}:Mine"]) == 2
     assert "the module name 'signal' is taken by" in capsys.readouterr().err
+    # A file of a package that imports its siblings relatively: a bare "attempted relative import
+    # with no known parent package"; now it says how to name the module (which then works).
+    package = tmp_path / "userpkg" / "envs"
+    package.mkdir(parents=True)
+    for folder in (package, package.parent):
+        (folder / "__init__.py").write_text("")
+    (package / "helpers.py").write_text(_USER_ENVS)
+    (package / "mine.py").write_text("from .helpers import Mine\n")
+    assert main([f"{package / 'mine.py'}:Mine"]) == 2
+    assert (f"is part of package 'userpkg.envs': name it as a module of its package, `marl-check "
+            f"userpkg.envs.mine:Mine`, from '{tmp_path}'") in capsys.readouterr().err
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert main(["userpkg.envs.mine:Mine", "--episodes", "1"]) == 0
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [name for name in sys.modules if name.startswith("userpkg")]:
+            del sys.modules[name]
+    capsys.readouterr()
     # A gymnasium.Env with possible_agents was checked as a one-agent env, and failed on a traceback
     # inside the bridge; now it is refused, saying what it lacks and what to do.
     assert main([f"{target}:GymStyle"]) == 2
