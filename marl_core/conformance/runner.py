@@ -107,7 +107,8 @@ def check_env(
         env_or_factory: an env instance (ours, or any object following the protocol such as a
             subclass of RLlib's ``MultiAgentEnv``); a class or factory, called with no argument (or
             with ``{}`` when it needs a ``config``); or a PettingZoo, OpenSpiel or Gymnasium env,
-            converted with ``bridges.wrap``.
+            converted with ``bridges.wrap``. An instance is used as it is, and closed at the end
+            (``close.idempotent`` calls ``close()`` twice, as Gymnasium's checker closes its env).
         seed: episode ``i`` is reset with ``seed + i``; the random actions are seeded from it too.
         episodes: how many episodes to explore (each is replayed twice for ``determinism.seed``).
         max_steps: step budget per episode (``termination.bounded`` warns past it).
