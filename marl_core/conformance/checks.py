@@ -158,12 +158,12 @@ class CallChecker:
         self.obs_spaces = obs_spaces
         self.act_spaces = act_spaces
         self.label = ""
-        self.dead: set[Any] = set()
+        self.dead: dict[Any, int] = {}  # agent -> the step it ended in
 
     def start_episode(self, label: str) -> None:
         """Forget the previous episode; ``label`` (e.g. ``"episode 0 (seed 0)"``) goes in messages."""
         self.label = label
-        self.dead = set()
+        self.dead = {}
 
     # Splitting results ------------------------------------------------------------------------
 
@@ -250,7 +250,8 @@ class CallChecker:
         acting = [] if done else [a for a in frame.obs if a not in ending]
         # Agents ending in a step that ends the episode may stay listed: nobody acts on that list.
         self._agents_attr(frame, at, acting, set() if done else ending)
-        self.dead |= ending
+        for agent_id in ending:
+            self.dead.setdefault(agent_id, frame.step)
         if not acting and not done:
             if all_missing:  # already an api.all-key finding; every agent ended: treat as over
                 return Verdict([], {}, True)
@@ -334,7 +335,8 @@ class CallChecker:
                 if agent_id in self.dead:
                     self.collector.add(
                         "lifecycle.dead-agent",
-                        f"agent {shown(agent_id)} appears in {name} {at}, after it terminated or truncated earlier in the episode",
+                        f"agent {shown(agent_id)} appears in {name} {at}, after it terminated or truncated at step "
+                        f"{self.dead[agent_id]}",
                         agent=agent_id,
                         step=frame.step,
                         key=name,

@@ -197,6 +197,7 @@ def test_reward_and_dead_agent_findings_name_the_agent_and_step() -> None:
     assert "nan" in nan.message
     (dead,) = check_env(broken_envs.DeadAgentReturns).findings
     assert (dead.agent, dead.step) == ("b", 3)
+    assert "appears in obs at step 3 of episode 0 (seed 0), after it terminated or truncated at step 2" in dead.message
 
 
 def test_state_leak_is_caught_on_the_same_instance_only() -> None:
