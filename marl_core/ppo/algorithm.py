@@ -23,7 +23,7 @@ import torch
 from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError, a_type
 from marl_core.ppo.actions import name_stuck_rows
 from marl_core.ppo.batching import concat_obs, listed, stack_obs, unfit_descriptions
-from marl_core.ppo.config import PolicySpec, PPOConfig, map_agent
+from marl_core.ppo.config import PolicySpec, PPOConfig, checked_mapping_fn, map_agent
 from marl_core.ppo.learner import Learner
 from marl_core.ppo.model import TorchPolicy
 from marl_core.ppo.rollout import Episode, LearnedSpec, Sampler
@@ -178,7 +178,8 @@ class PPO:
 
     # Policies -----------------------------------------------------------------------------------
 
-    def _spaces_for(self, policy_id: PolicyID, spec: PolicySpec | None, weights_from: str | None) -> tuple:
+    def _spaces_for(self, policy_id: PolicyID, spec: PolicySpec | None, weights_from: str | None,
+                    mapping_fn: Callable[..., PolicyID] | None = None) -> tuple:
         obs_space = spec.observation_space if spec else None
         act_space = spec.action_space if spec else None
         if (obs_space is None or act_space is None) and weights_from in self.policies:
@@ -188,7 +189,7 @@ class PPO:
                 act_space = act_space or source.action_space
         if obs_space is None or act_space is None:
             for agent_id in self._agents:
-                if map_agent(self.config.policy_mapping_fn, agent_id, Episode(-1, 0, 0)) == policy_id:
+                if map_agent(mapping_fn or self.config.policy_mapping_fn, agent_id, Episode(-1, 0, 0)) == policy_id:
                     obs_space = obs_space or self._spaces[agent_id][0]
                     act_space = act_space or self._spaces[agent_id][1]
                     break
@@ -202,14 +203,15 @@ class PPO:
             obs_space, act_space = obs_space or first[0], act_space or first[1]
         return obs_space, act_space
 
-    def _install(self, policy_id: PolicyID, entry: Any, weights_from: str | None = None) -> None:
+    def _install(self, policy_id: PolicyID, entry: Any, weights_from: str | None = None,
+                 mapping_fn: Callable[..., PolicyID] | None = None) -> None:
         if entry is not None and not isinstance(entry, PolicySpec) and callable(entry):
             self.policies[policy_id] = entry
             self._specs[policy_id] = None
             return
         if entry is not None and not isinstance(entry, PolicySpec):
             raise ConfigError(f"policy {policy_id!r}: expected None, a PolicySpec or a callable, received {entry!r}")
-        obs_space, act_space = self._spaces_for(policy_id, entry, weights_from)
+        obs_space, act_space = self._spaces_for(policy_id, entry, weights_from, mapping_fn)
         self.config.for_policy(entry, policy_id)  # a restored config's model keys stay as saved
         if self.config.seed is not None:
             torch.manual_seed(self.config.seed + zlib.crc32(policy_id.encode()))
@@ -227,12 +229,19 @@ class PPO:
         self.policies[policy_id] = policy
         self._specs[policy_id] = entry
 
-    def _set_to_train(self, to_train: list[PolicyID]) -> None:
+    def _check_to_train(self, to_train: Any, policies: Mapping[PolicyID, Any] | None = None) -> list[PolicyID]:
+        """``to_train`` as a list, checked against ``policies`` (default: the algorithm's)."""
+        policies = self.policies if policies is None else policies
+        if not isinstance(to_train, (list, tuple)) or not all(isinstance(p, str) for p in to_train):
+            raise ConfigError(f"policies_to_train must be a list of policy ids, received {to_train!r}")
         for policy_id in to_train:
-            if not isinstance(self.policies.get(policy_id), TorchPolicy):
+            if not isinstance(policies.get(policy_id), TorchPolicy):
                 raise ConfigError(f"policies_to_train names {policy_id!r}, which is not a learned policy; "
-                                  f"learned policies: {sorted(p for p, v in self.policies.items() if isinstance(v, TorchPolicy))}")
-        self.to_train = list(to_train)
+                                  f"learned policies: {sorted(p for p, v in policies.items() if isinstance(v, TorchPolicy))}")
+        return list(to_train)
+
+    def _set_to_train(self, to_train: list[PolicyID]) -> None:
+        self.to_train = self._check_to_train(to_train)
         for policy_id in self.to_train:
             if policy_id not in self.learners:
                 policy = self.policies[policy_id]
@@ -250,16 +259,24 @@ class PPO:
         trained unless ``policies_to_train`` names it). The change reaches the runners before the
         next sampling.
         """
+        if not isinstance(policy_id, str):
+            raise ConfigError(f"policy ids are strings, received {policy_id!r}")
         if policy_id in self.policies:
             raise ConfigError(f"policy {policy_id!r} exists already; policies: {sorted(self.policies)}")
         if policy is None or isinstance(policy, PolicySpec):  # its own settings (a restored config's stay as saved)
             self.config.check_policy(policy_id, policy, model_keys=policy.model if policy is not None else ())
-        if policy_mapping_fn is not None:
-            self.config.policy_mapping_fn = policy_mapping_fn
-        self._install(policy_id, policy, weights_from)
+        mapping_fn = None if policy_mapping_fn is None else checked_mapping_fn(policy_mapping_fn)
+        self._install(policy_id, policy, weights_from, mapping_fn)  # the last change that can fail but this one:
+        try:
+            to_train = None if policies_to_train is None else self._check_to_train(policies_to_train)
+        except ConfigError:
+            del self.policies[policy_id], self._specs[policy_id]  # a refused call changes nothing
+            raise
         self.config.policies = {**self.config.policy_entries(), policy_id: policy}
-        if policies_to_train is not None:
-            self._set_to_train(list(policies_to_train))
+        if mapping_fn is not None:
+            self.config.policy_mapping_fn = mapping_fn
+        if to_train is not None:
+            self._set_to_train(to_train)
         self._sync_state()
 
     def remove_policy(self, policy_id: PolicyID, *, policy_mapping_fn: Callable[..., PolicyID] | None = None,
@@ -267,17 +284,26 @@ class PPO:
         """Remove a policy; agents of ongoing episodes mapped to it are mapped again."""
         if policy_id not in self.policies:
             raise ConfigError(f"no policy {policy_id!r} to remove; policies: {sorted(self.policies)}")
+        mapping_fn = None if policy_mapping_fn is None else checked_mapping_fn(policy_mapping_fn)
+        kept = {p: v for p, v in self.policies.items() if p != policy_id}
+        to_train = self.to_train if policies_to_train is None else self._check_to_train(policies_to_train, self.policies)
+        to_train = self._check_to_train([p for p in to_train if p != policy_id], kept)  # checked before any change
         del self.policies[policy_id]
         self._specs.pop(policy_id, None)
         self.config.policies = {k: v for k, v in self.config.policy_entries().items() if k != policy_id}
-        if policy_mapping_fn is not None:
-            self.config.policy_mapping_fn = policy_mapping_fn
-        self._set_to_train([p for p in (self.to_train if policies_to_train is None else policies_to_train) if p != policy_id])
+        if mapping_fn is not None:
+            self.config.policy_mapping_fn = mapping_fn
+        self._set_to_train(to_train)
         self._sync_state()
 
-    def set_policy_mapping_fn(self, policy_mapping_fn: Callable[..., PolicyID]) -> None:
-        """Replace the mapping fn; agents of new episodes use it."""
-        self.config.policy_mapping_fn = policy_mapping_fn
+    def set_policy_mapping_fn(self, policy_mapping_fn: Callable[..., PolicyID] | str) -> None:
+        """Replace the mapping fn (a function, or its ``"module:name"`` import path); agents of
+        new episodes use it.
+
+        Raises:
+            ConfigError: ``policy_mapping_fn`` is not a function, or a path that imports one.
+        """
+        self.config.policy_mapping_fn = checked_mapping_fn(policy_mapping_fn)
         self._sync_state()
 
     def _runner_state(self) -> tuple[dict, Callable, set]:

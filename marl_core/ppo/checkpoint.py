@@ -53,6 +53,7 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             if config["policy_mapping_fn"] is not None:
                 _warn_once(f"the current policy_mapping_fn cannot be imported by name; checkpoints keep "
                            f"{config['policy_mapping_fn']}, the one the config was built with")
+        _keep_policy_spaces(config["policies"], algo)
         _warn_once(_unrestorable(config))
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         policies = {}
@@ -162,6 +163,27 @@ def _recover(path: Path) -> Path:
 # Settings that versions before the config checks took (and ignored) more loosely: RLlib's model
 # keys, "WARN" as a log level. Loading does not check them again, so such checkpoints still load.
 _TAKEN_LOOSELY_BEFORE = frozenset({"model", "policies", "log_level"})
+
+
+def _keep_policy_spaces(saved: dict[str, Any], algo: PPO) -> None:
+    """Write the spaces of learned policies into their saved entries (``saved``: the config
+    JSON's ``"policies"``) where they were inferred, from an agent or ``weights_from``: at a
+    restore no agent may map to them any more (a league's frozen snapshots), and nothing else
+    says what they observe. Spaces without a JSON form are left to inference, as before."""
+    from marl_core.spaces import space_to_json
+
+    for policy_id, policy in algo.policies.items():
+        entry = saved.get(policy_id)
+        if not isinstance(policy, TorchPolicy) or not isinstance(entry, dict) or entry.get("kind") not in ("learned", "spec"):
+            continue
+        spaces = {"observation_space": space_to_json(policy.observation_space),
+                  "action_space": space_to_json(policy.action_space)}
+        if None in spaces.values():
+            continue
+        if entry["kind"] == "learned":  # a PolicySpec of the same defaults, with the spaces
+            entry = saved[policy_id] = {"kind": "spec", "config": {}, "model": {}}
+        for name, value in spaces.items():
+            entry.setdefault(name, value)
 
 
 def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PPO:

@@ -73,7 +73,9 @@ class PolicySpec:
             ``minibatch_size``, ``grad_clip``, ``vf_clip_param``).
         model: overrides of :data:`DEFAULT_MODEL` keys, or ``{"module": factory}`` where
             ``factory(observation_space, action_space, model_config) -> torch.nn.Module`` builds
-            a module whose ``forward(obs) -> (dist_inputs, values)``. Masks stay outside the
+            a module whose ``forward(obs) -> (dist_inputs, values)``. It gets the observations
+            as they are, batched as tensors: a Discrete observation as an integer tensor of
+            values, not one-hot encoded as the default model does. Masks stay outside the
             module: with masked observations it gets the space of what it sees, the
             ``"observation"`` part (a Tuple of the members' parts for a grouped agent). A
             factory with a ``model_keys`` attribute (the keys it reads) has any other key
@@ -177,7 +179,8 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "seed": ("None or an integer of at least 0", _optional(_int_at_least(0))),
     "log_level": ("a logging level (a number, or a name such as 'WARNING' or 'INFO')", _log_level),
     "env_config": ("a dict", lambda v: isinstance(v, Mapping)),
-    "policies": ("a dict of policy id to None, a PolicySpec or a callable", lambda v: isinstance(v, Mapping)),
+    "policies": ("a dict of policy id (a string) to None, a PolicySpec or a callable",
+                 lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
     "policy_mapping_fn": ("a function (or its 'module:name' import path)", callable),
     "policies_to_train": ("None or a list of policy ids", _optional(lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v))),
     "model": ("a dict of model settings", lambda v: isinstance(v, Mapping)),
@@ -215,6 +218,8 @@ def _normalized(name: str, value: Any) -> Any:
         return list(value)
     if name == "policy_mapping_fn" and isinstance(value, str):
         return _import_path(value, name)
+    if name == "model" and isinstance(value, Mapping) and isinstance(value.get("module"), str):
+        return {**value, "module": _import_path(value["module"], "model['module']")}
     return value
 
 
@@ -224,6 +229,18 @@ def _check_fields(values: Mapping[str, Any], where: str = "", rules: Mapping[str
         rule = rules.get(name)
         if rule is not None and not rule[1](value):
             raise ConfigError(f"{where}{name} must be {rule[0]}, received {value!r}")
+
+
+def checked_mapping_fn(value: Any) -> Callable[..., PolicyID]:
+    """A ``policy_mapping_fn`` handed to a built algorithm: a function, or its ``"module:name"``
+    import path (imported here).
+
+    Raises:
+        ConfigError: anything else, named.
+    """
+    value = _normalized("policy_mapping_fn", value)
+    _check_fields({"policy_mapping_fn": value})
+    return value
 
 
 def map_agent(mapping_fn: Callable[..., PolicyID], agent_id: str, episode: Any) -> PolicyID:
@@ -338,7 +355,7 @@ class PPOConfig:
         if env is not None:
             self.env = env
         if env_config is not None:
-            self.env_config = dict(env_config)
+            self.env_config = dict(env_config) if isinstance(env_config, Mapping) else env_config  # else refused by validate()
         return self
 
     def multi_agent(
@@ -349,15 +366,17 @@ class PPOConfig:
         policies_to_train: list[PolicyID] | None = None,
     ) -> PPOConfig:
         """Set policies (a dict, or a set/list of ids meaning learned defaults) and their mapping."""
-        if policies is not None:
+        if policies is not None:  # anything but a dict or a collection of ids is left for validate() to refuse
             if isinstance(policies, Mapping):
                 self.policies = dict(policies)
-            else:
+            elif isinstance(policies, (set, frozenset, list, tuple)):
                 self.policies = dict.fromkeys(policies)
+            else:
+                self.policies = policies
         if policy_mapping_fn is not None:
             self.policy_mapping_fn = policy_mapping_fn
         if policies_to_train is not None:
-            self.policies_to_train = list(policies_to_train)
+            self.policies_to_train = list(policies_to_train) if isinstance(policies_to_train, tuple) else policies_to_train
         return self
 
     def env_runners(self, **kwargs: Any) -> PPOConfig:
@@ -484,6 +503,10 @@ class PPOConfig:
         if model_keys is not None:
             model = {key: model[key] for key in model_keys if key in model}
         where = f"policy {policy_id!r}: model "
+        if factory is not None and not callable(factory):
+            raise ConfigError(f"{where}module must be a factory, factory(observation_space, action_space, "
+                              f"model_config) -> torch.nn.Module (or, in the config's model, its 'module:name' "
+                              f"import path), received {factory!r}")
         if factory is not None:  # a module factory of one's own reads what it likes, or what it says
             reads = getattr(factory, "model_keys", None)
             unknown = sorted(set(model) - set(DEFAULT_MODEL) - {"module"} - set(reads)) if reads is not None else []

@@ -669,6 +669,93 @@ def test_frozen_copy_added_during_training_and_removed():
             algo.add_policy("learned")
 
 
+def test_a_refused_add_or_remove_policy_changes_nothing(tmp_path):
+    # A refused remove_policy left the policy removed but still trained, and the next checkpoint
+    # did not load; a refused add_policy left the policy added, or the mapping fn replaced.
+    with _rps_config().build() as algo:
+        mapping = algo.config.policy_mapping_fn
+        with pytest.raises(ConfigError, match="policies_to_train names 'nope', which is not a learned policy"):
+            algo.add_policy("learned_v1", weights_from="learned", policies_to_train=["nope"])
+        with pytest.raises(ConfigError, match="weights_from='beat_last' is not a learned policy"):
+            algo.add_policy("learned_v1", weights_from="beat_last", policy_mapping_fn=lambda agent_id, episode: "learned")
+        with pytest.raises(ConfigError, match="policies_to_train names 'zzz'"):
+            algo.remove_policy("beat_last", policies_to_train=["zzz"])
+        with pytest.raises(ConfigError, match="policies_to_train must be a list of policy ids, received 'learned'"):
+            algo.remove_policy("beat_last", policies_to_train="learned")
+        with pytest.raises(ConfigError, match="policy_mapping_fn must be a function .* received 7"):
+            algo.remove_policy("beat_last", policy_mapping_fn=7)
+        with pytest.raises(ConfigError, match="policy ids are strings, received 0"):
+            algo.add_policy(0)
+        assert sorted(algo.policies) == sorted(algo.config.policies) == ["beat_last", "learned"]
+        assert algo.to_train == ["learned"] and sorted(algo.learners) == ["learned"]
+        assert algo.config.policy_mapping_fn is mapping
+        assert sorted(algo.train()["policies"]) == ["beat_last", "learned"]
+        algo.save(tmp_path / "ck")
+    PPO.from_checkpoint(tmp_path / "ck").stop()
+
+
+def test_a_mapping_fn_set_on_a_built_algorithm_is_checked_and_taken_by_import_path():
+    # None or a path was taken, and failed at the next train() as "policy_mapping_fn raised TypeError".
+    with _rps_config().build() as algo:
+        with pytest.raises(ConfigError, match=r"policy_mapping_fn must be a function \(or its 'module:name' import "
+                                              r"path\), received None"):
+            algo.set_policy_mapping_fn(None)
+        with pytest.raises(ConfigError, match="policy_mapping_fn 'nowhere:mapping' does not import"):
+            algo.set_policy_mapping_fn("nowhere:mapping")
+        algo.set_policy_mapping_fn("marl_core.ppo.presets:rps_policy_mapping_fn")
+        assert algo.config.policy_mapping_fn is rps_policy_mapping_fn
+        assert algo.train()["training_iteration"] == 1
+
+
+def test_a_checkpoint_keeps_the_spaces_of_policies_no_agent_maps_to_any_more(tmp_path):
+    # A frozen copy (weights_from) of a policy among agents of different spaces: its spaces were
+    # inferred again at the restore, from agents mapped to it, and there were none.
+    config = (PPOConfig().environment(HeterogeneousSpacesEnv).multi_agent(policy_mapping_fn=_own_policy)
+              .multi_agent(policies={"box": None, "discrete": None, "masked": None, "multi": None})
+              .env_runners(num_env_runners=0, num_envs_per_env_runner=1).training(train_batch_size=12))
+    with config.build() as algo:
+        algo.train()
+        algo.add_policy("masked_v1", weights_from="masked")
+        algo.save(tmp_path / "ck")
+        saved = {pid: (p.observation_space, p.action_space) for pid, p in algo.policies.items()}
+        weights = algo.get_weights(["masked_v1"])["masked_v1"]
+    with PPO.from_checkpoint(tmp_path / "ck") as restored:
+        assert {pid: (p.observation_space, p.action_space) for pid, p in restored.policies.items()} == saved
+        for key, value in restored.get_weights(["masked_v1"])["masked_v1"].items():
+            np.testing.assert_array_equal(value, weights[key])
+        assert restored.train()["training_iteration"] == 2
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        # Split into characters: policies_to_train ['m', 'a', ...], policies {'m': None, ...}.
+        (lambda c: c.multi_agent(policies_to_train="learned"),
+         "policies_to_train must be None or a list of policy ids, received 'learned'"),
+        (lambda c: c.multi_agent(policies="learned"),
+         "policies must be a dict of policy id (a string) to None, a PolicySpec or a callable, received 'learned'"),
+        (lambda c: c.multi_agent(policies={0: None}), "policies must be a dict of policy id (a string)"),
+        (lambda c: c.multi_agent(policies_to_train=lambda policy_id, batch=None: True),  # RLlib's callable form
+         "policies_to_train must be None or a list of policy ids, received <function"),
+        (lambda c: c.environment(env_config=[1]), "env_config must be a dict, received [1]"),
+        (lambda c: c.training(model={"module": 5}), "policy 'learned': model module must be a factory"),
+        (lambda c: c.training(model={"module": "nowhere:factory"}), "model['module'] 'nowhere:factory' does not import"),
+    ],
+)
+def test_values_of_the_wrong_type_are_refused_by_name(build, message):
+    # Each was a raw TypeError or AttributeError, or taken and misread.
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        build(_rps_config()).build()
+
+
+def test_a_model_module_given_by_import_path_is_imported(tmp_path):
+    # As checkpoints save it, and as --set can give it (JSON text only).
+    config = _rps_config().set("model", '{"module": "tests.ppo.test_algorithm:_tiny_module"}')
+    with config.build() as algo:
+        assert config.model["module"] is _tiny_module
+        assert isinstance(algo.policies["learned"].module, torch.nn.Linear)
+
+
 def test_compute_actions_and_policy_callables():
     with _rps_config().build() as algo:
         actions = algo.compute_actions({"player1": 0, "player2": 2})
