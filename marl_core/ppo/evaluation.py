@@ -36,7 +36,7 @@ import numpy as np
 
 from marl_core.env import AgentID
 from marl_core.errors import OpponentSpecError, RunLogError
-from marl_core.ppo.progress import complete_lines, write_text_atomic
+from marl_core.ppo.progress import complete_lines, write_atomic, write_text_atomic
 from marl_core.rollout import RandomPolicy, rollout
 
 logger = logging.getLogger(__name__)
@@ -420,5 +420,4 @@ def plot_history(points: Sequence[EvaluationPoint], path: str | Path, title: str
         axes[0].legend(loc="lower right")
     figure.suptitle(title or "win rate on evaluation games")
     figure.tight_layout()
-    figure.savefig(path)
-    return path
+    return write_atomic(path, figure.savefig)  # rewritten after every final match, where Ctrl-C is expected

@@ -30,17 +30,28 @@ logger = logging.getLogger(__name__)
 _LEGEND_INSIDE = 10  # curves whose legend still fits inside the learning-curve plot
 
 
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file renamed into place: a crash leaves
+def write_atomic(path: Path, write: Callable[[Path], Any]) -> Path:
+    """``write(tmp)`` a temporary file beside ``path`` (with its suffix, which writers such as
+    matplotlib read the format from), then rename it into place: a crash or an interrupt leaves
     the old file or the new one, never a part of either."""
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
+    path = Path(path)
+    tmp = path.parent / f".{path.stem}.tmp-{uuid.uuid4().hex[:8]}{path.suffix}"
     try:
-        with tmp.open("w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` with :func:`write_atomic`."""
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+
+    return write_atomic(path, write)
 
 
 def keep_until(entries: list[Any], iteration: int, iteration_of: Callable[[Any], Any], path: Path) -> list[Any]:
@@ -209,9 +220,10 @@ class RunLogger:
             axis.legend(fontsize="x-small", ncol=math.ceil(lines / 24), loc="upper left", bbox_to_anchor=(1.01, 1.0))
         elif lines:
             axis.legend()
-        figure.savefig(path, dpi=100, bbox_inches="tight")  # room for the title, labels and legend
-        plt.close(figure)
-        return path
+        try:  # bbox "tight": room for the title, labels and legend
+            return write_atomic(path, lambda tmp: figure.savefig(tmp, dpi=100, bbox_inches="tight"))
+        finally:
+            plt.close(figure)
 
     def close(self) -> None:
         """Flush and close the TensorBoard writer."""

@@ -5,7 +5,7 @@ import csv
 import pytest
 
 from marl_core.errors import RunLogError
-from marl_core.ppo.progress import RunLogger, flatten
+from marl_core.ppo.progress import RunLogger, flatten, write_atomic
 
 
 def _result(iteration, **extra):
@@ -76,3 +76,21 @@ def test_the_learning_curve_of_a_league_with_dozens_of_policies_fits_its_legend(
         warnings.simplefilter("error")
         png = run_log.plot()
     assert png.stat().st_size > 0
+
+
+def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path):
+    # The charts were written in place by savefig: Ctrl-C during the final evaluation, which
+    # rewrites win_rate.png after every match, could leave half a PNG.
+    path = tmp_path / "win_rate.png"
+    path.write_bytes(b"old chart")
+
+    def interrupted(tmp):
+        tmp.write_bytes(b"half a ch")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(path, interrupted)
+    assert path.read_bytes() == b"old chart" and [p.name for p in tmp_path.iterdir()] == ["win_rate.png"]
+    seen = []
+    write_atomic(path, lambda tmp: (seen.append(tmp.suffix), tmp.write_bytes(b"new chart")))
+    assert path.read_bytes() == b"new chart" and seen == [".png"]  # matplotlib reads the format from it
