@@ -73,7 +73,9 @@ def _parser() -> _Parser:
     parser = _Parser(
         prog="marl-check",
         description="Check a multi-agent env against the marl-bridges contract and report every violation.",
-        epilog="Exit status: 0 no errors, 1 errors found, 2 no report (target cannot be imported or built, bad arguments).",
+        epilog="Exit status: 0 no errors, 1 errors found, 2 no report (target cannot be imported or built, bad "
+               "arguments) or a check stopped by --timeout before it found errors, 130 Ctrl-C (a check stopped "
+               "early reports what it found until then).",
     )
     parser.add_argument(
         "target",
@@ -105,8 +107,8 @@ def _parser() -> _Parser:
         type=float,
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
-        help=f"give up (status 2) when the check takes longer, e.g. an env call that hangs (default "
-             f"{DEFAULT_TIMEOUT:.0f}; 0: never)",
+        help=f"stop when the check takes longer, e.g. an env call that hangs, and report what it found until "
+             f"then (status 1 with errors, else 2; default {DEFAULT_TIMEOUT:.0f}; 0: never)",
     )
     parser.add_argument("--list-rules", action="store_true", help="print the rule catalog and exit")
     return parser
@@ -170,7 +172,8 @@ def load_target(spec: str) -> Any:
     except ModuleNotFoundError as error:
         raise TargetImportError(f"cannot import module {module_name!r}: {error}") from error
     except ENV_ERRORS as error:  # sys.exit() in the module too: it would end marl-check with status 0
-        hint = _package_hint(path, attr) if isinstance(error, ImportError) and path is not None else ""
+        relative = isinstance(error, ImportError) and "no known parent package" in str(error)
+        hint = _package_hint(path, attr) if relative and path is not None else ""
         raise TargetImportError(
             f"importing module {module_name!r} raised {describe(error)}{hint}\n{format_exception(error)}"
         ) from error

@@ -75,6 +75,10 @@ class _Entry:
     count: int = 1
 
 
+# Rules whose findings report an exception of the env that ended an episode there.
+_CUT_SHORT_BY_EXCEPTIONS = frozenset({"api.reset", "api.step"})
+
+
 class Collector:
     """Gathers findings, merging repeats of the same violation.
 
@@ -85,8 +89,8 @@ class Collector:
         skip: rule ids whose findings are dropped (the caller asked not to check them).
 
     Attributes:
-        skipped_exceptions: how many dropped findings carried an exception raised by env code
-            (each stopped an episode, or a check, short): the report says so.
+        skipped_exceptions: how many dropped findings of ``api.reset`` and ``api.step`` carried
+            an exception raised by env code (each cut an episode short): the report says so.
     """
 
     def __init__(self, skip: frozenset[str] = frozenset()) -> None:
@@ -118,7 +122,7 @@ class Collector:
         """Record one violation of ``rule`` (ignored when the rule is skipped, but counted when
         it carries an exception)."""
         if rule in self.skip:
-            self.skipped_exceptions += error is not None
+            self.skipped_exceptions += error is not None and rule in _CUT_SHORT_BY_EXCEPTIONS
             return
         if rule not in RULES:  # a checker bug, not the user's: never hide it behind a finding
             raise KeyError(f"unknown rule id {rule!r}")

@@ -518,16 +518,19 @@ class _Run:
             log = logger.info if self.collector.wants("pickle") else logger.warning
             log("determinism across fresh instances not checked: %s", self.target.fresh_error)
             return
+        self.where = "building a second, fresh instance"
         try:
             fresh = self.target.factory()
         except ENV_ERRORS as error:
             self.collector.add("determinism.seed", "building a second, fresh instance to compare with raised", error=error)
             return
+        self.where = "calling reset() without arguments on the fresh instance"
         try:  # the same calls as on the explored instance, which started with a bare reset()
             fresh.reset()
         except ENV_ERRORS as error:  # reported as api.reset for the explored instance already
             logger.debug("reset() of the fresh instance raised %s", describe(error))
         self._replay(fresh, explored, "on a second, fresh instance", leak=False)
+        self.where = "closing the fresh instance"
         try:
             fresh.close()
         except ENV_ERRORS as error:  # reported once, for the explored instance, by close.idempotent
@@ -589,6 +592,7 @@ class _Run:
 
     def _close(self) -> None:
         for attempt in ("first", "second"):
+            self.where = f"calling close() the {attempt} time"
             try:
                 self.env.close()
             except ENV_ERRORS as error:

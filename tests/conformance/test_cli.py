@@ -81,6 +81,11 @@ class HangsAfterItsFloat64Observations(broken_envs.Float64Observations):
         return super().step(action_dict)
 
 
+class HangsInClose(Duel):
+    def close(self):
+        HangsInStep.step(self, {})
+
+
 class InterruptedInStep(Duel):
     def step(self, action_dict):
         if self.t == 2:
@@ -102,6 +107,10 @@ def test_a_check_past_its_timeout_reports_what_it_found_until_then(capsys: pytes
     assert out.startswith("marl-check tests.conformance.test_cli:HangsAfterItsFloat64Observations: FAILED, 2 errors")
     assert "the check stopped by its time limit while exploring episode 0, after 2 steps: the findings until then" in out
     assert "error spaces.obs-contains (agent 'a', step 0)" in out
+    # Where it stopped, past the replays too (it named the last replay).
+    assert main(["tests.conformance.test_cli:HangsInClose", "--json", "--episodes", "1", "--timeout", "0.5"]) == 2
+    assert json.loads(capsys.readouterr().out)["stopped"].startswith(
+        "stopped by its time limit while closing the fresh instance, after ")
     assert main(["tests.conformance.test_cli:HangsInStep", "--timeout", "-1"]) == 2
     assert "--timeout must be a number of seconds of at least 0, received -1.0" in capsys.readouterr().err
 
@@ -402,6 +411,9 @@ def test_a_file_path_target_and_what_the_checker_made_of_the_target(tmp_path, ca
     assert main([f"{package / 'mine.py'}:Mine"]) == 2
     assert (f"is part of package 'userpkg.envs': name it as a module of its package, `marl-check "
             f"userpkg.envs.mine:Mine`, from '{tmp_path}'") in capsys.readouterr().err
+    (package / "broken.py").write_text("from math import nosuch\n")  # no relative import: no such advice
+    assert main([f"{package / 'broken.py'}:Mine"]) == 2
+    assert "cannot import name 'nosuch'" in (err := capsys.readouterr().err) and "part of package" not in err
     sys.path.insert(0, str(tmp_path))
     try:
         assert main(["userpkg.envs.mine:Mine", "--episodes", "1"]) == 0
