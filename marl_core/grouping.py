@@ -230,7 +230,12 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
-        obs, infos = self.env.reset(seed=seed, options=options)
+        self._acting, self.agents = None, []  # until the env's reset is grouped, nothing can step
+        try:
+            obs, infos = self.env.reset(seed=seed, options=options)
+        except Exception as error:
+            self._refused = f"the env's reset() raised {type(error).__name__}"
+            raise
         self._ended = set()
         self._truncated = set()
         self._groups_over = set()
@@ -239,11 +244,9 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
         self._pending_rewards = {group: dict.fromkeys(members, 0.0) for group, members in self.groups.items()}
         self._pending_infos = {group: {} for group in self.groups}
         self._news = set()
-        self._acting = None
-        self.agents = []
         try:
             out_obs, out_infos, acting = self._translate(obs, infos, {}, {}, episode_over=False)
-        except (GroupingError, EnvContractError) as error:
+        except Exception as error:
             self._refused = f"reset() raised {type(error).__name__}"
             raise
         self._refused = None
@@ -270,8 +273,8 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                 self._pending_rewards[group][agent_id] += value
                 self._news.add(group)
             out_obs, out_infos, acting = self._translate(obs, infos, terminateds, truncateds, episode_over)
-        except (GroupingError, EnvContractError) as error:
-            # The env has moved on and its result cannot be grouped: reset() is needed.
+        except Exception as error:
+            # The env has moved on and its result cannot be grouped (nor any other error undone): reset() is needed.
             self._acting, self.agents = None, []
             self._refused = f"the last step() raised {type(error).__name__}, after the env had stepped"
             raise

@@ -257,8 +257,8 @@ class VectorMultiAgentEnv:
         self._check_usable()
         if self._reset_needed is not None:
             raise ResetNeededError(f"VectorMultiAgentEnv.step() {self._reset_needed}")
-        if not isinstance(action_list, Sequence) or isinstance(action_list, str):
-            # A single action dict among them: its keys would be taken for the envs' action dicts.
+        if isinstance(action_list, (Mapping, str)) or not hasattr(action_list, "__len__"):
+            # A single action dict: its keys would be taken for the envs' action dicts.
             raise VectorEnvError(f"step() needs a list of action dicts, one per env ({self.num_envs}), received "
                                  f"{type(action_list).__name__} {action_list!r:.80}")
         if len(action_list) != self.num_envs:

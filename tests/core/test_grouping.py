@@ -713,6 +713,41 @@ def test_a_member_reward_that_is_not_a_number_needs_a_reset_too() -> None:
     assert "team" in env.agents
 
 
+def test_any_error_after_the_env_stepped_or_in_its_reset_needs_a_reset() -> None:
+    from tests.fixtures.envs import HeterogeneousSpacesEnv
+
+    class InfosNone(HeterogeneousSpacesEnv):  # a TypeError in the wrapper, after the env stepped
+        def step(self, action_dict):
+            return (*super().step(action_dict)[:4], None)
+
+    env = GroupAgentsWrapper(InfosNone(), {"team": ["masked", "discrete"]})
+    obs, _ = env.reset(seed=0)
+    policy = RandomPolicy(env, seed=0)
+    actions = {agent_id: policy(agent_id, observation) for agent_id, observation in obs.items()}
+    with pytest.raises(TypeError):
+        env.step(actions)
+    assert env.agents == []  # the next step stepped the env again
+    with pytest.raises(ResetNeededError, match=r"the last step\(\) raised TypeError"):
+        env.step(actions)
+
+    class ResetFails(HeterogeneousSpacesEnv):
+        fail = False
+
+        def reset(self, *, seed=None, options=None):
+            if self.fail:
+                raise RuntimeError("no map file")
+            return super().reset(seed=seed, options=options)
+
+    env = GroupAgentsWrapper(ResetFails(), {"team": ["masked", "discrete"]})
+    obs, _ = env.reset(seed=0)
+    env.env.fail = True
+    with pytest.raises(RuntimeError):
+        env.reset(seed=1)
+    assert env.agents == []  # the old episode's agents, and a step into an env whose reset failed
+    with pytest.raises(ResetNeededError, match=r"the env's reset\(\) raised RuntimeError"):
+        env.step(actions)
+
+
 def test_vector_refuses_a_masked_member_action_before_any_env_steps() -> None:
     def grouped() -> GroupAgentsWrapper:
         return GroupAgentsWrapper(HeterogeneousSpacesEnv(), {"team": ["masked", "discrete"]})

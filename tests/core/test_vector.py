@@ -508,9 +508,10 @@ def test_bad_action_lists_raise_before_any_env_steps(mode: str) -> None:
         for actions, message in _bad_inputs():
             with pytest.raises(VectorEnvError, match=re.escape(message)):
                 venv.step(actions)
-        # Nothing moved: ten valid steps still end the episode exactly at the tenth.
+        # Nothing moved: ten valid steps still end the episode exactly at the tenth (any sequence
+        # of dicts with a length is one action dict per env: a numpy object array too).
         for step in range(1, 11):
-            terminateds_list = venv.step([{"player1": 0, "player2": 1}] * 2)[2]
+            terminateds_list = venv.step(np.array([{"player1": 0, "player2": 1}] * 2, dtype=object))[2]
             assert terminateds_list[0][ALL] is (step == 10)
 
 
