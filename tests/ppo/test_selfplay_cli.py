@@ -82,20 +82,21 @@ def test_play_main_stops_with_status_130_on_ctrl_c_after_saying_the_score(checkp
     assert capsys.readouterr().out.endswith("\nBye. You won 0, drew 0, lost 0.\n")
 
 
-def test_eval_plays_a_checkpoint_whose_mapping_was_saved_without_a_name(checkpoint, tmp_path, capsys):
-    # A lambda policy_mapping_fn is saved as null; the evaluation games pick their players themselves.
+@pytest.mark.parametrize("unnamed", ["policy_mapping_fn", "env"])
+def test_eval_plays_a_checkpoint_whose_mapping_or_env_was_saved_without_a_name(checkpoint, tmp_path, capsys, unnamed):
+    # A lambda is saved as null; the evaluation games build their env and pick their players themselves.
     import json
     import shutil
 
     from marl_core.errors import CheckpointError
     from marl_core.ppo import PPO
 
-    lambda_mapped = shutil.copytree(checkpoint, tmp_path / "lambda_mapped")
-    settings = json.loads((lambda_mapped / "config.json").read_text())
-    (lambda_mapped / "config.json").write_text(json.dumps({**settings, "policy_mapping_fn": None}))
-    with pytest.raises(CheckpointError, match="policy_mapping_fn was not importable by name"):
-        PPO.from_checkpoint(lambda_mapped, num_env_runners=0)
-    assert eval_main([str(lambda_mapped), "--games", "2"]) == 0  # it was refused, with advice that looped
+    lambda_made = shutil.copytree(checkpoint, tmp_path / "lambda_made")
+    settings = json.loads((lambda_made / "config.json").read_text())
+    (lambda_made / "config.json").write_text(json.dumps({**settings, unnamed: None}))
+    with pytest.raises(CheckpointError, match=f"{unnamed} was not importable by name"):
+        PPO.from_checkpoint(lambda_made, num_env_runners=0)
+    assert eval_main([str(lambda_made), "--games", "2"]) == 0  # it was refused, with advice that looped
     assert capsys.readouterr().out.splitlines()[1].startswith("random ")
 
 
