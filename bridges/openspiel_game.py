@@ -30,7 +30,7 @@ import inspect
 import logging
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -282,9 +282,13 @@ def _define(
     utility_sum: float | None,
 ) -> tuple[_Spec, pyspiel.GameType, pyspiel.GameInfo]:
     """Check :func:`to_openspiel`'s arguments, probe the env and build what the game is made of."""
-    if isinstance(seeds, (str, bytes)) or not seeds:
+    try:  # a numpy array of seeds too; a lone number (seeds=7, for seed=7) is not a sequence
+        listed = [] if isinstance(seeds, (str, bytes, Mapping)) else list(seeds)
+    except TypeError:
+        listed = []
+    if not listed:
         raise UnsupportedEnvError(f"to_openspiel needs a sequence of one or more seeds, received {seeds!r}")
-    whole_seeds = tuple(_seed_of(seed, seeds) for seed in seeds)
+    whole_seeds = tuple(_seed_of(seed, seeds) for seed in listed)
     if not callable(env_factory):
         raise UnsupportedEnvError(
             f"to_openspiel takes a factory that builds a MultiAgentEnv (a class or function: every game "

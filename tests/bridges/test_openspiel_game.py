@@ -490,9 +490,12 @@ def test_refusals() -> None:
     for seeds, bad in (((1.7, 2.9), "1.7"), ((True,), "True"), ((3, -1), "-1"), ((None,), "None")):
         with pytest.raises(UnsupportedEnvError, match=rf"seeds must be non-negative integers, received {bad} in "):
             to_openspiel(TicTacToe, name="test_bad_seeds", seeds=seeds)
-    with pytest.raises(UnsupportedEnvError, match=r"a sequence of one or more seeds, received 'ab'"):
-        to_openspiel(TicTacToe, name="test_bad_seeds", seeds="ab")
+    for seeds in ("ab", 7):  # seeds=7 for seed=7 was a bare TypeError
+        with pytest.raises(UnsupportedEnvError, match=rf"a sequence of one or more seeds, received {seeds!r}"):
+            to_openspiel(TicTacToe, name="test_bad_seeds", seeds=seeds)
     assert "test_bad_seeds" not in pyspiel.registered_names()
+    numpy_seeds = to_openspiel(TicTacToe, name="test_numpy_seeds", seeds=np.array([3, 4])).new_initial_state()
+    assert numpy_seeds.action_to_string(pyspiel.PlayerId.CHANCE, 1) == "seed=4"  # was "truth value ... ambiguous"
     # An env where a factory belongs was a TypeError from functools.partial; a factory of a
     # PettingZoo env an AttributeError ('raw_env' object has no attribute 'get_action_space').
     with pytest.raises(UnsupportedEnvError, match=r"takes a factory that builds a MultiAgentEnv .*received the "

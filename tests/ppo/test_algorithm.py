@@ -682,7 +682,7 @@ def test_a_refused_add_or_remove_policy_changes_nothing(tmp_path):
             algo.remove_policy("beat_last", policies_to_train=["zzz"])
         with pytest.raises(ConfigError, match="policies_to_train must be a list of policy ids, received 'learned'"):
             algo.remove_policy("beat_last", policies_to_train="learned")
-        with pytest.raises(ConfigError, match="policy_mapping_fn must be a function .* received 7"):
+        with pytest.raises(ConfigError, match=r"policy_mapping_fn must be a function .* received 7"):
             algo.remove_policy("beat_last", policy_mapping_fn=7)
         with pytest.raises(ConfigError, match="policy ids are strings, received 0"):
             algo.add_policy(0)
