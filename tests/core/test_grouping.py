@@ -260,22 +260,29 @@ def test_individual_rewards_paid_after_a_groups_last_turn_arrive_at_the_end() ->
     assert returns == {"A": 4.0, "B": 4.0} and individual == {"p0": 4.0, "p1": 4.0}
 
 
-class EndsWhilePartnerWaits(MultiAgentEnv):
-    """``a``, ``b`` and ``c`` act; then ``a`` ends (final observation 1, paid ``final_reward``)
-    while ``b`` waits, and in the next step the episode ends with ``b`` still waiting."""
+class _ThreeActTogether(MultiAgentEnv):
+    """``a``, ``b`` and ``c`` observe 0 at reset and act together; subclasses say what follows."""
 
-    def __init__(self, final_reward: float) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self.possible_agents = ["a", "b", "c"]
         self.observation_spaces = {agent_id: spaces.Discrete(10) for agent_id in self.possible_agents}
         self.action_spaces = {agent_id: spaces.Discrete(2) for agent_id in self.possible_agents}
-        self.final_reward = final_reward
         self.t = 0
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.t, self.agents = 0, list(self.possible_agents)
         return dict.fromkeys(self.agents, 0), {}
+
+
+class EndsWhilePartnerWaits(_ThreeActTogether):
+    """``a``, ``b`` and ``c`` act; then ``a`` ends (final observation 1, paid ``final_reward``)
+    while ``b`` waits, and in the next step the episode ends with ``b`` still waiting."""
+
+    def __init__(self, final_reward: float) -> None:
+        super().__init__()
+        self.final_reward = final_reward
 
     def step(self, action_dict):
         self.t += 1
@@ -300,23 +307,14 @@ def test_a_members_final_observation_arrives_whatever_its_last_reward(final_rewa
     assert infos["team"]["individual_rewards"] == {"a": final_reward, "b": 0.0}
 
 
-class MembersEndByFlagsOnly(MultiAgentEnv):
+class MembersEndByFlagsOnly(_ThreeActTogether):
     """``a``, ``b`` and ``c`` act together; ``a`` and ``b`` then end by flags alone (no final
     observation), paid 1 and 2, while ``c`` goes on for one more step. With ``apart``, ``b`` ends
     first (with its final observation 5) and ``a`` ends alone in the next step."""
 
     def __init__(self, apart: bool) -> None:
         super().__init__()
-        self.possible_agents = ["a", "b", "c"]
-        self.observation_spaces = {agent_id: spaces.Discrete(10) for agent_id in self.possible_agents}
-        self.action_spaces = {agent_id: spaces.Discrete(2) for agent_id in self.possible_agents}
         self.apart = apart
-        self.t = 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t, self.agents = 0, list(self.possible_agents)
-        return dict.fromkeys(self.agents, 0), {}
 
     def step(self, action_dict):
         self.t += 1
