@@ -70,8 +70,9 @@ class PPO:
           sampling of each runner, every env's first reset (runner r, env i: seed + 1000 r + i) and
           the minibatch order, so a seeded run repeats (on the same machine and torch build).
           A run restored from a checkpoint samples on the next stream (:attr:`sampling_stream`):
-          new env seeds, exploration draws and episode ids, not the first run's again (fixed
-          policies with a generator of their own keep drawing from it).
+          new env seeds, exploration draws (those of :meth:`compute_actions` too) and episode
+          ids, not the first run's again (fixed policies with a generator of their own keep
+          drawing from it).
         - **Envs**: each runner (the driver with ``num_env_runners=0``) steps one
           :class:`~marl_core.vector.VectorMultiAgentEnv` of ``num_envs_per_env_runner`` envs
           (``config.vector_mode``: ``"sync"`` or ``"async"``), one batched forward pass per policy
@@ -126,7 +127,8 @@ class PPO:
             ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device)
         self.rng = np.random.default_rng(config.seed)
         # Exploring compute_actions calls draw here, not from the training stream.
-        self.act_rng = np.random.default_rng(None if config.seed is None else [config.seed, 1])
+        # compute_actions' draws: a restored run's stream too, not the first run's draws again.
+        self.act_rng = np.random.default_rng(None if config.seed is None else [config.seed, 1, self.sampling_stream])
         self.iteration = 0
         self.env_steps_lifetime = 0
         self.num_env_errors_lifetime = 0

@@ -409,10 +409,12 @@ def test_a_restored_run_samples_on_a_new_stream(tmp_path):
         path = algo.save(tmp_path / "ck")
     with _rps_config().build() as fresh:
         fresh_draws = fresh.sampler.rng.random(4)
+        fresh_act_draws = fresh.act_rng.random(4)
     with PPO.from_checkpoint(path) as restored:
         assert restored.sampling_stream == 1 and restored.restored_from == path
-        # New exploration draws and new episode ids, not the first run's again.
+        # New exploration draws (compute_actions' too) and new episode ids, not the first run's again.
         assert not np.array_equal(restored.sampler.rng.random(4), fresh_draws)
+        assert not np.array_equal(restored.act_rng.random(4), fresh_act_draws)
         restored.train()
         ids = {episode.id_ for episode in restored.sampler.episodes}
         assert all(i >> 32 == 1 for i in ids) and all(i >> 32 == 0 for i in first_ids)
