@@ -137,8 +137,8 @@ class VectorMultiAgentEnv:
           rebuilt env's first observations go into :attr:`reset_results`. A dead worker process
           is still an error that makes the vector unusable.
         - ``close()`` (idempotent; also on leaving a ``with`` block, on garbage collection and at
-          interpreter exit) stops every worker process. Workers also exit by themselves when
-          this process dies.
+          interpreter exit) closes every env and stops every worker process. Workers also exit
+          by themselves when this process dies.
     """
 
     def __init__(
@@ -197,9 +197,11 @@ class VectorMultiAgentEnv:
                 try:
                     self._envs.append(build_env(env_fn, self._envs, index))
                 except Exception as error:
-                    self._close_envs()  # those built already, as a worker does with its own
+                    _close_envs(self._envs)  # those built already, as a worker does with its own
                     message = f"env {index}: its factory raised {type(error).__name__}: {error_text(error)}"
                     raise VectorEnvError(message, index) from error
+            # The list, not the vector: rebuilt envs replace their slots in it.
+            self._finalizer = weakref.finalize(self, _close_envs, self._envs)
         else:
             workers = self.num_envs if num_workers is None else num_workers
             if not 1 <= workers <= self.num_envs:
@@ -312,17 +314,7 @@ class VectorMultiAgentEnv:
         if self._closed:
             return
         self._closed = True
-        if self._workers is not None:
-            self._finalizer()
-            return
-        self._close_envs()
-
-    def _close_envs(self) -> None:
-        for index, env in enumerate(self._envs):
-            try:
-                env.close()
-            except Exception:
-                logger.warning("env %d raised in close()", index, exc_info=True)
+        self._finalizer()
 
     def __enter__(self) -> VectorMultiAgentEnv:
         return self
@@ -670,6 +662,15 @@ def _shape_text(observation: Any) -> str:
         return str(np.shape(observation))
     except ValueError:
         return f"{a_type(observation)} of {len(observation)} parts of different shapes"
+
+
+def _close_envs(envs: list[MultiAgentEnv]) -> None:
+    """Close each env of a sync vector; one that raises is logged, and the others still close."""
+    for index, env in enumerate(envs):
+        try:
+            env.close()
+        except Exception:
+            logger.warning("env %d raised in close()", index, exc_info=True)
 
 
 def gather(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import gc
 import importlib
 import logging
 import os
@@ -930,6 +931,22 @@ def test_garbage_collection_stops_every_worker() -> None:
     pids = venv._workers.pids
     del venv
     assert wait_gone(pids, timeout=5.0) == []
+
+
+def test_garbage_collection_closes_a_sync_vectors_envs_once() -> None:
+    # The docs said so; a sync vector left its envs open (a window, a file, a simulator).
+    ClosingCount.closed[0] = 0
+    venv = VectorMultiAgentEnv([ClosingCount] * 3, "sync")
+    venv.reset(seed=0)
+    del venv
+    gc.collect()
+    assert ClosingCount.closed[0] == 3
+    with VectorMultiAgentEnv([ClosingCount] * 2, "sync") as venv:
+        venv.reset(seed=0)
+    venv.close()  # and again: closed once
+    del venv
+    gc.collect()
+    assert ClosingCount.closed[0] == 5
 
 
 _SCRIPT = """
