@@ -24,6 +24,7 @@ import io
 import logging
 import multiprocessing
 import os
+import signal
 import sys
 import time
 import traceback
@@ -48,7 +49,7 @@ TABLES = (
 )
 UPSTREAM = (
     "gymnasium", "numpy", "pettingzoo", "mpe2", "open_spiel", "shimmy", "supersuit", "ray", "torch", "pygame",
-    "chess", "rlcard", "box2d", "Box2D",
+    "pygame-ce", "chess", "rlcard", "box2d", "Box2D",
 )
 EPISODES = 3
 DEFAULT_MAX_STEPS = 500
@@ -201,6 +202,10 @@ def _short(text: str, limit: int) -> str:
 
 
 def _child(case: Case, connection: Any) -> None:
+    if hasattr(os, "setsid"):  # its own process group: whatever the env starts goes with it (_kill)
+        os.setsid()
+    with open(os.devnull, "w") as devnull:  # what C code or a subprocess prints, too
+        os.dup2(devnull.fileno(), 1)
     logging.disable(logging.CRITICAL)
     warnings.simplefilter("ignore")
     try:
@@ -252,7 +257,8 @@ def run_all(cases: Sequence[Case], *, jobs: int = 2, timeout: float = 900.0,
 
     A row's process has ``timeout`` seconds to send its row, and then :data:`EXIT_SECONDS` to
     exit; one still running after that (a thread left behind that keeps it alive) is killed, and
-    its row kept with a note saying so.
+    its row kept with a note saying so. Processes a row's env started (its process group) are
+    killed once the row is done, and every row's when the run stops early (Ctrl-C).
     """
     fork = hasattr(os, "fork")
     context = multiprocessing.get_context("fork" if fork else "spawn")
@@ -269,11 +275,24 @@ def run_all(cases: Sequence[Case], *, jobs: int = 2, timeout: float = 900.0,
         if progress is not None:
             progress(row)
 
+    try:
+        _run_rows(context, pending, running, finish, jobs, timeout)
+    finally:
+        for run in running.values():  # stopped early: no row's processes outlive the run
+            _kill(run.process)
+            run.process.join()
+    return [results[case.id] for case in cases]
+
+
+def _run_rows(context: Any, pending: list[Case], running: dict[str, _Running],
+              finish: Callable[[_Running, Row], None], jobs: int, timeout: float) -> None:
+    """:func:`run_all`'s loop: start rows, ``jobs`` at a time, and finish each."""
     while pending or running:
         while pending and len(running) < max(1, jobs):
             case = pending.pop(0)
             receiver, sender = context.Pipe(duplex=False)
-            process = context.Process(target=_child, args=(case, sender), daemon=True)
+            # Not daemonic: an env may start processes of its own (multiprocessing refuses them to daemons).
+            process = context.Process(target=_child, args=(case, sender))
             process.start()
             sender.close()
             running[case.id] = _Running(case, process, receiver, time.monotonic())
@@ -289,24 +308,32 @@ def run_all(cases: Sequence[Case], *, jobs: int = 2, timeout: float = 900.0,
                     continue
                 row = run.row
                 if process.is_alive():
-                    process.kill()
                     note = f"(process killed: still running {_seconds(EXIT_SECONDS)} s after sending its row)"
                     row = replace(row, gap=f"{row.gap or '-'} {note}")
+                _kill(process)
                 process.join()
                 finish(run, row)
                 continue
             if process.is_alive() and time.monotonic() - run.started <= timeout:
                 continue
             if process.is_alive():
-                process.kill()
-                process.join()
                 row = Row(case.id, case.source, gap=f"timeout: no result within {_seconds(timeout)} s")
             else:
-                process.join()
                 row = Row(case.id, case.source, gap=f"crashed: the row's process exited with code {process.exitcode}")
+            _kill(process)
+            process.join()
             finish(run, row)
         time.sleep(0.02)
-    return [results[case.id] for case in cases]
+
+
+def _kill(process: Any) -> None:
+    """Kill a row's process, if still running, and whatever its env started (its process group,
+    which outlives it when its env left processes behind)."""
+    if hasattr(os, "killpg"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # no group left (or not made yet)
+            os.killpg(process.pid, signal.SIGKILL)
+    if process.is_alive():
+        process.kill()
 
 
 def _seconds(value: float) -> str:

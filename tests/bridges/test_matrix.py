@@ -29,6 +29,7 @@ from bridges.matrix_probes import overhead, raw_observation, round_trip
 from bridges.openspiel import OpenSpielEnv
 from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv
 from bridges.pettingzoo_export import MultiAgentAECEnv, MultiAgentParallelEnv
+from tests.core.test_vector import wait_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "compat_matrix.md"
@@ -99,6 +100,22 @@ def test_a_crash_or_a_hang_fails_only_its_own_row() -> None:
         "RockPaperScissors", "0", "0", "-", "-")
     assert float(good.bridged_us) > 0
     assert left.gap == "left out: kept out on purpose"
+
+
+def test_rows_may_start_processes_and_none_outlives_its_row(tmp_path: Path, capfd) -> None:
+    # An env's multiprocessing worker crashed its row ("daemonic processes are not allowed to have
+    # children"); an env's subprocess outlived the run; what an env printed to fd 1 reached the output.
+    pids = tmp_path / "pids"
+    cases = [
+        Case("test/leaves", "marl_core", "tests.fixtures.matrix_envs:process_leaving_env", max_steps=10,
+             kwargs={"pids": str(pids)}),
+        Case("test/multiprocessing", "marl_core", "tests.fixtures.matrix_envs:multiprocessing_env", max_steps=10),
+    ]
+    leaves, workers = run_all(cases, jobs=2, timeout=120.0)
+    assert (leaves.errors, leaves.gap) == ("0", "-") and (workers.errors, workers.gap) == ("0", "-")
+    started = [int(pid) for pid in pids.read_text().split()]
+    assert started and wait_gone(started, timeout=10.0) == []
+    assert "printed by the env to fd 1" not in capfd.readouterr().out
 
 
 @pytest.mark.slow
