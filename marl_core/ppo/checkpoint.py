@@ -160,6 +160,19 @@ def _recover(path: Path) -> Path:
     return path
 
 
+def saved_setting(path: str | Path, name: str) -> Any:
+    """The config field ``name`` saved in the checkpoint at ``path`` (as ``from_checkpoint``
+    restores it), or None when it cannot be read: ``from_checkpoint`` then says why."""
+    from marl_core.ppo.config import _field_from_json
+
+    try:
+        data = json.loads((_recover(Path(path)) / "config.json").read_text())
+        value, problems = _field_from_json(name, data[name])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, MultiAgentEnvError):
+        return None
+    return None if problems else value
+
+
 # Settings that versions before the config checks took (and ignored) more loosely: RLlib's model
 # keys, "WARN" as a log level. Loading does not check them again, so such checkpoints still load.
 _TAKEN_LOOSELY_BEFORE = frozenset({"model", "policies", "log_level"})

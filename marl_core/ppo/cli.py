@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     preset = load_preset(args.preset)
     config = preset.build_config()
     changed: set[str] = set()  # the fields the command line set: a resumed run takes them too
+    merged: dict[str, dict[str, Any]] = {}  # JSON objects for model or env_config: a resume merges them into its own
     for item in args.overrides:
         key, sep, value = item.partition("=")
         if not sep:
@@ -96,7 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as error:
             print(f"marl-train: --set {item}: {error}", file=sys.stderr)
             return 2
-        changed.add(key.strip().rpartition(".")[2])
+        name = key.strip().rpartition(".")[2]
+        changed.add(name)
+        if name in ("model", "env_config"):
+            with contextlib.suppress(ValueError):
+                given = json.loads(value)
+                if isinstance(given, dict):
+                    merged[name] = {**merged.get(name, {}), **given}
     for name in ("seed", "ray_address", "num_cpus"):
         if getattr(args, name) is not None:
             setattr(config, name, getattr(args, name))
@@ -111,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"marl-train: {refusal}", file=sys.stderr)
         return 2
     if args.resume is not None:
-        algo = _resume(preset.name, config, args.resume, {name: getattr(config, name) for name in changed})
+        try:
+            algo = _resume(preset.name, config, args.resume, {name: getattr(config, name) for name in changed}, merged)
+        except KeyboardInterrupt:  # loading the checkpoint, starting Ray
+            print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
+            return 130
         if algo is None:
             return 2
     else:
@@ -167,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(error, ConfigError):
             print(f"marl-train: {error}", file=sys.stderr)
             return 2
+        if isinstance(error, OSError):  # the logs' place taken by a file, no permission, ...
+            print(f"marl-train: --out {str(out)!r} cannot be a run directory: {error}", file=sys.stderr)
+            return 2
         if isinstance(error, KeyboardInterrupt):  # before the signal handlers are in place
             print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
             return 130
@@ -178,9 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         if preset.final is not None and not status:
             status = _final(algo, preset, out)
     finally:
-        algo.stop()
-        _unlock_run_dir(out)
-    return status
+        with StopRequest(shield=True) as late:  # Ray's own handlers would say nothing and exit with 15
+            algo.stop()
+            _unlock_run_dir(out)
+    return status or (late.exit_status if late.requested else 0)
 
 
 _RUN_FILES = ("progress.csv", "checkpoint", "final")
@@ -239,7 +254,7 @@ def _lock_run_dir(out: Path) -> None:
     is taken over.
 
     Raises:
-        ConfigError: another live marl-train writes to ``out``.
+        ConfigError: another live marl-train writes to ``out``, or the lock file cannot be written.
     """
     lock = out / _LOCK
     for _ in range(2):
@@ -247,7 +262,7 @@ def _lock_run_dir(out: Path) -> None:
             with open(lock, "x") as file:  # atomic: one of two racing runs wins
                 file.write(str(os.getpid()))
             return
-        except FileExistsError:
+        except FileExistsError:  # taken: by a live run, or left by a killed one
             try:
                 holder = int(lock.read_text().strip() or 0)
             except (OSError, ValueError):
@@ -256,6 +271,8 @@ def _lock_run_dir(out: Path) -> None:
                 raise ConfigError(f"another marl-train (pid {holder}) is writing to {out}; pick another --out") from None
             with contextlib.suppress(OSError):
                 lock.unlink()  # left by a run that was killed
+        except OSError as error:  # a read-only directory, say
+            raise ConfigError(f"--out {str(out)!r} cannot be a run directory: {error}") from error
     raise ConfigError(f"cannot claim {out} for this run (its lock file {lock} keeps coming back)")
 
 
@@ -314,12 +331,19 @@ def _final(algo: Any, preset: Any, out: Path) -> int:
 _IMPORT_PATH_FIELDS = ("env", "policy_mapping_fn")
 
 
-def _resume(preset: str, config: Any, checkpoint: Path, changed: dict[str, Any]) -> Any:
-    """The algorithm saved at ``checkpoint`` with the ``changed`` fields; None (after saying why)
-    when it cannot be loaded or trains another env than the preset."""
+def _resume(preset: str, config: Any, checkpoint: Path, changed: dict[str, Any],
+            merged: dict[str, dict[str, Any]]) -> Any:
+    """The algorithm saved at ``checkpoint`` with the ``changed`` fields (``merged``: JSON objects
+    given for dict fields, merged into the checkpoint's, as ``--set`` merges them into a preset's);
+    None (after saying why) when it cannot be loaded or trains another env than the preset."""
     from marl_core.ppo.algorithm import PPO
+    from marl_core.ppo.checkpoint import saved_setting
     from marl_core.ppo.config import reference_of
 
+    for name, given in merged.items():
+        saved = saved_setting(checkpoint, name)
+        if isinstance(saved, dict):  # else from_checkpoint says what is wrong with the checkpoint
+            changed = {**changed, name: {**saved, **given}}
     try:
         algo = PPO.from_checkpoint(checkpoint, **changed)
     except ConnectionError as error:  # --ray-address auto with no cluster running
@@ -350,15 +374,17 @@ class StopRequest:
 
     So Ctrl-C, or a scheduler's SIGTERM, ends the run after the current iteration with a final
     checkpoint; :attr:`signal` is the first signal received (None: none). With ``at_once``, the
-    first signal raises KeyboardInterrupt already (there is nothing to finish first).
+    first signal raises KeyboardInterrupt already (there is nothing to finish first); with
+    ``shield``, none does (the final checkpoint and logs are written whatever comes).
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, *, at_once: bool = False) -> None:
+    def __init__(self, *, at_once: bool = False, shield: bool = False) -> None:
         self.requested = False
         self.signal: int | None = None
         self.at_once = at_once
+        self.shield = shield
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopRequest:
@@ -367,6 +393,12 @@ class StopRequest:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.shield:  # what it guards finishes first; the status says the signal came
+            if not self.requested:
+                self.requested, self.signal = True, signum
+                os.write(2, b"\n" + signal.Signals(signum).name.encode() + b": finishing the final checkpoint and "
+                         b"logs first\n")
+            return
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
@@ -409,30 +441,36 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
         status = 1
     finally:
         bar.close()
-        try:
-            final_path = algo.save(out / "final")
-            print(f"final checkpoint: {final_path} (iteration {algo.iteration}, {time.monotonic() - start:.0f} s)")
-        except CheckpointError as error:  # a full disk, say
-            print(f"marl-train: no final checkpoint at iteration {algo.iteration}: {error}", file=sys.stderr)
-            status = status or 1
-        try:
-            run_log.close()
-            if run_log.rows:
-                run_log.plot(title=f"{preset.name}: episode return")
-        except OSError as error:  # the checkpoint is what counts; the logs say what they could
-            print(f"marl-train: cannot finish the logs in {out}: {error}", file=sys.stderr)
-            status = status or 1
+        with StopRequest(shield=True) as late:  # the final checkpoint and the logs, whatever signal comes now
+            try:
+                final_path = algo.save(out / "final")
+                print(f"final checkpoint: {final_path} (iteration {algo.iteration}, {time.monotonic() - start:.0f} s)")
+            except CheckpointError as error:  # a full disk, say
+                print(f"marl-train: no final checkpoint at iteration {algo.iteration}: {error}", file=sys.stderr)
+                status = status or 1
+            try:
+                run_log.close()
+                if run_log.rows:
+                    run_log.plot(title=f"{preset.name}: episode return")
+            except OSError as error:  # the checkpoint is what counts; the logs say what they could
+                print(f"marl-train: cannot finish the logs in {out}: {error}", file=sys.stderr)
+                status = status or 1
+        if late.requested and not status:
+            status = late.exit_status
     return status
 
 
 def _iterate(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: Any, out: Path,
              deadline: float, stop: StopRequest) -> None:
+    run_log.start()  # a resumed run's logs are cut back to its checkpoint only now, as it starts
     last = math.inf if args.iterations is None else algo.iteration + args.iterations
     while time.monotonic() < deadline and not stop.requested and algo.iteration < last:
         result = algo.train()
-        for callback in preset.callbacks:
-            callback(algo, result)
-        run_log.log(result)
+        try:
+            for callback in preset.callbacks:
+                callback(algo, result)
+        finally:  # the iteration trained (and the final checkpoint will hold it): its row goes in
+            run_log.log(result)
         if result.get("num_env_errors"):  # the runners' logs stay in their processes: say it here
             bar.write(f"marl-train: iteration {algo.iteration}: {result['num_env_errors']} env error(s), "
                       f"each env rebuilt and its episode dropped; the first: {algo.last_env_error}", file=sys.stderr)

@@ -120,10 +120,12 @@ class RunLogger:
     dropped, and TensorBoard hides its events from there on (``purge_step``).
 
     The file is rewritten whole (when a column is added) through a temporary file, so a crash
-    never leaves a part of it.
+    never leaves a part of it. Nothing is written before :meth:`start` (called by the first
+    :meth:`log` at the latest): a resume that stops before it leaves the logs as they were.
 
     Raises:
         RunLogError: ``progress.csv`` cannot be read back (unreadable, or not UTF-8 CSV).
+        OSError: ``out_dir`` or its ``tb`` directory cannot be made (a file in the way, say).
     """
 
     def __init__(self, out_dir: str | Path, tensorboard: bool = True, *, resume_at: int | None = None) -> None:
@@ -132,18 +134,33 @@ class RunLogger:
         self.csv_path = self.out_dir / "progress.csv"
         self.rows: list[dict[str, Any]] = []
         self.columns: list[str] = []
-        purge_step = None
+        self._purge_step: int | None = None
+        self._cut = False  # rows of later iterations to drop from the file, at start()
         if resume_at is not None and self.csv_path.is_file():
             self._read_back(resume_at)
-            self._rewrite()
+            self._cut = True
             # log() numbers TensorBoard steps by env steps (by row count without them).
             last = self.rows[-1] if self.rows else {}
-            purge_step = int(last.get("num_env_steps_sampled_lifetime", len(self.rows))) + 1 if last else 0
-        self.writer = None
+            self._purge_step = int(last.get("num_env_steps_sampled_lifetime", len(self.rows))) + 1 if last else 0
+        self._tensorboard = tensorboard
         if tensorboard:
+            (self.out_dir / "tb").mkdir(exist_ok=True)  # a file in the way fails here, not at the first row
+        self.writer = None
+        self.started = False
+
+    def start(self) -> None:
+        """Begin writing: a resumed log drops the rows of later iterations from the file, and
+        TensorBoard hides their events (idempotent)."""
+        if self.started:
+            return
+        self.started = True
+        if self._cut:
+            self._rewrite()
+            self._cut = False
+        if self._tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(self.out_dir / "tb"), purge_step=purge_step)
+            self.writer = SummaryWriter(str(self.out_dir / "tb"), purge_step=self._purge_step)
 
     @staticmethod
     def check_resume(out_dir: str | Path) -> None:
@@ -167,6 +184,7 @@ class RunLogger:
 
     def log(self, result: Mapping[str, Any]) -> None:
         """Append one iteration's result to the CSV and TensorBoard."""
+        self.start()
         row = flatten(result)
         self.rows.append(row)
         new = [key for key in row if key not in self.columns]

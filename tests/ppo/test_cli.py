@@ -490,6 +490,94 @@ def test_callbacks_know_the_out_dir_and_the_vector_mode_can_be_overridden(tmp_pa
     assert PPOConfig().vector_mode == "sync"  # the default
 
 
+_FAST = ["--no-progress", "--set", "num_env_runners=0", "--set", "train_batch_size=80",
+         "--set", "num_envs_per_env_runner=2"]
+
+
+def test_a_resume_merges_json_objects_into_the_checkpoints_settings(tmp_path, capsys):
+    # They merged into the preset's: the resumed run lost hiddens=[16] and could not load its weights
+    # (for env_config, it silently trained another env).
+    assert main(["rps", "--iterations", "1", "--out", str(tmp_path / "a"), *_FAST, "--set", 'model={"hiddens": [16]}']) == 0
+    assert main(["rps", "--iterations", "1", "--resume", str(tmp_path / "a" / "final"), "--out", str(tmp_path / "b"),
+                 *_FAST, "--set", 'model={"activation": "relu"}']) == 0
+    model = json.loads((tmp_path / "b" / "final" / "config.json").read_text())["model"]
+    assert (model["hiddens"], model["activation"]) == ([16], "relu")
+
+
+def _three_iterations_checkpointed_at_two(out: Path) -> None:
+    assert main(["rps", "--iterations", "3", "--checkpoint-every", "2", "--out", str(out), *_FAST]) == 0
+
+
+def _iterations_logged(out: Path) -> list[str]:
+    return [row["training_iteration"] for row in csv.DictReader((out / "progress.csv").read_text().splitlines())]
+
+
+def test_a_resume_stopped_while_starting_leaves_the_logs_as_they_were(tmp_path, monkeypatch, capsys):
+    # Its logs were cut back to the checkpoint before it started: rows trained since, and kept in
+    # final/ and final_result.json, were lost for good.
+    import marl_core.ppo.cli as cli
+
+    _three_iterations_checkpointed_at_two(tmp_path)
+    resume = ["rps", "--iterations", "1", "--resume", str(tmp_path / "checkpoint"), "--out", str(tmp_path), *_FAST]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    for target in ("_drop_later_final_result", "_resume"):  # after the logs are opened; while loading
+        with monkeypatch.context() as patch:
+            patch.setattr(cli, target, interrupted)
+            assert main(resume) == 130
+        assert "interrupted while starting: nothing was trained" in capsys.readouterr().err
+        assert _iterations_logged(tmp_path) == ["1", "2", "3"]
+    assert main(resume) == 0  # a resume that starts cuts them, and goes on from the checkpoint
+    assert _iterations_logged(tmp_path) == ["1", "2", "3"] and json.loads(
+        (tmp_path / "final_result.json").read_text())["iteration"] == 3
+
+
+def test_an_out_whose_logs_cannot_be_written_is_refused_with_status_2(tmp_path, capsys):
+    (tmp_path / "tb").write_text("a file where the TensorBoard logs go")  # was a FileExistsError traceback
+    assert main(["rps", "--iterations", "1", "--out", str(tmp_path), *_FAST]) == 2
+    assert f"--out {str(tmp_path)!r} cannot be a run directory: " in capsys.readouterr().err
+    assert not (tmp_path / "final").exists() and not (tmp_path / ".marl-train.pid").exists()
+
+
+def test_a_signal_while_the_final_checkpoint_is_written_waits_for_it(tmp_path, monkeypatch, capfd):
+    # It interrupted torch.save: a traceback, status -2 and no final/ at all.
+    save = PPO.save
+
+    def save_with_a_signal(self, path):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs at the next bytecode: inside the save
+        return save(self, path)
+
+    monkeypatch.setattr(PPO, "save", save_with_a_signal)
+    assert main(["rps", "--iterations", "1", "--out", str(tmp_path), *_FAST]) == 130
+    assert "SIGINT: finishing the final checkpoint and logs first" in capfd.readouterr().err  # os.write: fd 2
+    assert PPO.from_checkpoint(tmp_path / "final").iteration == 1
+    assert (tmp_path / "learning_curve.png").exists()
+
+
+def interrupted_callback_preset():
+    """The rps preset with a callback that Ctrl-C interrupts after iteration 2 (an evaluation, say)."""
+    from marl_core.ppo.presets import Preset
+
+    def callback(algo, result):
+        if algo.iteration == 2:
+            raise KeyboardInterrupt
+
+    rps = load_preset("rps")
+    return Preset(name="interrupted-callback", description="rps, interrupted in a callback",
+                  build_config=rps.build_config, callbacks=(callback,))
+
+
+def test_an_iteration_whose_callback_is_interrupted_still_has_its_row(tmp_path, monkeypatch):
+    # The final checkpoint held iteration 2, progress.csv ended at 1, and no resume wrote row 2.
+    monkeypatch.setitem(PRESETS, "interrupted-callback", "tests.ppo.test_cli:interrupted_callback_preset")
+    assert main(["interrupted-callback", "--iterations", "3", "--out", str(tmp_path), *_FAST]) == 130
+    assert _iterations_logged(tmp_path) == ["1", "2"]
+    assert PPO.from_checkpoint(tmp_path / "final").iteration == 2
+
+
 def test_first_ctrl_c_asks_to_stop_and_the_second_interrupts():
     from marl_core.ppo.cli import StopRequest
 
