@@ -443,8 +443,13 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
         bar.close()
         with StopRequest(shield=True) as late:  # the final checkpoint and the logs, whatever signal comes now
             try:
-                final_path = algo.save(out / "final")
-                print(f"final checkpoint: {final_path} (iteration {algo.iteration}, {time.monotonic() - start:.0f} s)")
+                if algo.iteration == 0:  # a new run stopped in its first iteration: an untrained checkpoint would
+                    # only claim --out (a rerun there would be refused, told to resume what holds nothing)
+                    print("marl-train: no final checkpoint: nothing was trained", file=sys.stderr)
+                else:
+                    final_path = algo.save(out / "final")
+                    print(f"final checkpoint: {final_path} (iteration {algo.iteration}, "
+                          f"{time.monotonic() - start:.0f} s)")
             except CheckpointError as error:  # a full disk, say
                 print(f"marl-train: no final checkpoint at iteration {algo.iteration}: {error}", file=sys.stderr)
                 status = status or 1

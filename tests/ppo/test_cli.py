@@ -381,7 +381,12 @@ def test_env_errors_are_shown_and_an_env_failing_every_episode_stops_the_run(tmp
     err = capsys.readouterr().err
     assert "marl-train: training stopped at iteration 0: EnvContractError: env " in err
     assert "failed 10 times in a row; last error: RuntimeError" in err
-    assert (tmp_path / "always" / "final" / "config.json").exists()  # the final checkpoint is saved anyway
+    # Nothing was trained: no checkpoint of it claims the --out, which a rerun takes (it was refused,
+    # told to resume an untrained checkpoint that would fail the same way).
+    assert "marl-train: no final checkpoint: nothing was trained" in err
+    assert not (tmp_path / "always" / "final").exists()
+    assert main([*base, "--iterations", "1", "--out", str(tmp_path / "always"),
+                 "--set", 'env_config={"fail_every": 23}']) == 0
 
 
 def test_the_mapping_fn_can_be_set_by_its_import_path(tmp_path):
