@@ -267,6 +267,9 @@ class PPO:
             raise ConfigError(f"policy {policy_id!r} exists already; policies: {sorted(self.policies)}")
         if policy is None or isinstance(policy, PolicySpec):  # its own settings (a restored config's stay as saved)
             self.config.check_policy(policy_id, policy, model_keys=policy.model if policy is not None else ())
+        elif weights_from is not None:  # a fixed policy has no weights to take: it would be ignored
+            raise ConfigError(f"weights_from={weights_from!r} is for learned policies (None or a PolicySpec); "
+                              f"policy {policy_id!r} is {a_type(policy)}")
         mapping_fn = None if policy_mapping_fn is None else checked_mapping_fn(policy_mapping_fn)
         self._install(policy_id, policy, weights_from, mapping_fn)  # the last change that can fail but this one:
         try:
@@ -279,6 +282,7 @@ class PPO:
             self.config.policy_mapping_fn = mapping_fn
         if to_train is not None:
             self._set_to_train(to_train)
+            self.config.policies_to_train = list(to_train)  # a checkpoint's config names what exists
         self._sync_state()
 
     def remove_policy(self, policy_id: PolicyID, *, policy_mapping_fn: Callable[..., PolicyID] | None = None,
@@ -292,7 +296,13 @@ class PPO:
         to_train = self._check_to_train([p for p in to_train if p != policy_id], kept)  # checked before any change
         del self.policies[policy_id]
         self._specs.pop(policy_id, None)
+        self._returns.pop(policy_id, None)  # a policy added later under this id starts its own statistics
+        self._lengths.pop(policy_id, None)
         self.config.policies = {k: v for k, v in self.config.policy_entries().items() if k != policy_id}
+        if policies_to_train is not None:  # a checkpoint's config names what exists
+            self.config.policies_to_train = list(to_train)
+        elif self.config.policies_to_train is not None:
+            self.config.policies_to_train = [p for p in self.config.policies_to_train if p != policy_id]
         if mapping_fn is not None:
             self.config.policy_mapping_fn = mapping_fn
         self._set_to_train(to_train)

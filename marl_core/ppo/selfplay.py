@@ -361,8 +361,9 @@ class SelfPlayLeague:
         if saved is not None:
             self.games_since_snapshot = _saved_games(saved)
         found = sorted((int(m.group(1)), pid) for pid in algo.policies if (m := _SNAPSHOT.match(pid)))
-        fixed = tuple(pid for pid in (RANDOM, TACTICAL, MCTS) if pid in algo.policies) or self.fixed
-        fixed += (MAIN,) * self.fixed.count(MAIN)
+        players = tuple(pid for pid in (RANDOM, TACTICAL, MCTS) if pid in algo.policies)
+        # The fixed players the algorithm holds, and main's own places (once: this runs every iteration).
+        fixed = (*players, *(MAIN,) * self.fixed.count(MAIN)) if players else self.fixed
         if [pid for _, pid in found] != self.snapshots or fixed != self.fixed:
             self.snapshots, self.fixed = [pid for _, pid in found], fixed
             self.next_version = max([v for v, _ in found], default=0) + 1

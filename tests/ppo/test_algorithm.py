@@ -696,6 +696,27 @@ def test_a_refused_add_or_remove_policy_changes_nothing(tmp_path):
     PPO.from_checkpoint(tmp_path / "ck").stop()
 
 
+def test_a_checkpoint_after_removing_a_trained_policy_restores_and_a_new_one_under_its_id_starts_afresh(tmp_path):
+    # config.policies_to_train still named the removed policy: the checkpoint did not restore; and
+    # a policy added under a removed one's id reported the removed one's episodes with its own.
+    config = _rps_config().multi_agent(policies={"learned": None, "other": None, "beat_last": beat_last_move},
+                                       policies_to_train=["learned", "other"])
+    with config.build() as algo:
+        algo.train()
+        assert algo.train()["policies"]["beat_last"]["num_episodes"] == 20
+        algo.remove_policy("other")
+        algo.remove_policy("beat_last", policy_mapping_fn=lambda agent_id, episode: "learned")
+        algo.add_policy("beat_last", lambda observation: 0, policy_mapping_fn=rps_policy_mapping_fn)
+        result = algo.train()
+        assert result["policies"]["beat_last"]["num_episodes"] == 20 and len(algo._returns["beat_last"]) == 20
+        algo.save(tmp_path / "ck")
+    with PPO.from_checkpoint(tmp_path / "ck", policies={"learned": None, "beat_last": beat_last_move}) as restored:
+        assert restored.to_train == ["learned"] and restored.config.policies_to_train == ["learned"]
+        with pytest.raises(ConfigError, match=r"weights_from='learned' is for learned policies .* policy 'rock' is a "
+                                              r"function"):
+            restored.add_policy("rock", lambda observation: 0, weights_from="learned")  # it was ignored
+
+
 def test_a_mapping_fn_set_on_a_built_algorithm_is_checked_and_taken_by_import_path():
     # None or a path was taken, and failed at the next train() as "policy_mapping_fn raised TypeError".
     with _rps_config().build() as algo:

@@ -22,6 +22,7 @@ from marl_core.ppo.selfplay import (
     SelfPlayLeague,
     canonical_board,
     connect4_config,
+    main_spec,
     main_vs_random,
     make_env,
     random_legal_action,
@@ -122,6 +123,21 @@ def test_snapshot_joins_when_main_beats_the_league():
         assert result["league"]["added"] == "" and league.games_since_snapshot == {RANDOM: 99, "main_v1": 0}
     finally:
         algo.stop()
+
+
+def _main_only(agent_id, episode, **kwargs):
+    return MAIN
+
+
+def test_a_league_of_main_alone_stays_one_member_iteration_after_iteration():
+    # Without random, tactical or mcts among the policies, every attach appended main's places
+    # again: the league doubled each iteration (2, 4, 8, ...), and the runners got a new mapping.
+    config = connect4_config(num_envs=2).multi_agent(policies={MAIN: main_spec()}, policy_mapping_fn=_main_only)
+    with config.training(train_batch_size=40, minibatch_size=40, num_epochs=1).build() as algo:
+        league = SelfPlayLeague(fixed=(MAIN,))
+        for _ in range(3):
+            league(algo, algo.train())
+            assert league.opponents() == (MAIN,)
 
 
 def test_games_of_main_against_itself_do_not_count_in_its_league_score():
