@@ -13,7 +13,7 @@ import math
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ def _merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
 
 # What the trainer calls on an env (a MultiAgentEnv, or anything with its API).
 _ENV_API = ("possible_agents", "get_observation_space", "get_action_space", "reset", "step")
+_ACT_TAG = 0xAC7  # tags compute_actions' stream: no sampler has this worker index
 
 
 class PPO:
@@ -128,7 +129,8 @@ class PPO:
         self.rng = np.random.default_rng(config.seed)
         # Exploring compute_actions calls draw here, not from the training stream.
         # compute_actions' draws: a restored run's stream too, not the first run's draws again.
-        self.act_rng = np.random.default_rng(None if config.seed is None else [config.seed, 1, self.sampling_stream])
+        # Tagged apart from the samplers' [seed, worker_index, stream] (runner 1 would draw the same numbers).
+        self.act_rng = np.random.default_rng(None if config.seed is None else [config.seed, _ACT_TAG, self.sampling_stream])
         self.iteration = 0
         self.env_steps_lifetime = 0
         self.num_env_errors_lifetime = 0
@@ -234,7 +236,10 @@ class PPO:
     def _check_to_train(self, to_train: Any, policies: Mapping[PolicyID, Any] | None = None) -> list[PolicyID]:
         """``to_train`` as a list, checked against ``policies`` (default: the algorithm's)."""
         policies = self.policies if policies is None else policies
-        if not isinstance(to_train, (list, tuple)) or not all(isinstance(p, str) for p in to_train):
+        if isinstance(to_train, (str, bytes, Mapping)) or not isinstance(to_train, Iterable):
+            raise ConfigError(f"policies_to_train must be a list of policy ids, received {to_train!r}")
+        to_train = list(to_train)  # a set or a dict view too
+        if not all(isinstance(p, str) for p in to_train):
             raise ConfigError(f"policies_to_train must be a list of policy ids, received {to_train!r}")
         for policy_id in to_train:
             if not isinstance(policies.get(policy_id), TorchPolicy):

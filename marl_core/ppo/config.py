@@ -231,6 +231,11 @@ def _check_fields(values: Mapping[str, Any], where: str = "", rules: Mapping[str
             raise ConfigError(f"{where}{name} must be {rule[0]}, received {value!r}")
 
 
+def _is_collection(value: Any) -> bool:
+    """Whether ``value`` is a collection of ids: iterable, but not a string or a mapping."""
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping))
+
+
 def checked_mapping_fn(value: Any) -> Callable[..., PolicyID]:
     """A ``policy_mapping_fn`` handed to a built algorithm: a function, or its ``"module:name"``
     import path (imported here).
@@ -366,17 +371,17 @@ class PPOConfig:
         policies_to_train: list[PolicyID] | None = None,
     ) -> PPOConfig:
         """Set policies (a dict, or a set/list of ids meaning learned defaults) and their mapping."""
-        if policies is not None:  # anything but a dict or a collection of ids is left for validate() to refuse
+        # Collections of ids (a list, set or dict view) are taken; a string (which would be split into
+        # characters), a callable or a number is left for validate() to refuse by name.
+        if policies is not None:
             if isinstance(policies, Mapping):
                 self.policies = dict(policies)
-            elif isinstance(policies, (set, frozenset, list, tuple)):
-                self.policies = dict.fromkeys(policies)
             else:
-                self.policies = policies
+                self.policies = dict.fromkeys(policies) if _is_collection(policies) else policies
         if policy_mapping_fn is not None:
             self.policy_mapping_fn = policy_mapping_fn
         if policies_to_train is not None:
-            self.policies_to_train = list(policies_to_train) if isinstance(policies_to_train, tuple) else policies_to_train
+            self.policies_to_train = list(policies_to_train) if _is_collection(policies_to_train) else policies_to_train
         return self
 
     def env_runners(self, **kwargs: Any) -> PPOConfig:

@@ -414,7 +414,13 @@ def test_a_restored_run_samples_on_a_new_stream(tmp_path):
         assert restored.sampling_stream == 1 and restored.restored_from == path
         # New exploration draws (compute_actions' too) and new episode ids, not the first run's again.
         assert not np.array_equal(restored.sampler.rng.random(4), fresh_draws)
-        assert not np.array_equal(restored.act_rng.random(4), fresh_act_draws)
+        act_draws = restored.act_rng.random(4)
+        assert not np.array_equal(act_draws, fresh_act_draws)
+        from marl_core.ppo.rollout import Sampler
+
+        runner_1 = Sampler(restored.env_creator, {}, 1, worker_index=1, seed=restored.config.seed, stream=1)
+        assert not np.array_equal(runner_1.rng.random(4), act_draws)  # nor the first Ray runner's
+        runner_1.close()
         restored.train()
         ids = {episode.id_ for episode in restored.sampler.episodes}
         assert all(i >> 32 == 1 for i in ids) and all(i >> 32 == 0 for i in first_ids)
@@ -715,6 +721,18 @@ def test_a_checkpoint_after_removing_a_trained_policy_restores_and_a_new_one_und
         with pytest.raises(ConfigError, match=r"weights_from='learned' is for learned policies .* policy 'rock' is a "
                                               r"function"):
             restored.add_policy("rock", lambda observation: 0, weights_from="learned")  # it was ignored
+
+
+def test_collections_of_policy_ids_are_taken_as_rllib_takes_them():
+    # Sets and dict views, as RLlib's builders take them (a set for policies_to_train, say).
+    policies = {"learned": None, "beat_last": beat_last_move}
+    with _rps_config().multi_agent(policies=policies, policies_to_train={"learned"}).build() as algo:
+        assert algo.to_train == ["learned"]
+        algo.add_policy("copy", weights_from="learned", policies_to_train={"learned"}.union({"copy"}))
+        assert sorted(algo.to_train) == ["copy", "learned"]
+    config = _rps_config().multi_agent(policies={"learned": None}.keys(), policies_to_train=policies.keys() - {"beat_last"},
+                                       policy_mapping_fn=lambda agent_id, episode: "learned")
+    assert config.policies == {"learned": None} and config.policies_to_train == ["learned"]
 
 
 def test_a_mapping_fn_set_on_a_built_algorithm_is_checked_and_taken_by_import_path():
