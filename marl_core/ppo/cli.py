@@ -160,8 +160,6 @@ def main(argv: list[str] | None = None) -> int:
         run_log = RunLogger(out, resume_at=algo.iteration if args.resume is not None else None)
         print(f"marl-train {preset.name}: writing to {out}"
               + (f" (resumed from {args.resume} at iteration {algo.iteration})" if args.resume else ""))
-        if args.resume is not None:
-            _drop_later_final_result(out, algo.iteration)
     except BaseException as error:
         algo.stop()
         if run_log is not None:
@@ -187,14 +185,21 @@ def main(argv: list[str] | None = None) -> int:
         raise
     bar = tqdm(total=args.iterations, disable=args.no_progress, unit="it", dynamic_ncols=True)
     status = 0
+    first = algo.iteration
+    late = StopRequest(shield=True)
     try:
         status = _train(algo, preset, args, run_log, bar, out, deadline, start)
-        if preset.final is not None and not status:
+        if preset.final is not None and not status and algo.iteration > first:
             status = _final(algo, preset, out)
+    except KeyboardInterrupt:  # a signal repeated while the final checkpoint was written: abandoned
+        status = 130
     finally:
-        with StopRequest(shield=True) as late:  # Ray's own handlers would say nothing and exit with 15
-            algo.stop()
-            _unlock_run_dir(out)
+        try:
+            with late:  # Ray's own handlers would say nothing and exit with 15
+                algo.stop()
+                _unlock_run_dir(out)
+        except KeyboardInterrupt:
+            status = 130
     return status or (late.exit_status if late.requested else 0)
 
 
@@ -375,7 +380,7 @@ class StopRequest:
     So Ctrl-C, or a scheduler's SIGTERM, ends the run after the current iteration with a final
     checkpoint; :attr:`signal` is the first signal received (None: none). With ``at_once``, the
     first signal raises KeyboardInterrupt already (there is nothing to finish first); with
-    ``shield``, none does (the final checkpoint and logs are written whatever comes).
+    ``shield``, only a second one does (the final checkpoint and logs are written first).
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -393,11 +398,12 @@ class StopRequest:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.shield:  # what it guards finishes first; the status says the signal came
-            if not self.requested:
-                self.requested, self.signal = True, signum
-                os.write(2, b"\n" + signal.Signals(signum).name.encode() + b": finishing the final checkpoint and "
-                         b"logs first\n")
+        if self.shield:  # what it guards finishes first (a second signal abandons it); the status says it came
+            if self.requested:
+                raise KeyboardInterrupt
+            self.requested, self.signal = True, signum
+            os.write(2, b"\n" + signal.Signals(signum).name.encode() + b": finishing the final checkpoint and "
+                     b"logs first (interrupt again to abandon them)\n")
             return
         if self.requested:
             raise KeyboardInterrupt
@@ -423,8 +429,9 @@ class StopRequest:
 
 def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: Any, out: Path,
            deadline: float, start: float) -> int:
-    """Iterate until done; save the final checkpoint in any case; return the exit status."""
+    """Iterate until done; save the final checkpoint if anything was trained; return the exit status."""
     status = 0
+    first = algo.iteration
     stop = StopRequest()
     try:
         with stop:
@@ -443,8 +450,8 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
         bar.close()
         with StopRequest(shield=True) as late:  # the final checkpoint and the logs, whatever signal comes now
             try:
-                if algo.iteration == 0:  # a new run stopped in its first iteration: an untrained checkpoint would
-                    # only claim --out (a rerun there would be refused, told to resume what holds nothing)
+                if algo.iteration == first:  # an untrained checkpoint would only claim a new run's --out, or
+                    # roll a resumed run's final/ back to the checkpoint it resumed from
                     print("marl-train: no final checkpoint: nothing was trained", file=sys.stderr)
                 else:
                     final_path = algo.save(out / "final")
@@ -455,7 +462,7 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
                 status = status or 1
             try:
                 run_log.close()
-                if run_log.rows:
+                if run_log.started and run_log.rows:
                     run_log.plot(title=f"{preset.name}: episode return")
             except OSError as error:  # the checkpoint is what counts; the logs say what they could
                 print(f"marl-train: cannot finish the logs in {out}: {error}", file=sys.stderr)
@@ -467,9 +474,12 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
 
 def _iterate(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: Any, out: Path,
              deadline: float, stop: StopRequest) -> None:
-    run_log.start()  # a resumed run's logs are cut back to its checkpoint only now, as it starts
     last = math.inf if args.iterations is None else algo.iteration + args.iterations
     while time.monotonic() < deadline and not stop.requested and algo.iteration < last:
+        if not run_log.started:  # a resumed run's later logs and final result go only now, as it trains
+            if args.resume is not None:
+                _drop_later_final_result(out, algo.iteration)
+            run_log.start()
         result = algo.train()
         try:
             for callback in preset.callbacks:

@@ -528,13 +528,18 @@ def test_a_resume_stopped_while_starting_leaves_the_logs_as_they_were(tmp_path, 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    for target in ("_drop_later_final_result", "_resume"):  # after the logs are opened; while loading
+    for target in ("_resume", "_train"):  # while loading; after the logs are opened, before training
         with monkeypatch.context() as patch:
             patch.setattr(cli, target, interrupted)
             assert main(resume) == 130
-        assert "interrupted while starting: nothing was trained" in capsys.readouterr().err
         assert _iterations_logged(tmp_path) == ["1", "2", "3"]
-    assert main(resume) == 0  # a resume that starts cuts them, and goes on from the checkpoint
+    assert "interrupted while starting: nothing was trained" in capsys.readouterr().err
+    # Nor does a resume whose time is up before it trains: final/ stays at iteration 3.
+    assert main(["rps", "--minutes", "0.0000001", *resume[3:]]) == 0
+    assert "marl-train: no final checkpoint: nothing was trained" in capsys.readouterr().err
+    assert _iterations_logged(tmp_path) == ["1", "2", "3"] and PPO.from_checkpoint(tmp_path / "final").iteration == 3
+    assert json.loads((tmp_path / "final_result.json").read_text())["iteration"] == 3
+    assert main(resume) == 0  # a resume that trains cuts them, and goes on from the checkpoint
     assert _iterations_logged(tmp_path) == ["1", "2", "3"] and json.loads(
         (tmp_path / "final_result.json").read_text())["iteration"] == 3
 
@@ -560,6 +565,17 @@ def test_a_signal_while_the_final_checkpoint_is_written_waits_for_it(tmp_path, m
     assert "SIGINT: finishing the final checkpoint and logs first" in capfd.readouterr().err  # os.write: fd 2
     assert PPO.from_checkpoint(tmp_path / "final").iteration == 1
     assert (tmp_path / "learning_curve.png").exists()
+    # A second signal there abandons it (a save that hangs on a stalled disk must be stoppable).
+    def save_with_two_signals(self, path):
+        for _ in range(2):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        return save(self, path)
+
+    monkeypatch.setattr(PPO, "save", save_with_two_signals)
+    assert main(["rps", "--iterations", "1", "--out", str(tmp_path / "abandoned"), *_FAST]) == 130
+    assert "interrupt again to abandon them" in capfd.readouterr().err
+    assert not (tmp_path / "abandoned" / "final").exists()
 
 
 def interrupted_callback_preset():
