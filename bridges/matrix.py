@@ -26,10 +26,11 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from importlib import metadata
 from pathlib import Path
@@ -276,12 +277,33 @@ def run_all(cases: Sequence[Case], *, jobs: int = 2, timeout: float = 900.0,
             progress(row)
 
     try:
-        _run_rows(context, pending, running, finish, jobs, timeout)
+        with _terminations_interrupt():
+            _run_rows(context, pending, running, finish, jobs, timeout)
     finally:
         for run in running.values():  # stopped early: no row's processes outlive the run
             _kill(run.process)
             run.process.join()
     return [results[case.id] for case in cases]
+
+
+@contextlib.contextmanager
+def _terminations_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (``timeout``, a CI cancel, a closed terminal) as Ctrl-C: rows run in
+    their own process groups, which such signals to ours no longer reach, so they must be killed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    names = [name for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    previous = {name: signal.signal(getattr(signal, name), interrupt) for name in names}
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
 
 
 def _run_rows(context: Any, pending: list[Case], running: dict[str, _Running],
@@ -454,7 +476,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = row.gap if row.gap and not row.gap.startswith("-") else "clean"
         print(f"{row.case}: {row.errors or '-'} errors, {row.overhead or '-'} overhead; {status[:100]}", flush=True)
 
-    rows = run_all(cases, jobs=args.jobs, timeout=args.timeout, progress=progress)
+    try:
+        rows = run_all(cases, jobs=args.jobs, timeout=args.timeout, progress=progress)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: every row's processes are gone by now
+        print(f"\nmarl-matrix: interrupted; {args.output} left as it was", file=sys.stderr)
+        return 130
     ran = len(rows)
     subset = args.subset if not args.only else f"{args.subset}, --only {args.only}"
     if len(cases) < len(all_cases) and output.is_file():

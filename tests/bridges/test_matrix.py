@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -116,6 +119,29 @@ def test_rows_may_start_processes_and_none_outlives_its_row(tmp_path: Path, capf
     started = [int(pid) for pid in pids.read_text().split()]
     assert started and wait_gone(started, timeout=10.0) == []
     assert "printed by the env to fd 1" not in capfd.readouterr().out
+
+
+def test_a_terminated_run_takes_its_rows_with_it() -> None:
+    # Rows run in their own process groups: a SIGTERM to the run's group (timeout, a CI cancel)
+    # no longer reached them, and a hanging row went on as an orphan.
+    code = ("from bridges.matrix import Case, run_all\n"
+            "run_all([Case('test/hang', 'marl_core', 'tests.bridges.test_matrix:hanging_env')], jobs=1, timeout=600)")
+    run = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        rows: list[int] = []
+        while not rows and time.monotonic() < deadline:
+            time.sleep(0.2)
+            rows = [int(pid) for pid in subprocess.run(["pgrep", "-P", str(run.pid)], capture_output=True,
+                                                       text=True, check=False).stdout.split()]
+        assert rows, "the row's process did not start"
+        time.sleep(1.0)  # into the row's env factory
+        os.killpg(run.pid, signal.SIGTERM)
+        run.wait(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert wait_gone(rows, timeout=10.0) == []
 
 
 @pytest.mark.slow
