@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     bar = tqdm(total=args.iterations, disable=args.no_progress, unit="it", dynamic_ncols=True)
     status = 0
     first = algo.iteration
-    late = StopRequest(shield=True)
+    late = StopRequest(shield="stopping the env runners and Ray")
     try:
         status = _train(algo, preset, args, run_log, bar, out, deadline, start)
         if preset.final is not None and not status and algo.iteration > first:
@@ -380,12 +380,12 @@ class StopRequest:
     So Ctrl-C, or a scheduler's SIGTERM, ends the run after the current iteration with a final
     checkpoint; :attr:`signal` is the first signal received (None: none). With ``at_once``, the
     first signal raises KeyboardInterrupt already (there is nothing to finish first); with
-    ``shield``, only a second one does (the final checkpoint and logs are written first).
+    ``shield`` (what it guards, for the message), only a second one does: that finishes first.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self, *, at_once: bool = False, shield: bool = False) -> None:
+    def __init__(self, *, at_once: bool = False, shield: str | None = None) -> None:
         self.requested = False
         self.signal: int | None = None
         self.at_once = at_once
@@ -402,8 +402,8 @@ class StopRequest:
             if self.requested:
                 raise KeyboardInterrupt
             self.requested, self.signal = True, signum
-            os.write(2, b"\n" + signal.Signals(signum).name.encode() + b": finishing the final checkpoint and "
-                     b"logs first (interrupt again to abandon them)\n")
+            os.write(2, f"\n{signal.Signals(signum).name}: finishing {self.shield} first (interrupt again to "
+                        "abandon it)\n".encode())
             return
         if self.requested:
             raise KeyboardInterrupt
@@ -448,7 +448,7 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
         status = 1
     finally:
         bar.close()
-        with StopRequest(shield=True) as late:  # the final checkpoint and the logs, whatever signal comes now
+        with StopRequest(shield="the final checkpoint and logs") as late:
             try:
                 if algo.iteration == first:  # an untrained checkpoint would only claim a new run's --out, or
                     # roll a resumed run's final/ back to the checkpoint it resumed from

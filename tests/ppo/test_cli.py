@@ -574,7 +574,7 @@ def test_a_signal_while_the_final_checkpoint_is_written_waits_for_it(tmp_path, m
 
     monkeypatch.setattr(PPO, "save", save_with_two_signals)
     assert main(["rps", "--iterations", "1", "--out", str(tmp_path / "abandoned"), *_FAST]) == 130
-    assert "interrupt again to abandon them" in capfd.readouterr().err
+    assert "SIGINT: finishing the final checkpoint and logs first (interrupt again to abandon it)" in capfd.readouterr().err
     assert not (tmp_path / "abandoned" / "final").exists()
 
 
