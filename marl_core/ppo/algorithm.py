@@ -245,7 +245,7 @@ class PPO:
             if not isinstance(policies.get(policy_id), TorchPolicy):
                 raise ConfigError(f"policies_to_train names {policy_id!r}, which is not a learned policy; "
                                   f"learned policies: {sorted(p for p, v in policies.items() if isinstance(v, TorchPolicy))}")
-        return list(to_train)
+        return to_train
 
     def _set_to_train(self, to_train: list[PolicyID]) -> None:
         self.to_train = self._check_to_train(to_train)

@@ -121,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             algo = _resume(preset.name, config, args.resume, {name: getattr(config, name) for name in changed}, merged)
         except KeyboardInterrupt:  # loading the checkpoint, starting Ray
-            print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
-            return 130
+            return _interrupted_while_starting()
         if algo is None:
             return 2
     else:
@@ -139,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             _unlock_run_dir(out)
             _remove_if_empty(created)
             if isinstance(error, KeyboardInterrupt):
-                print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
-                return 130
+                return _interrupted_while_starting()
             print(f"marl-train: cannot build the trainer: {error}", file=sys.stderr)
             return 2
     run_log = None
@@ -180,8 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"marl-train: --out {str(out)!r} cannot be a run directory: {error}", file=sys.stderr)
             return 2
         if isinstance(error, KeyboardInterrupt):  # before the signal handlers are in place
-            print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
-            return 130
+            return _interrupted_while_starting()
         raise
     bar = tqdm(total=args.iterations, disable=args.no_progress, unit="it", dynamic_ncols=True)
     status = 0
@@ -201,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             status = 130
     return status or (late.exit_status if late.requested else 0)
+
+
+def _interrupted_while_starting() -> int:
+    """Say that Ctrl-C stopped the run before it trained; return its status."""
+    print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
+    return 130
 
 
 _RUN_FILES = ("progress.csv", "checkpoint", "final")
