@@ -599,7 +599,7 @@ SNAPSHOT_THRESHOLDS: dict[str, float] = {"random": 0.85, "tactical": 0.85, "mcts
 join the ``"self"`` league: main's current self already plays half its games there, and snapshots
 joining as well (about every 10 iterations at 0.85) took games from the tactical player (a
 twentieth of them instead of a quarter): two 5-minute runs ended at 68% and 74% against MCTS-25,
-below every one of the README's runs without snapshots (78-92%)."""
+below every one of the README's runs without snapshots (78-95%)."""
 
 FIRST_MAPPINGS = {"random": main_vs_random, "tactical": main_vs_fixed, "mcts": main_vs_fixed_mcts,
                   "self": main_vs_fixed_self}
