@@ -356,7 +356,12 @@ class PPOConfig:
     # Builders ---------------------------------------------------------------------------------
 
     def environment(self, env: Any = None, *, env_config: Mapping[str, Any] | None = None) -> PPOConfig:
-        """Set the env (class, creator or ``"module:name"``) and its config."""
+        """Set the env (class, creator or ``"module:name"``) and its config.
+
+        The env is built as ``env(env_config)``, as RLlib builds it; an env taking no argument is
+        built as ``env()``, and then a non-empty ``env_config`` is refused when the algorithm is
+        built (it would be dropped).
+        """
         if env is not None:
             self.env = env
         if env_config is not None:
@@ -537,7 +542,13 @@ class PPOConfig:
         target = _import_path(self.env, "env") if isinstance(self.env, str) else self.env
         if not callable(target):
             raise ConfigError(f"config.env must be an env class, a creator or 'module:name', received {self.env!r}")
-        return target if accepts_config(target) else (lambda _config: target())
+        if accepts_config(target):
+            return target
+        if self.env_config:  # the env could not receive it: silently dropping it would train on another env
+            raise ConfigError(f"env_config {dict(self.env_config)!r} is set, but the env {self.env!r} takes no "
+                              f"argument to receive it: give it a config argument (creator(env_config)), or drop "
+                              f"env_config")
+        return lambda _config: target()
 
     # Derived values ---------------------------------------------------------------------------
 

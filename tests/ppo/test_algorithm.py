@@ -955,6 +955,10 @@ def test_turn_based_game_learns_and_masks_hold():
     assert greedy["first"] == 1  # the best legal move (2 is larger but masked)
 
 
+def _rps_without_config() -> RockPaperScissors:
+    return RockPaperScissors()
+
+
 def test_config_errors_name_the_problem():
     with pytest.raises(ConfigError, match="unknown training"):
         PPOConfig().training(learning_rate=1)
@@ -966,6 +970,10 @@ def test_config_errors_name_the_problem():
         (PPOConfig().environment(HeterogeneousSpacesEnv)
          .multi_agent(policies={"x": None}, policy_mapping_fn=lambda agent_id, episode: "x" if agent_id == "y" else "x2")
          .build())
+    # An env taking no argument cannot receive env_config: building refuses it rather than drop it.
+    with pytest.raises(ConfigError, match=r"env_config \{'rounds': 4\} is set, but the env <function "
+                                          r"_rps_without_config .*> takes no argument to receive it"):
+        PPOConfig().environment(_rps_without_config, env_config={"rounds": 4}).build()
     config = PPOConfig().set("env_runners.num_envs_per_env_runner", "16").set("training.lr", "3e-4")
     assert config.num_envs_per_env_runner == 16 and config.lr == 3e-4
     for key in ("bogus.lr", "training.extra.lr"):
