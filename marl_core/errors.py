@@ -254,4 +254,11 @@ class ConformanceError(MultiAgentEnvError):
 
 
 class TargetBuildError(ConformanceError):
-    """The object handed to the checker is not an env, and no env could be built from it."""
+    """The object handed to the checker is not an env, and no env could be built from it.
+
+    Attributes:
+        needs_arguments: it is a class or factory that cannot be built without arguments of its
+            own (it needs some, or failed on the empty config it was given).
+    """
+
+    needs_arguments: bool = False

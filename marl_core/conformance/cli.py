@@ -8,7 +8,9 @@ errors, else 2 (130 for Ctrl-C). ``--json`` prints the report as JSON for CI, al
 on stdout (what the env prints goes to stderr); otherwise it prints plain text (no colour codes).
 With ``--json``, a run that produces no report (exit status 2) prints
 ``{"target", "ok": false, "error", "findings": []}`` (``"target"`` is null when the arguments
-do not parse), and ``--list-rules`` prints the rules as a JSON list.
+do not parse), and ``--list-rules`` prints the rules as a JSON list. A class or factory that needs
+arguments gets them from ``--config JSON`` (called as ``TARGET(config)``, as RLlib passes
+``env_config``) or ``--kwargs JSON`` (``TARGET(**kwargs)``, as PettingZoo's env functions take them).
 
 Example:
     >>> from marl_core.conformance.cli import main
@@ -23,7 +25,9 @@ import argparse
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import importlib
+import inspect
 import json
 import logging
 import math
@@ -41,6 +45,7 @@ from marl_core._cli import quiet_on_closed_pipe
 from marl_core.conformance.collect import ENV_ERRORS, CheckInterrupted, describe, format_exception
 from marl_core.conformance.rules import RULES, catalog_markdown
 from marl_core.conformance.runner import DEFAULT_EPISODES, DEFAULT_MAX_STEPS, check_env
+from marl_core.env import accepts_config
 from marl_core.errors import ConformanceError
 
 
@@ -110,8 +115,59 @@ def _parser() -> _Parser:
         help=f"stop when the check takes longer, e.g. an env call that hangs, and report what it found until "
              f"then (status 1 with errors, else 2; default {DEFAULT_TIMEOUT:.0f}; 0: never)",
     )
+    arguments = parser.add_mutually_exclusive_group()
+    arguments.add_argument(
+        "--config",
+        type=_json_object,
+        metavar="JSON",
+        help="build the env as TARGET(config) with this JSON object, as RLlib passes env_config, e.g. "
+             "--config '{\"n_agents\": 4}'",
+    )
+    arguments.add_argument(
+        "--kwargs",
+        type=_json_object,
+        metavar="JSON",
+        help="build the env as TARGET(**kwargs) with this JSON object's keys, as PettingZoo's env functions take "
+             "them, e.g. pettingzoo.butterfly.pistonball_v6:env --kwargs '{\"n_pistons\": 4}'",
+    )
     parser.add_argument("--list-rules", action="store_true", help="print the rule catalog and exit")
     return parser
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """A JSON object from the command line (argparse reports the ValueError as a usage error)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not JSON ({error}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, received {text!r}")
+    return value
+
+
+_ARGUMENTS_HINT = ("; marl-check passes arguments with --config JSON (one config argument, as RLlib passes "
+                   "env_config) or --kwargs JSON (keyword arguments, as PettingZoo's env functions take them)")
+
+
+def _with_arguments(obj: Any, args: argparse.Namespace) -> Any:
+    """``obj`` called with ``--config`` or ``--kwargs`` when they are given: a factory of envs
+    (a picklable ``functools.partial``), else ``obj`` itself.
+
+    Raises:
+        TargetImportError: they are given but ``obj`` is not a class or factory, or takes no config.
+    """
+    if args.config is None and args.kwargs is None:
+        return obj
+    flag = "--config" if args.config is not None else "--kwargs"
+    if not callable(obj) or (not inspect.isclass(obj) and callable(getattr(obj, "reset", None))):
+        raise TargetImportError(f"{flag} needs a class or factory to call, but {args.target} is "
+                                f"{type(obj).__name__} instance {obj!r}")
+    if args.kwargs is not None:
+        return functools.partial(obj, **args.kwargs)
+    if not accepts_config(obj):
+        raise TargetImportError(f"--config: {args.target} takes no argument to receive a config; pass keyword "
+                                f"arguments with --kwargs instead")
+    return functools.partial(obj, args.config)
 
 
 DEFAULT_TIMEOUT = 900.0
@@ -324,13 +380,15 @@ def _check(args: argparse.Namespace) -> int:
         return _fail(f"--timeout must be a number of seconds of at least 0, received {args.timeout}", args.json, None)
     try:
         with _stdout_to_stderr() if args.json else contextlib.nullcontext(), _time_limit(args.timeout):
-            obj = load_target(args.target)
+            obj = _with_arguments(load_target(args.target), args)
             report = check_env(obj, seed=args.seed, episodes=args.episodes, max_steps=args.max_steps, skip=args.skip,
                                name=args.target)
     except (CheckInterrupted, KeyboardInterrupt) as stop:
         return _stopped(stop, args)
     except (TargetImportError, ConformanceError) as error:
         message = str(error)
+        if getattr(error, "needs_arguments", False) and args.config is None and args.kwargs is None:
+            message += _ARGUMENTS_HINT
         cause = error.__cause__
         if isinstance(error, ConformanceError) and cause is not None:
             message += "\n" + "".join(traceback.format_exception(cause)).rstrip()

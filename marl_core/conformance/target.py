@@ -103,11 +103,13 @@ def _arguments(factory: Callable[..., Any]) -> tuple[Any, ...]:
     except TypeError:  # it needs arguments: one config at most
         if accepts_config(factory):
             return ({},)
-        raise TargetBuildError(
+        error = TargetBuildError(
             f"cannot call {_name_of(factory)}: it needs arguments (signature "
             f"{inspect.signature(factory)}); pass a zero-argument factory, e.g. "
             f"`lambda: {getattr(factory, '__name__', 'make_env')}(...)`"
-        ) from None
+        )
+        error.needs_arguments = True
+        raise error from None
     except ValueError:  # no signature (builtins): try the plain call
         return ()
     return ()
@@ -194,9 +196,11 @@ def resolve(obj: Any) -> Target:
             given = (f" (it was called with an empty config, {{}}, for its parameter {parameter!r}, as RLlib calls env "
                      f"classes; if it needs other arguments, pass a zero-argument factory, e.g. "
                      f"`lambda: {getattr(obj, '__name__', 'make_env')}(...)`)")
-        raise TargetBuildError(
+        failure = TargetBuildError(
             f"calling {_name_of(obj)} to build the env raised {type(error).__name__}: {error}{given}"
-        ) from error
+        )
+        failure.needs_arguments = bool(arguments)
+        raise failure from error
     env = _wrap(built)
     wraps = env is not built
 

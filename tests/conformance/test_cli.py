@@ -8,12 +8,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from marl_core.conformance import check_env
 from marl_core.conformance.cli import main
 from marl_core.conformance.rules import RULES, catalog_markdown
+from marl_core.envs import RockPaperScissors
 from tests.fixtures import broken_envs
 from tests.fixtures.broken_envs import Duel
 
@@ -346,6 +348,58 @@ def test_a_base_exception_in_reset_is_an_api_reset_finding_and_skipping_it_is_no
     assert "the env raised Cancelled, which is not an Exception" in json.loads(capsys.readouterr().out)["error"]
 
 
+class BuiltWith(RockPaperScissors):
+    """Records the config it is built with (``--config``)."""
+
+    calls: list[Any] = []
+
+    def __init__(self, config):
+        super().__init__()
+        BuiltWith.calls.append(config)
+
+
+def built_with_keywords(*, n_moves, label="default"):
+    """A PettingZoo-style env function of keyword arguments (``--kwargs``)."""
+    BuiltWith.calls.append({"n_moves": n_moves, "label": label})
+    return RockPaperScissors()
+
+
+AN_INSTANCE = RockPaperScissors()
+
+
+def test_config_and_kwargs_build_the_target_with_the_users_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    BuiltWith.calls.clear()
+    assert main(["tests.conformance.test_cli:BuiltWith", "--config", '{"size": 4}', "--episodes", "1"]) == 0
+    assert len(BuiltWith.calls) > 1 and all(call == {"size": 4} for call in BuiltWith.calls)  # fresh envs too
+    BuiltWith.calls.clear()
+    assert main(["tests.conformance.test_cli:built_with_keywords", "--kwargs", '{"n_moves": 4}', "--episodes", "1"]) == 0
+    assert len(BuiltWith.calls) > 1 and all(call == {"n_moves": 4, "label": "default"} for call in BuiltWith.calls)
+    capsys.readouterr()
+    # A PettingZoo env function with its keyword arguments: 4 pistons for 20 cycles, not 20 for 125.
+    assert main(["pettingzoo.butterfly.pistonball_v6:env", "--kwargs", '{"n_pistons": 4, "max_cycles": 20}',
+                 "--episodes", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 4 * 20 * 3  # the episode and its two replays
+    # Without them, a target that needs arguments says how to give them.
+    assert main(["tests.conformance.test_cli:built_with_keywords"]) == 2
+    assert ("needs arguments (signature (*, n_moves, label='default')); pass a zero-argument factory, e.g. "
+            "`lambda: built_with_keywords(...)`; marl-check passes arguments with --config JSON (one config "
+            "argument, as RLlib passes env_config) or --kwargs JSON") in capsys.readouterr().err
+    # What they cannot build with: refused by name, with no report.
+    assert main(["tests.conformance.test_cli:built_with_keywords", "--config", '{"n_moves": 4}']) == 2
+    assert ("--config: tests.conformance.test_cli:built_with_keywords takes no argument to receive a config; pass "
+            "keyword arguments with --kwargs instead") in capsys.readouterr().err
+    assert main(["tests.conformance.test_cli:AN_INSTANCE", "--kwargs", "{}", "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["error"].startswith(
+        "--kwargs needs a class or factory to call, but tests.conformance.test_cli:AN_INSTANCE is RockPaperScissors "
+        "instance")
+    for argv, reason in ((["--config", "[1]"], "argument --config: expected a JSON object, received '[1]'"),
+                         (["--kwargs", "{"], "argument --kwargs: not JSON (Expecting property name"),
+                         (["--config", "{}", "--kwargs", "{}"], "argument --kwargs: not allowed with argument --config")):
+        with pytest.raises(SystemExit) as stop:
+            main(["tests.conformance.test_cli:BuiltWith", *argv])
+        assert stop.value.code == 2 and reason in capsys.readouterr().err
+
+
 _USER_ENVS = '''
 import gymnasium as gym
 import numpy as np
@@ -442,7 +496,8 @@ def test_a_file_path_target_and_what_the_checker_made_of_the_target(tmp_path, ca
     assert main([f"{target}:NAgents"]) == 2
     assert ("raised TypeError: 'dict' object cannot be interpreted as an integer (it was called with an empty "
             "config, {}, for its parameter 'n_agents', as RLlib calls env classes; if it needs other arguments, "
-            "pass a zero-argument factory") in capsys.readouterr().err
+            "pass a zero-argument factory, e.g. `lambda: NAgents(...)`); marl-check passes arguments with --config "
+            "JSON") in capsys.readouterr().err
 
 
 def test_a_bridged_target_names_its_bridge_and_a_native_one_nothing(capsys) -> None:
