@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -47,7 +47,7 @@ from marl_core.env import (
     StepResult,
     merge_common_infos,
 )
-from marl_core.errors import EnvContractError, ResetNeededError, UnsupportedEnvError
+from marl_core.errors import EnvContractError, ResetNeededError, UnknownAgentError, UnsupportedEnvError
 from marl_core.spaces import (
     MASK_KEY,
     OBS_KEY,
@@ -212,17 +212,38 @@ class _PettingZooBase(MultiAgentEnv):
         return space if size is None else masked_space(space, size)
 
     def get_observation_space(self, agent_id: AgentID) -> gym.Space:
-        """The observation space of ``agent_id`` (masked when its mask comes from info)."""
+        """The observation space of ``agent_id`` (masked when its mask comes from info).
+
+        Raises:
+            UnknownAgentError: the env has no observation space for ``agent_id``.
+        """
         space = self.observation_spaces.get(agent_id)
         if space is None:  # an agent outside possible_agents (generated during the episode)
-            space = self.observation_spaces[agent_id] = self._observation_space(agent_id)
+            space = self._space_of_new(agent_id, self.observation_spaces, self._observation_space, "observation")
         return space
 
     def get_action_space(self, agent_id: AgentID) -> gym.Space:
-        """The action space of ``agent_id``, as the wrapped env defines it."""
+        """The action space of ``agent_id``, as the wrapped env defines it.
+
+        Raises:
+            UnknownAgentError: the env has no action space for ``agent_id``.
+        """
         space = self.action_spaces.get(agent_id)
         if space is None:
-            space = self.action_spaces[agent_id] = self.env.action_space(agent_id)
+            space = self._space_of_new(agent_id, self.action_spaces, self.env.action_space, "action")
+        return space
+
+    def _space_of_new(
+        self, agent_id: AgentID, spaces: dict[AgentID, gym.Space], read: Callable[[AgentID], gym.Space], kind: str
+    ) -> gym.Space:
+        """The space of an agent outside ``possible_agents``, read from the env; kept once the
+        agent is in the env's ``agents`` (a misspelled id that the env answers for is not)."""
+        try:
+            space = read(agent_id)
+        except Exception as error:  # the env's own lookup: KeyError, ValueError, ...
+            raise UnknownAgentError(agent_id, spaces.keys(), what=f"agent id (no {kind} space)") from error
+        if agent_id in self.env.agents:
+            spaces[agent_id] = space
         return space
 
     @property  # type: ignore[override]
@@ -502,21 +523,22 @@ class ParallelPettingZooEnv(_PettingZooBase):
                 if self._watch_info_masks:
                     self._late_info_mask(infos)
                 # A frozenset on the right side: the cheapest exact key tests on small dicts.
-                if env.agents == acting and obs.keys() == acting_set and acting_set.issuperset(infos):
+                if (env.agents == acting and obs.keys() == acting_set and acting_set.issuperset(infos)
+                        and terms.keys() == acting_set and truncs.keys() == acting_set):
                     # The common step: the same agents act again, nobody ends, nothing moves.
                     terminateds = dict(terms)
                     terminateds[ALL] = False
                     truncateds = dict(truncs)
                     truncateds[ALL] = False
                     return obs, rewards, terminateds, truncateds, infos
-                return self._finish(obs, rewards, terms, truncs, infos)
+                return self._finish(obs, rewards, terms, truncs, infos, acting)
         acting = self._acting_list
         if not acting:
             raise ResetNeededError(
                 "step() called before reset() or after the episode ended; call reset() first"
             )
         self._validate(action_dict, acting)  # raises with the precise reason
-        return self._finish(*self.env.step(dict(action_dict)))
+        return self._finish(*self.env.step(dict(action_dict)), acting)
 
     def _finish(
         self,
@@ -525,8 +547,16 @@ class ParallelPettingZooEnv(_PettingZooBase):
         terms: Mapping[AgentID, Any],
         truncs: Mapping[AgentID, Any],
         infos: Mapping[AgentID, Any],
+        acted: list[AgentID],
     ) -> StepResult:
-        """The step result from what the env returned, whoever acts next."""
+        """The step result from what the env returned, whoever acts next (``acted``: who acted)."""
+        # Flags of agents that ended in an earlier step (envs keying them by possible_agents) would
+        # show those agents again, and an old truncation would read as why the episode ends now.
+        current = {*acted, *self.env.agents}
+        if not current.issuperset(terms):
+            terms = {agent_id: flag for agent_id, flag in terms.items() if agent_id in current}
+        if not current.issuperset(truncs):
+            truncs = {agent_id: flag for agent_id, flag in truncs.items() if agent_id in current}
         obs, infos = self._adopt(obs, infos, terms, truncs)
         if self._export is not None:
             infos = self._with_common_infos(infos)

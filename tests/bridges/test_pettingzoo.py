@@ -27,6 +27,7 @@ from marl_core.errors import (
     MissingActionError,
     ResetNeededError,
     UnexpectedActionError,
+    UnknownAgentError,
 )
 from marl_core.rollout import RandomPolicy, rollout
 from marl_core.spaces import sample_action
@@ -564,3 +565,47 @@ def test_an_agent_without_a_final_observation_ends_without_one():
     report = check_env(lambda: PettingZooEnv(NoneWhenDead(), mask_in_info=True))
     assert report.ok, report
     assert rollout(PettingZooEnv(NoneWhenDead(), mask_in_info=True), seed=0).returns == {"a": 3.0, "b": 0.0}
+
+
+class Spawning(ParallelEnv):
+    """Agent ``late_0``, outside ``possible_agents``, joins at step 1; every name gets the same spaces."""
+
+    metadata = {"name": "spawning_v0"}
+    possible_agents = ["first_0"]
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(4)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.agents = ["first_0"]
+        return {"first_0": 0}, {}
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, ...]:
+        self.agents = ["first_0", "late_0"]
+        flags = dict.fromkeys(self.agents, False)
+        return dict.fromkeys(self.agents, 1), dict.fromkeys(self.agents, 0.0), flags, dict(flags), {}
+
+
+def test_spaces_of_unknown_agents_are_refused_and_only_agents_that_joined_are_kept():
+    # An id the env does not know was the env's bare KeyError.
+    strict = Spawning()
+    strict.observation_space = {"first_0": spaces.Discrete(4)}.__getitem__  # type: ignore[method-assign]
+    strict.action_space = {"first_0": spaces.Discrete(2)}.__getitem__  # type: ignore[method-assign]
+    for env in (PettingZooEnv(tictactoe.env()), ParallelPettingZooEnv(strict, mask_in_info=False)):
+        for method, kind in ((env.get_observation_space, "observation"), (env.get_action_space, "action")):
+            with pytest.raises(UnknownAgentError, match=rf"unknown agent id \(no {kind} space\) 'player_9'; known: "
+                                                        rf"\[{', '.join(repr(a) for a in env.possible_agents)}\]"):
+                method("player_9")
+    # An env answering for any name: a misspelled id got a space and joined the env's spaces for good.
+    env = ParallelPettingZooEnv(Spawning())
+    env.reset(seed=0)
+    for agent_id in ("frist_0", "late_0"):  # late_0 has not joined yet
+        assert env.get_observation_space(agent_id) == spaces.Discrete(4)
+        assert env.get_action_space(agent_id) == spaces.Discrete(2)
+    assert list(env.observation_spaces) == list(env.action_spaces) == ["first_0"]
+    env.step({"first_0": 1})
+    assert env.get_observation_space("late_0") == spaces.Discrete(4) and env.get_action_space("late_0")
+    assert list(env.observation_spaces) == list(env.action_spaces) == ["first_0", "late_0"]

@@ -92,7 +92,9 @@ class Controls(ParallelEnv):
     ``hide`` the observation of ``dial_0`` is left out at step 2; with ``meddle`` the env empties
     the action dict it receives; with ``stats`` the infos of every step also hold ``"stats"``, a
     key that is not an agent; with ``ghost`` every step also observes ``ghost_0``, an agent that
-    never acts. Every action dict received is kept (copied) in ``received``.
+    never acts; with ``sticky`` ``slider_0`` is truncated (not terminated) and the flag dicts are
+    keyed by ``possible_agents`` at every step, as in PettingZoo's custom-env tutorial, so that
+    agents that left are flagged again. Every action dict received is kept (copied) in ``received``.
     """
 
     metadata = {"name": "controls_v0", "is_parallelizable": True}
@@ -107,12 +109,13 @@ class Controls(ParallelEnv):
         meddle: bool = False,
         stats: bool = False,
         ghost: bool = False,
+        sticky: bool = False,
     ) -> None:
         self.possible_agents = list(ACTION_SPACES)
         self.render_mode = None
         self.length, self.leave_at = length, leave_at
         self.reorder, self.hide, self.meddle, self.stats = reorder, hide, meddle, stats
-        self.ghost = ghost
+        self.ghost, self.sticky = ghost, sticky
         self.received: list[dict[str, Any]] = []
         self.t = 0
 
@@ -128,6 +131,7 @@ class Controls(ParallelEnv):
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         self.t = 0
         self.agents = list(self.possible_agents)
+        self.flags = dict.fromkeys(self.possible_agents, (False, False))
         return self._observe(self.agents), {a: {} for a in self.agents}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, ...]:
@@ -138,7 +142,9 @@ class Controls(ParallelEnv):
             actions.clear()
         self.t += 1
         done = self.t >= self.length
-        terminations = {a: done or (a == "slider_0" and self.t == self.leave_at) for a in self.agents}
+        leaving = self.t == self.leave_at
+        terminations = {a: done or (a == "slider_0" and leaving and not self.sticky) for a in self.agents}
+        truncations = {a: self.sticky and a == "slider_0" and leaving for a in self.agents}
         obs = self._observe(self.agents)
         if self.hide and self.t == 2:
             del obs["dial_0"]
@@ -146,11 +152,14 @@ class Controls(ParallelEnv):
             obs["ghost_0"] = np.zeros(2, np.float32)
         self._last_obs_keys = list(obs)
         rewards = {a: float(self.t) for a in self.agents}
-        truncations = dict.fromkeys(self.agents, False)
         infos: dict[str, Any] = {a: {"t": self.t} for a in self.agents}
         if self.stats:
             infos["stats"] = {"t": self.t}
-        self.agents = [a for a in self.agents if not terminations[a]]
+        self.agents = [a for a in self.agents if not (terminations[a] or truncations[a])]
+        if self.sticky:  # keyed by possible_agents: an agent that left keeps its last flags
+            self.flags.update({a: (terminations[a], truncations[a]) for a in terminations})
+            terminations = {a: self.flags[a][0] for a in self.possible_agents}
+            truncations = {a: self.flags[a][1] for a in self.possible_agents}
         if self.reorder:
             self.agents.reverse()
         return obs, rewards, terminations, truncations, infos
@@ -258,6 +267,19 @@ def test_agents_that_leave_or_change_order_keep_the_contract():
                 with pytest.raises(UnexpectedActionError, match="'slider_0'"):
                     env.step(_good(acting))
         assert env.agents == []
+
+
+def test_flags_of_agents_that_left_earlier_are_not_reported_again():
+    # An env keying its flags by possible_agents flagged slider_0 again at every step after it was
+    # truncated, and the last step blamed the episode's end on that old truncation.
+    env = ParallelPettingZooEnv(Controls(length=4, leave_at=2, sticky=True))
+    env.reset(seed=0)
+    for t in range(1, 5):
+        acting = env.agents
+        _, _, terminateds, truncateds, _ = env.step(_good(acting))
+        assert terminateds.keys() == truncateds.keys() == set(acting) | {ALL}
+        assert truncateds.get("slider_0", False) == (t == 2)
+    assert terminateds[ALL] and not truncateds[ALL]
 
 
 def test_common_step_hands_back_the_envs_dicts_and_never_changes_them():
