@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Hashable, Mapping
+from collections.abc import Container, Hashable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -342,6 +342,8 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
           without it, and leave a held one open): an agent that ends without a final observation
           (truncated, held, or alive when the episode is truncated) gets its last one, which
           a truncated agent's value bootstraps from (as in our trainer).
+        - Rewards: an agent observed in a step whose rewards do not name it gets a reward of 0
+          there (ours may name none; RLlib's episodes refuse an observed agent without one).
         - ``agents`` after a step also lists the agents that end in it and those held (until the
           step that hands them over), as RLlib reads every id in a step's dicts as one of ``agents``.
         - Seeding: ``reset(seed=s)`` seeds the wrapped env.
@@ -389,10 +391,10 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
                 for key, mapping in reported:
                     if key in held:
                         mapping.setdefault(agent_id, held[key])
-            # RLlib closes an agent with an observation: every agent it truncates, and (else it is
-            # left open) the held ones.
-            self._fill_last_observations(obs, [a for a in self._last_obs if a not in self._truncated]
-                                         if truncateds[ALL] else list(self._held))
+            # RLlib closes an agent with an observation: every agent it truncates (all of them, or
+            # those truncated in this step), and (else it is left open) the held ones.
+            self._fill_last_observations(obs, [a for a in self._last_obs if a not in self._truncated] if truncateds[ALL]
+                                         else [*self._held, *_flagged(truncateds, self._truncated)])
             self._held, self._truncated = {}, set()
         else:
             for agent_id in [a for a in terminateds if a not in _SPECIAL and terminateds[a] and a not in self._held]:
@@ -400,9 +402,14 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
                 for key, mapping in reported:
                     if agent_id in mapping:
                         held[key] = mapping.pop(agent_id)
-            truncated = [a for a in truncateds if a not in _SPECIAL and truncateds[a] and a not in self._held]
+            truncated = _flagged(truncateds, self._held)
             self._fill_last_observations(obs, truncated)
             self._truncated.update(truncated)
+        # RLlib refuses a step where an agent acted and is observed but named no reward: ours
+        # may name none (DESIGN.md), which is a reward of 0.
+        for agent_id in obs:
+            if agent_id not in rewards:
+                rewards[agent_id] = 0.0
         # RLlib reads every id in a step's dicts as one of env.agents (its env check refuses others):
         # agents that end in this step, or are held, stay listed until they are handed over.
         agents = list(self.env.agents)
@@ -437,6 +444,11 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
 
     def __str__(self) -> str:
         return f"<{type(self).__name__}{self.env}>"
+
+
+def _flagged(flags: Mapping[AgentID, Any], but: Container[AgentID]) -> list[AgentID]:
+    """The agents ``flags`` sets (not ``"__all__"``), but those in ``but``."""
+    return [a for a, flag in flags.items() if flag and a not in _SPECIAL and a not in but]
 
 
 def to_rllib(env: MultiAgentEnv) -> Any:

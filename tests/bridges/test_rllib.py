@@ -349,12 +349,13 @@ class _Endings(MultiAgentEnv):
     """``a`` and ``b`` act together; ``b`` ends at step 1 (``b_end``: "terminate" or "truncate",
     with its final observation if ``b_final``), ``a`` alone at step 2 and the episode ends at step 3
     (``end``: "terminate" or "truncate"; ``a_final``: with a's final observation). ``pay_b``: what
-    ``b`` is paid at every step after its end; ``info_b``: an info for it at step 2."""
+    ``b`` is paid at every step after its end; ``info_b``: an info for it at step 2; ``unpaid``:
+    step 2's rewards name nobody; ``a_truncated``: ``a`` is also flagged truncated at step 3."""
 
     def __init__(self, config: dict | None = None) -> None:
         super().__init__()
         self.config = {"b_end": "terminate", "b_final": True, "end": "terminate", "a_final": True, "pay_b": None,
-                       "info_b": False, **(config or {})}
+                       "info_b": False, "unpaid": False, "a_truncated": False, **(config or {})}
         self.possible_agents = ["a", "b"]
         self.observation_spaces = {x: gym.spaces.Box(0.0, 9.0, (1,), np.float32) for x in self.possible_agents}
         self.action_spaces = {x: gym.spaces.Discrete(2) for x in self.possible_agents}
@@ -378,8 +379,12 @@ class _Endings(MultiAgentEnv):
             rewards["b"] = config["pay_b"]
         if self.t == 2 and config["info_b"]:
             infos["b"] = {"late": True}
+        if self.t == 2 and config["unpaid"]:
+            rewards = {}
         if self.t == 3:
             (terminateds if config["end"] == "terminate" else truncateds)[ALL] = True
+            if config["a_truncated"]:
+                truncateds["a"] = True
             if not config["a_final"]:
                 del obs["a"]
             self.agents = []
@@ -416,6 +421,27 @@ def test_rllibs_episodes_keep_each_agents_own_end(b_end: str, end: str, b_final:
     # A final observation that the env did not send is the agent's last one.
     assert float(b.get_observations(-1)[0]) == (1.0 if b_final else 0.0)
     assert float(a.get_observations(-1)[0]) == (3.0 if a_final else 2.0)
+
+
+def test_rllibs_episodes_take_steps_that_name_no_reward_for_an_observed_agent() -> None:
+    # RLlib's episode refused them ("acted (and received next obs), but did NOT receive any
+    # reward"): ours may name none, and b's last observation (filled in by the bridge) had none.
+    for b_final in (True, False):
+        episode = _rllib_episode(to_rllib(_Endings({"unpaid": True, "b_end": "truncate", "b_final": b_final})))
+        assert episode.agent_episodes["a"].get_return() == 2.0 and episode.agent_episodes["b"].get_return() == 1.0
+    env = to_rllib(_Endings({"unpaid": True}))
+    env.reset(seed=0)
+    env.step({"a": 0, "b": 0})
+    assert env.step({"a": 0})[1] == {"a": 0.0}
+
+
+@pytest.mark.parametrize("b_end", ["terminate", "truncate"])
+def test_an_agent_truncated_without_a_final_observation_in_the_last_step_gets_its_last_one(b_end: str) -> None:
+    # With the episode ended by terminateds["__all__"], RLlib refused a truncated without an
+    # observation ("did NOT receive a last (truncation) observation").
+    episode = _rllib_episode(to_rllib(_Endings({"a_truncated": True, "a_final": False, "b_end": b_end})))
+    a = episode.agent_episodes["a"]
+    assert a.is_truncated and float(a.get_observations(-1)[0]) == 2.0 and a.get_return() == 3.0
 
 
 def test_rewards_after_an_agents_end_reach_rllib_when_it_terminated_and_are_named_when_truncated() -> None:
