@@ -55,6 +55,38 @@ def reseeded(game: pyspiel.Game) -> bool:
     return with_rng_seed(game.get_parameters(), game.get_type().short_name, 0) is not None
 
 
+def reloaded_with_seed(game: pyspiel.Game, seed: int) -> pyspiel.Game:
+    """``game`` loaded again with its chance seed parameters set to ``seed`` (a game for which
+    :func:`reseeded` holds, checked by :func:`check_reloadable`)."""
+    short_name = game.get_type().short_name
+    return pyspiel_module().load_game(short_name, with_rng_seed(game.get_parameters(), short_name, seed))
+
+
+def check_reloadable(game: pyspiel.Game) -> None:
+    """Raise unless pyspiel can load ``game`` again with another chance seed (see :func:`reseeded`).
+
+    Raises:
+        UnsupportedEnvError: it cannot (``restricted_nash_response(game=negotiation())`` is
+            ``rnr_negotiation``, a name pyspiel does not know), so its chance events cannot be seeded.
+    """
+    pyspiel = pyspiel_module()
+    short_name = game.get_type().short_name
+    # Checked first: loading an unknown name makes pyspiel print every registered name.
+    if short_name not in {game_type.short_name for game_type in pyspiel.registered_games()}:
+        reason = f"pyspiel has no game registered as {short_name!r}"
+    else:
+        try:
+            reloaded_with_seed(game, 0)
+            return
+        except pyspiel.SpielError as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    raise UnsupportedEnvError(
+        f"OpenSpiel game {str(game)!r} draws its chance events inside pyspiel from a seed parameter, but cannot "
+        f"be loaded again with another seed by its short name {short_name!r} and parameters ({reason}), so "
+        f"reset(seed=...) could not seed it"
+    )
+
+
 def with_rng_seed(params: Mapping[str, Any], short_name: str, seed: int) -> dict[str, Any] | None:
     """``params`` of the game ``short_name`` with its chance seed set to ``seed`` wherever a game in
     them (the game itself or one nested in a parameter) takes one; None when none does. A nested

@@ -35,13 +35,14 @@ from gymnasium import spaces
 from bridges._openspiel_loading import (
     ObservationType,
     PythonGame,
+    check_reloadable,
     choose_observation_type,
     copied_without_init,
     load_game,
     player_id,
     pyspiel_module,
+    reloaded_with_seed,
     reseeded,
-    with_rng_seed,
 )
 from marl_core.env import ALL, AgentID, MultiAgentDict, MultiAgentEnv, ObsDict, StepResult
 from marl_core.errors import (
@@ -183,8 +184,10 @@ class OpenSpielEnv(MultiAgentEnv):
         - **Simultaneous moves**: every acting player must send an action in the same
           ``step()``; players without legal actions at such a node are sent
           ``pyspiel.INVALID_ACTION``.
-        - **Refused**: mean-field games, and games that have no legal-action list (action structs
-          only), raise :class:`~marl_core.errors.UnsupportedEnvError` at construction.
+        - **Refused**: mean-field games, games that have no legal-action list (action structs
+          only), and games drawing chance inside pyspiel that pyspiel cannot load again with
+          another seed (``restricted_nash_response(game=negotiation())``) raise
+          :class:`~marl_core.errors.UnsupportedEnvError` at construction.
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi"]}
@@ -209,6 +212,8 @@ class OpenSpielEnv(MultiAgentEnv):
             )
         if max_steps is not None and (type(max_steps) is not int or max_steps < 1):
             raise UnsupportedEnvError(f"max_steps must be a positive int or None, received {max_steps!r}")
+        if reseeded(self.game):
+            check_reloadable(self.game)  # refused now, rather than at the first seeded reset
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise UnsupportedEnvError(
                 f"render_mode must be one of {self.metadata['render_modes']} or None, "
@@ -462,10 +467,7 @@ class OpenSpielEnv(MultiAgentEnv):
             super().reset(seed=seed)
             self._uniforms = []
             if reseeded(self.game):
-                short_name = self.game.get_type().short_name
-                rng_seed = int(self.np_random.integers(2**31 - 1))
-                params = with_rng_seed(self.game.get_parameters(), short_name, rng_seed)
-                self.game = pyspiel_module().load_game(short_name, params)
+                self.game = reloaded_with_seed(self.game, int(self.np_random.integers(2**31 - 1)))
         state = self.state = self.game.new_initial_state()
         self._steps = 0
         self._returns = None
