@@ -784,8 +784,9 @@ def _field_from_json(key: str, value: Any) -> tuple[Any, list[str]]:
             for policy_id, entry in value.items():
                 try:
                     policies[policy_id] = _policy_from_json(policy_id, entry)
-                except CheckpointError as error:
-                    problems.append(str(error))
+                except CheckpointError as error:  # a policies override replaces the saved dict: all of it
+                    problems.append(f"{error} (every policy, {', '.join(map(repr, value))}: the dict replaces "
+                                    "the saved one)")
             return policies, problems
         if key == "env_config":
             return _exact_from_json(value), []

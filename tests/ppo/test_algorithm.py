@@ -1081,6 +1081,22 @@ def test_a_checkpoint_of_unnamed_parts_says_all_of_them_when_saved_and_when_load
         assert restored.iteration == 1 and restored.train()["training_iteration"] == 2
 
 
+def test_an_unnamed_fixed_policy_asks_for_the_whole_policies_dict(tmp_path):
+    # The message said "pass policies={...} with it"; passing only that one dropped the learned
+    # policy ("policies_to_train names 'learned', which is not a learned policy").
+    heuristic = lambda observation: beat_last_move(observation)  # noqa: E731
+    config = _rps_config().multi_agent(policies={"learned": None, "beat_last": heuristic})
+    with config.build() as algo:
+        algo.train()
+        saved = algo.save(tmp_path / "ckpt")
+    with pytest.raises(CheckpointError, match=re.escape(
+            "fixed policy 'beat_last' was not importable by name when saved; pass policies={...} with it to "
+            "from_checkpoint (every policy, 'beat_last', 'learned': the dict replaces the saved one)")):
+        PPO.from_checkpoint(saved)
+    with PPO.from_checkpoint(saved, policies={"learned": None, "beat_last": heuristic}) as restored:
+        assert restored.iteration == 1 and restored.train()["training_iteration"] == 2
+
+
 def test_a_ray_address_where_nothing_answers_is_refused_at_once():
     # ray.init would retry for minutes before giving up.
     config = _rps_config().env_runners(num_env_runners=1).resources(ray_address="127.0.0.1:1")
