@@ -32,9 +32,9 @@ of those cells are playable now, which playable cells hand the opponent a win). 
 functions of the board; what to do with them is learned. With the board alone the network has to
 discover lines of four from self-play: after 15 minutes it took 31% of immediate wins and blocked
 42% of single threats in the benchmark's test positions, and won 20% against MCTS-100; with the
-planes, 91% and 94%, and 61.7% (the README's 30-minute run at 15 minutes). The preset also averages the network over each board and its
-mirror image (``mirror=True``: Connect-4 is left-right symmetric, so each position teaches both
-orientations). ``network="cnn"`` selects :class:`Connect4CNN` instead (with the board alone: 10%
+planes, 91% and 94%, and 61.7% (the README's 30-minute run at 15 minutes). The preset also
+averages the network over each board and its mirror image (``mirror=True``: Connect-4 is
+left-right symmetric, so each position teaches both orientations). ``network="cnn"`` selects :class:`Connect4CNN` instead (with the board alone: 10%
 against MCTS-100 after 480k env steps where the MLP had 15% after 404k, and 2-3x slower per step).
 
 :func:`connect4_preset` is what ``marl-train connect4`` runs. Its checkpoints load with
