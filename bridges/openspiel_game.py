@@ -206,7 +206,8 @@ def to_openspiel(
     Raises:
         UnsupportedEnvError: an action space is not Discrete, ``seeds`` is empty or holds
             something other than non-negative integers, ``env_factory`` is an env rather than a
-            factory or builds something other than a marl_core MultiAgentEnv, ``name`` is not
+            factory, builds something other than a marl_core MultiAgentEnv or returns the same
+            env object on two calls (each state needs its own), ``name`` is not
             a plain name or is taken by a game that pyspiel already knows, or arguments contradict
             each other (``max_game_length`` below 1, ``utility_range`` min above max, a
             ``utility_sum`` for a game that is not constant sum).
@@ -334,6 +335,14 @@ def _define(
             perfect_information=perfect_information, utility=utility, utility_sum=utility_sum,
         ),
     )
+    fresh = build()
+    if fresh is probe:  # states sharing one env would step each other's games
+        raise UnsupportedEnvError(
+            f"to_openspiel's env_factory {getattr(env_factory, '__qualname__', env_factory)!r:.80} returned the same "
+            "env object twice: every game state "
+            "needs an env of its own; return a new env on every call"
+        )
+    spec.pool.append(fresh)  # the first state's
     probe.close()
     game_type = pyspiel.GameType(
         short_name=name,

@@ -667,6 +667,23 @@ def test_factories_that_need_a_config_get_an_empty_one() -> None:
     assert configs and all(config == {} for config in configs)
 
 
+def test_a_factory_returning_one_env_every_time_is_refused() -> None:
+    # States shared the env and stepped each other's games: a state listed legal actions its env
+    # no longer had.
+    shared = TicTacToe()
+    with pytest.raises(UnsupportedEnvError, match=r"env_factory '.*<lambda>' returned the same env object twice: "
+                                                  r"every game state needs an env of its own"):
+        to_openspiel(lambda: shared, name="test_shared_env")
+    built = []
+
+    def fresh() -> TicTacToe:
+        built.append(TicTacToe())
+        return built[-1]
+
+    to_openspiel(fresh, name="test_fresh_env").new_initial_state().apply_action(4)
+    assert len(built) == 2  # the second env built serves the first state
+
+
 def test_round_trip_of_an_irregular_simultaneous_env_keeps_who_acts_and_rewards() -> None:
     direct = IrregularOrderEnv()
     bridged = OpenSpielEnv(to_openspiel(IrregularOrderEnv, name="test_round_trip_irregular", dynamics="simultaneous"))
