@@ -726,7 +726,9 @@ class _EnvState(pyspiel.State):
 
 def _render(value: Any) -> str:
     """``value`` as text that tells every two different values apart: arrays in full (no ``...``),
-    each float as its shortest exact form, also inside dicts, tuples and lists."""
+    each float as its shortest exact form, also inside dicts, tuples and lists. A numpy scalar
+    reads as the Python number it equals (``2``, not ``np.int64(2)``): equal observations get
+    equal strings, whichever type the env used."""
     if isinstance(value, dict):
         return "{" + ", ".join(f"{key}: {_render(item)}" for key, item in value.items()) + "}"
     if isinstance(value, (tuple, list)):
@@ -736,6 +738,8 @@ def _render(value: Any) -> str:
         return np.array2string(
             value, separator=",", threshold=sys.maxsize, max_line_width=sys.maxsize, floatmode="unique"
         ).replace("\n", "")
+    if isinstance(value, np.generic):
+        return repr(value.item())
     return repr(value)
 
 

@@ -563,6 +563,10 @@ def test_information_state_strings_tell_apart_long_observations_and_close_floats
     from bridges.openspiel_game import _render
 
     assert _render(np.float32([1.0, 1.0000001])) != _render(np.float32([1.0, 1.0]))
+    # Equal numbers of another type read the same (an info set is not split by np.int64 against int).
+    assert _render({"observation": np.int64(2), "action_mask": (np.bool_(True), 1)}) == \
+        _render({"observation": 2, "action_mask": (True, 1)}) == "{observation: 2, action_mask: (True, 1)}"
+    assert _render(np.float32(0.1)) != _render(0.1) and _render(np.float64(0.1)) == _render(0.1)
     assert _render((np.zeros(2000), 1)) != _render((np.eye(1, 2000, 1999)[0], 1))  # inside tuples too
 
 
