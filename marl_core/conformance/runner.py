@@ -462,6 +462,7 @@ class _Run:
                     agent=agent_id,
                     step=step,
                     error=error,
+                    cut_short=True,
                 )
                 return None
         return actions

@@ -11,6 +11,7 @@ from gymnasium import spaces
 
 from marl_core import MultiAgentEnv
 from marl_core.conformance import RULES, check_env, runner
+from marl_core.envs import RockPaperScissors
 from marl_core.errors import ConformanceError, MultiAgentEnvError
 from marl_core.spaces import masked_space
 from tests.fixtures import broken_envs
@@ -50,12 +51,35 @@ def test_skipping_a_rule_that_reports_crashes_says_how_many_it_hid() -> None:
     # episode to pass as if it had been checked.
     report = check_env(broken_envs.StepRaises, skip=["api.step"])
     assert report.ok and report.skipped_exceptions == report.episodes == 3  # one in each episode explored
-    assert "skipped rules: api.step (they hid 3 exceptions raised by the env's reset() or step()" in str(report)
+    assert "skipped rules: api.step (they hid 3 exceptions raised by the env's code, each of which cut" in str(report)
     assert report.to_dict()["skipped_exceptions"] == 3
     clean = check_env(broken_envs.Duel, skip=["api.step"])
     assert clean.skipped_exceptions == 0 and "hid" not in str(clean)
     # An exception that cut no episode short is not counted: close() raising, say.
     assert check_env(broken_envs.CloseTwiceFails, skip=["close.idempotent"]).skipped_exceptions == 0
+    # An action space whose sampling raises ends every episode at its first step: counted too.
+    report = check_env(UnsampledActions, skip=["spaces.defined"])
+    assert report.ok and report.steps == 0 and report.skipped_exceptions == 3
+    assert "skipped rules: spaces.defined (they hid 3 exceptions raised by the env's code" in str(report)
+
+
+class _Unsampled(spaces.Space):
+    """Moves 0-2 that cannot be sampled."""
+
+    def __init__(self) -> None:
+        super().__init__((), None)
+
+    def contains(self, x: object) -> bool:
+        return x in (0, 1, 2)
+
+    def sample(self, mask: object = None, probability: object = None) -> int:
+        raise RuntimeError("this space cannot be sampled")
+
+
+class UnsampledActions(RockPaperScissors):
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.action_spaces = {agent_id: _Unsampled() for agent_id in self.possible_agents}
 
 
 class TruncatesEveryoneWithoutAll(broken_envs.Duel):
