@@ -268,15 +268,18 @@ def _lock_run_dir(out: Path) -> None:
     for _ in range(2):
         try:
             with open(lock, "x") as file:  # atomic: one of two racing runs wins
-                file.write(str(os.getpid()))
+                file.write(f"{os.getpid()} {_started(os.getpid()) or ''}".strip())
             return
         except FileExistsError:  # taken: by a live run, or left by a killed one
             try:
-                holder = int(lock.read_text().strip() or 0)
+                holder, _, started = lock.read_text().strip().partition(" ")
+                pid = int(holder or 0)
             except (OSError, ValueError):
-                holder = 0
-            if holder and holder != os.getpid() and _alive(holder):
-                raise ConfigError(f"another marl-train (pid {holder}) is writing to {out}; pick another --out") from None
+                pid, started = 0, ""
+            # The start time tells the run apart from a later process given the same pid.
+            if pid and pid != os.getpid() and _alive(pid) and started in ("", _started(pid) or started):
+                raise ConfigError(f"another marl-train (pid {pid}) is writing to {out}; pick another --out (or, if "
+                                  f"no marl-train runs there, remove {lock})") from None
             with contextlib.suppress(OSError):
                 lock.unlink()  # left by a run that was killed
         except OSError as error:  # a read-only directory, say
@@ -287,8 +290,17 @@ def _lock_run_dir(out: Path) -> None:
 def _unlock_run_dir(out: Path) -> None:
     lock = out / _LOCK
     with contextlib.suppress(OSError, ValueError):
-        if int(lock.read_text().strip()) == os.getpid():
+        if int(lock.read_text().split()[0]) == os.getpid():
             lock.unlink()
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, from ``/proc``); None where unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:  # no /proc (macOS, Windows), or the process is gone
+        return None
+    return fields[19] if len(fields) > 19 else None
 
 
 def _alive(pid: int) -> bool:

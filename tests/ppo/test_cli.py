@@ -101,8 +101,18 @@ def test_a_new_run_refuses_a_directory_holding_a_run_or_written_by_another(tmp_p
     busy.mkdir()
     (busy / ".marl-train.pid").write_text(str(os.getppid()))  # a live process holds it
     assert main(["rps", "--out", str(busy), *base]) == 2
-    assert f"another marl-train (pid {os.getppid()}) is writing to {busy}" in capsys.readouterr().err
+    assert (f"another marl-train (pid {os.getppid()}) is writing to {busy}; pick another --out (or, if no "
+            f"marl-train runs there, remove {busy / '.marl-train.pid'})") in capsys.readouterr().err
     assert (busy / ".marl-train.pid").read_text() == str(os.getppid())
+    # A lock naming a live pid with another start time: a killed run's pid, now another process's.
+    reused = tmp_path / "reused"
+    reused.mkdir()
+    started = Path(f"/proc/{os.getppid()}/stat").read_text().rpartition(")")[2].split()[19]
+    (reused / ".marl-train.pid").write_text(f"{os.getppid()} {started}")
+    assert main(["rps", "--out", str(reused), *base]) == 2  # the same process: still held
+    (reused / ".marl-train.pid").write_text(f"{os.getppid()} {int(started) + 1}")
+    assert main(["rps", "--out", str(reused), *base]) == 0
+    assert not (reused / ".marl-train.pid").exists()
     stale = tmp_path / "stale"
     stale.mkdir()
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
