@@ -36,6 +36,7 @@ from collections.abc import Container, Mapping
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
 from bridges.wrapping import require_multi_agent_env
@@ -47,7 +48,7 @@ from marl_core.errors import (
     SpaceError,
     UnsupportedEnvError,
 )
-from marl_core.spaces import action_masks_of, check_acting, check_action, placeholder_observation
+from marl_core.spaces import action_masks_of, check_acting, check_action, placeholder_observation, snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +77,17 @@ class _SpacesOf:
 
 
 class _CommonInfos:
-    """Keeps a MultiAgentEnv's ``"__common__"`` infos aside: PettingZoo's infos hold agents only."""
+    """What both exports share: a MultiAgentEnv's ``"__common__"`` infos kept aside (PettingZoo's
+    infos hold agents only), and its generator as ``np_random`` (as PettingZoo envs have one)."""
 
+    env: MultiAgentEnv
     common_infos: Any = {}
     _new_common_infos: Any = None
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        """The MultiAgentEnv's generator (SuperSuit's ``frame_skip_v0`` draws from it)."""
+        return self.env.np_random
 
     def take_common_infos(self) -> Any:
         """The ``"__common__"`` infos of the MultiAgentEnv's last reset or step if they were not
@@ -233,7 +241,7 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
         mask = action_masks_of(self._observations.get(agent_id)) if self.check_legal else None
         check_action(agent_id, self.action_space(agent_id), action, mask)
         if len(self._pending) > 1:
-            self._buffer[agent_id] = action
+            self._buffer[agent_id] = snapshot(action)  # as checked: the caller may reuse its array
             self._cumulative_rewards[agent_id] = 0
             self._clear_rewards()
             self._pending.popleft()
@@ -272,6 +280,8 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
             if agent_id in self.rewards:
                 self.rewards[agent_id] += reward
             elif agent_id in self._gone:
+                if not reward:  # nothing lost
+                    continue
                 logger.warning(
                     "%s gave agent %r a reward of %r after it left; an AEC env cannot deliver it",
                     self.env,
@@ -472,7 +482,8 @@ class MultiAgentParallelEnv(_CommonInfos, ParallelEnv):
                 if agent_id in out or agent_id == ALL:
                     continue
                 if agent_id in self._gone:  # it will not be in a step again
-                    out[agent_id] = reward
+                    if reward:  # a zero would read as the dead agent being paid
+                        out[agent_id] = reward
                 elif reward:  # a zero is nothing to carry
                     waiting[agent_id] = waiting.get(agent_id, 0) + reward
         if waiting:  # the agent ends without ever being observed, or the episode ends

@@ -181,6 +181,43 @@ def test_to_aec_buffers_simultaneous_actions_and_checks_them_first():
     assert env.last()[1] == 1 and env.agent_selection == "player1"
 
 
+class TwoSliders(MultiAgentEnv):
+    """``a`` and ``b`` move at once, a Box(-1, 1) action each, for 2 steps; ``received`` keeps
+    (copies of) the actions the env got."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        self.observation_spaces = {x: Box(-1.0, 1.0, (1,), np.float32) for x in self.possible_agents}
+        self.action_spaces = dict(self.observation_spaces)
+        self.received = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a", "b"]
+        return {x: np.zeros(1, np.float32) for x in self.agents}, {}
+
+    def step(self, action_dict):
+        self.received.append({x: np.array(v) for x, v in action_dict.items()})
+        self.t += 1
+        done = self.t >= 2
+        self.agents = [] if done else ["a", "b"]
+        obs = {x: np.asarray(action_dict[x], np.float32) for x in action_dict}
+        return obs, dict.fromkeys(action_dict, 0.0), {ALL: done}, {ALL: False}, {}
+
+
+def test_to_aec_buffers_the_action_it_checked_not_the_callers_array():
+    # The env got what the caller's array held later: another value, or one outside the space.
+    env = to_aec(TwoSliders())
+    env.reset(seed=0)
+    action = np.array([0.5], np.float32)
+    env.step(action)
+    action[0] = 7.0  # the caller reuses its array
+    env.step(np.array([0.1], np.float32))
+    assert [{x: float(v[0]) for x, v in got.items()} for got in env.unwrapped.env.received] == [
+        {"a": 0.5, "b": pytest.approx(0.1)}]
+
+
 def _legal(env, agent_id):
     return np.flatnonzero(env.observe(agent_id)["action_mask"])
 
@@ -569,6 +606,25 @@ def test_a_reward_for_an_agent_that_left_goes_out_from_to_parallel_and_is_logged
     assert "after it left" not in caplog.text
     assert _aec_returns(to_aec(PaysAfterLeaving())) == {"a": 3.0, "b": 1.0}
     assert "gave agent 'b' a reward of 2.0 after it left; an AEC env cannot deliver it" in caplog.text
+
+
+class PaysZeroAfterLeaving(PaysAfterLeaving):
+    """``b`` terminates at step 1; every step pays both agents, ``b`` 0.0 after it left."""
+
+    def step(self, action_dict):
+        obs, _, *rest = super().step(action_dict)
+        return (obs, {"a": 1.0, "b": 0.0 if self.t > 1 else 1.0}, *rest)
+
+
+def test_a_zero_for_an_agent_that_left_is_not_a_reward_to_report(caplog):
+    # to_parallel put it in rewards ("Agent was given reward but was dead last turn" in
+    # parallel_api_test) and to_aec logged a reward it could not deliver, at every step.
+    env = to_parallel(PaysZeroAfterLeaving())
+    env.reset(seed=0)
+    assert env.step({"a": 0, "b": 0})[1] == {"a": 1.0, "b": 1.0}
+    assert env.step({"a": 0})[1] == env.step({"a": 0})[1] == {"a": 1.0}
+    assert _aec_returns(to_aec(PaysZeroAfterLeaving())) == {"a": 3.0, "b": 1.0}
+    assert "after it left" not in caplog.text
 
 
 def test_to_aec_dead_steps_take_none_and_late_agents_join():

@@ -20,14 +20,21 @@ from pettingzoo.sisl.multiwalker import multiwalker
 from pettingzoo.test import api_test, parallel_api_test
 
 # Names, not the module: supersuit's module __getattr__ raises ImportError on the probes of doctest collection.
-from supersuit import black_death_v3, color_reduction_v0, frame_stack_v1, pad_observations_v0, resize_v1
+from supersuit import (
+    black_death_v3,
+    color_reduction_v0,
+    frame_skip_v0,
+    frame_stack_v1,
+    pad_observations_v0,
+    resize_v1,
+)
 
 from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, to_aec, to_parallel
 from marl_core.conformance import check_env
 from marl_core.env import MultiAgentWrapper
 from marl_core.rollout import play, rollout
 from tests.bridges.test_pettingzoo_support import bridged_trace, raw_aec_trace, raw_parallel_trace
-from tests.fixtures.envs import JoinLeaveEnv
+from tests.fixtures.envs import JoinLeaveEnv, RockPaperScissors
 
 api_warnings = pytest.mark.filterwarnings("ignore::UserWarning:pettingzoo.test")
 
@@ -112,3 +119,13 @@ def test_black_death_after_to_parallel_zeroes_the_agent_that_left():
             assert obs["scout"][0] != 0.0
         else:  # scout terminated at step 4: black death observes it as zeros from then on
             assert not np.any(obs["scout"]) and rewards["scout"] == 0.0
+
+
+def test_frame_skip_after_to_parallel_draws_from_the_envs_generator():
+    # It read env.unwrapped.np_random, which the export did not have (an AttributeError at the first step).
+    source = RockPaperScissors()
+    env = frame_skip_v0(to_parallel(source), (2, 4))
+    env.reset(seed=3)
+    assert env.unwrapped.np_random is source.np_random
+    obs, *_ = env.step({agent_id: 1 for agent_id in env.agents})
+    assert obs and 2 <= source.num_moves <= 4
