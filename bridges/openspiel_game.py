@@ -335,15 +335,14 @@ def _define(
             perfect_information=perfect_information, utility=utility, utility_sum=utility_sum,
         ),
     )
+    probe.close()  # first: an env may hold what a second one needs (a port, a window)
     fresh = build()
     if fresh is probe:  # states sharing one env would step each other's games
         raise UnsupportedEnvError(
             f"to_openspiel's env_factory {getattr(env_factory, '__qualname__', env_factory)!r:.80} returned the same "
-            "env object twice: every game state "
-            "needs an env of its own; return a new env on every call"
+            "env object twice: every game state needs an env of its own; return a new env on every call"
         )
     spec.pool.append(fresh)  # the first state's
-    probe.close()
     game_type = pyspiel.GameType(
         short_name=name,
         long_name=long_name or name,
@@ -727,8 +726,8 @@ class _EnvState(pyspiel.State):
 def _render(value: Any) -> str:
     """``value`` as text that tells every two different values apart: arrays in full (no ``...``),
     each float as its shortest exact form, also inside dicts, tuples and lists. A numpy scalar
-    reads as the Python number it equals (``2``, not ``np.int64(2)``): equal observations get
-    equal strings, whichever type the env used."""
+    reads as the Python scalar it converts to (``2``, not ``np.int64(2)``), so that an env giving
+    ``np.int64(2)`` at one step and ``2`` at another does not split an information set."""
     if isinstance(value, dict):
         return "{" + ", ".join(f"{key}: {_render(item)}" for key, item in value.items()) + "}"
     if isinstance(value, (tuple, list)):

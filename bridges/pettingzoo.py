@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -242,7 +243,7 @@ class _PettingZooBase(MultiAgentEnv):
             space = read(agent_id)
         except Exception as error:  # the env's own lookup: KeyError, ValueError, ...
             raise UnknownAgentError(agent_id, spaces.keys(), what=f"agent id (no {kind} space)") from error
-        if agent_id in self.env.agents:
+        if agent_id in getattr(self.env, "agents", ()):  # PettingZoo has no agents before reset
             spaces[agent_id] = space
         return space
 
@@ -524,21 +525,22 @@ class ParallelPettingZooEnv(_PettingZooBase):
                     self._late_info_mask(infos)
                 # A frozenset on the right side: the cheapest exact key tests on small dicts.
                 if (env.agents == acting and obs.keys() == acting_set and acting_set.issuperset(infos)
-                        and terms.keys() == acting_set and truncs.keys() == acting_set):
-                    # The common step: the same agents act again, nobody ends, nothing moves.
+                        and len(terms) == len(truncs) == len(acting)):
+                    # The common step: the same agents act again, nobody ends, nothing moves (flags
+                    # of more agents, such as those that left, take _finish).
                     terminateds = dict(terms)
                     terminateds[ALL] = False
                     truncateds = dict(truncs)
                     truncateds[ALL] = False
                     return obs, rewards, terminateds, truncateds, infos
-                return self._finish(obs, rewards, terms, truncs, infos, acting)
+                return self._finish(obs, rewards, terms, truncs, infos, acting_set)
         acting = self._acting_list
         if not acting:
             raise ResetNeededError(
                 "step() called before reset() or after the episode ended; call reset() first"
             )
         self._validate(action_dict, acting)  # raises with the precise reason
-        return self._finish(*self.env.step(dict(action_dict)), acting)
+        return self._finish(*self.env.step(dict(action_dict)), set(acting))
 
     def _finish(
         self,
@@ -547,15 +549,15 @@ class ParallelPettingZooEnv(_PettingZooBase):
         terms: Mapping[AgentID, Any],
         truncs: Mapping[AgentID, Any],
         infos: Mapping[AgentID, Any],
-        acted: list[AgentID],
+        acted: AbstractSet[AgentID],
     ) -> StepResult:
         """The step result from what the env returned, whoever acts next (``acted``: who acted)."""
-        # Flags of agents that ended in an earlier step (envs keying them by possible_agents) would
-        # show those agents again, and an old truncation would read as why the episode ends now.
-        current = {*acted, *self.env.agents}
-        if not current.issuperset(terms):
+        if not (acted.issuperset(terms) and acted.issuperset(truncs)):
+            # Flags of agents that ended in an earlier step (envs keying them by possible_agents)
+            # would show those agents again, and an old truncation would read as why the episode
+            # ends now: only agents that acted, are live, or are observed now keep theirs.
+            current = {*acted, *self.env.agents, *obs}
             terms = {agent_id: flag for agent_id, flag in terms.items() if agent_id in current}
-        if not current.issuperset(truncs):
             truncs = {agent_id: flag for agent_id, flag in truncs.items() if agent_id in current}
         obs, infos = self._adopt(obs, infos, terms, truncs)
         if self._export is not None:

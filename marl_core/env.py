@@ -404,8 +404,10 @@ def make_multi_agent(
 
     As in RLlib: the returned class takes ``config`` with ``"num_agents"`` (default 1); the other
     config keys go to the creator (called as ``creator(config)``, or ``creator()`` when it takes
-    no argument) or to ``gymnasium.make(name, **kwargs)``. Agents are ``"agent_0"``, ..., ``"agent_{N-1}"``. Every live agent acts at every
-    step; an agent ends when its copy terminates or truncates, the episode when all have ended.
+    no argument, which then refuses other keys rather than drop them) or to
+    ``gymnasium.make(name, **kwargs)``. Agents are ``"agent_0"``, ..., ``"agent_{N-1}"``. Every
+    live agent acts at every step; an agent ends when its copy terminates or truncates, the
+    episode when all have ended.
     ``reset(seed=s)`` seeds copy 0 with ``s`` and copy ``i`` with ``copy_seed(s, i)``,
     drawn from both, so no copy shares a seed with copy 0 of an env seeded ``s + j`` (the envs of
     a vector are).
@@ -425,7 +427,13 @@ def make_multi_agent(
         if isinstance(env_name_or_creator, str):
             kwargs = {k: v for k, v in config.items() if k != "num_agents"}
             return gym.make(env_name_or_creator, **kwargs)
-        return env_name_or_creator(dict(config)) if takes_config else env_name_or_creator()
+        if takes_config:
+            return env_name_or_creator(dict(config))
+        extra = sorted(str(key) for key in config if key != "num_agents")
+        if extra:  # the creator could not receive them: dropping them would build another env
+            raise ConfigError(f"config keys {extra} are set, but the creator {env_name_or_creator!r} takes no "
+                              f"argument to receive them: give it a config argument, or drop them")
+        return env_name_or_creator()
 
     class MultiEnv(MultiAgentEnv):
         """N independent copies of one single-agent env (see :func:`make_multi_agent`)."""

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import ctypes
 import dataclasses
-import functools
 import importlib
 import inspect
 import json
@@ -45,7 +45,6 @@ from marl_core._cli import quiet_on_closed_pipe
 from marl_core.conformance.collect import ENV_ERRORS, CheckInterrupted, describe, format_exception
 from marl_core.conformance.rules import RULES, catalog_markdown
 from marl_core.conformance.runner import DEFAULT_EPISODES, DEFAULT_MAX_STEPS, check_env
-from marl_core.env import accepts_config
 from marl_core.errors import ConformanceError
 
 
@@ -150,11 +149,11 @@ _ARGUMENTS_HINT = ("; marl-check passes arguments with --config JSON (one config
 
 
 def _with_arguments(obj: Any, args: argparse.Namespace) -> Any:
-    """``obj`` called with ``--config`` or ``--kwargs`` when they are given: a factory of envs
-    (a picklable ``functools.partial``), else ``obj`` itself.
+    """``obj`` called with ``--config`` or ``--kwargs`` when they are given: a factory of envs, each
+    built with its own (deep) copy of them, as RLlib gives each env its own config; else ``obj``.
 
     Raises:
-        TargetImportError: they are given but ``obj`` is not a class or factory, or takes no config.
+        TargetImportError: they are given but ``obj`` is not a class or factory, or cannot take them.
     """
     if args.config is None and args.kwargs is None:
         return obj
@@ -162,12 +161,26 @@ def _with_arguments(obj: Any, args: argparse.Namespace) -> Any:
     if not callable(obj) or (not inspect.isclass(obj) and callable(getattr(obj, "reset", None))):
         raise TargetImportError(f"{flag} needs a class or factory to call, but {args.target} is "
                                 f"{type(obj).__name__} instance {obj!r}")
-    if args.kwargs is not None:
-        return functools.partial(obj, **args.kwargs)
-    if not accepts_config(obj):
-        raise TargetImportError(f"--config: {args.target} takes no argument to receive a config; pass keyword "
-                                f"arguments with --kwargs instead")
-    return functools.partial(obj, args.config)
+    positional, keywords = ((args.config,), {}) if args.config is not None else ((), args.kwargs)
+    try:
+        signature: inspect.Signature | None = inspect.signature(obj)
+    except ValueError:  # no signature to read (a builtin): the call says
+        signature = None
+    try:
+        if signature is not None:
+            signature.bind(*positional, **keywords)
+    except TypeError as error:  # the arguments do not fit: say so before building anything
+        given = "one config argument" if args.config is not None else f"keyword arguments {sorted(keywords)}"
+        raise TargetImportError(f"{flag}: {args.target} cannot be called with {given}: {error} (signature "
+                                f"{signature})") from None
+
+    def build() -> Any:
+        return obj(*copy.deepcopy(positional), **copy.deepcopy(keywords))
+
+    # Named as the target, so that what the checker says of the factory names it.
+    build.__module__ = getattr(obj, "__module__", build.__module__)
+    build.__qualname__ = build.__name__ = getattr(obj, "__qualname__", build.__qualname__)
+    return build
 
 
 DEFAULT_TIMEOUT = 900.0

@@ -775,18 +775,20 @@ def _field_from_json(key: str, value: Any) -> tuple[Any, list[str]]:
     """One field of :meth:`PPOConfig.to_json_dict` back, and what keeps it (or its parts) from
     coming back, each saying what to pass instead."""
     unsaved = _unsaved_paths(value, key)
+    # A policies override replaces the saved dict: it must hold every policy.
+    whole = (f" (every policy, {', '.join(map(repr, value))}: the dict replaces the saved one)"
+             if key == "policies" and isinstance(value, Mapping) else "")
     if unsaved:
         return None, [f"{', '.join(unsaved)} had no JSON form when the checkpoint was saved; pass {key}=... to "
-                      "from_checkpoint"]
+                      f"from_checkpoint{whole}"]
     try:
         if key == "policies":
             policies, problems = {}, []
             for policy_id, entry in value.items():
                 try:
                     policies[policy_id] = _policy_from_json(policy_id, entry)
-                except CheckpointError as error:  # a policies override replaces the saved dict: all of it
-                    problems.append(f"{error} (every policy, {', '.join(map(repr, value))}: the dict replaces "
-                                    "the saved one)")
+                except CheckpointError as error:
+                    problems.append(f"{error}{whole}")
             return policies, problems
         if key == "env_config":
             return _exact_from_json(value), []

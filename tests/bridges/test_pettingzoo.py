@@ -609,3 +609,29 @@ def test_spaces_of_unknown_agents_are_refused_and_only_agents_that_joined_are_ke
     env.step({"first_0": 1})
     assert env.get_observation_space("late_0") == spaces.Discrete(4) and env.get_action_space("late_0")
     assert list(env.observation_spaces) == list(env.action_spaces) == ["first_0", "late_0"]
+
+
+class Blip(Spawning):
+    """``blip_0`` is observed at step 1 only, in the step it ends (it never acts)."""
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, ...]:
+        self.agents = ["first_0"]
+        return ({"first_0": 1, "blip_0": 2}, {"first_0": 0.0, "blip_0": 5.0}, {"first_0": False, "blip_0": True},
+                {"first_0": False, "blip_0": False}, {})
+
+
+def test_an_agent_that_appears_in_the_step_it_ends_keeps_its_final_observation_and_flags(caplog):
+    env = ParallelPettingZooEnv(Blip(), mask_in_info=False)
+    env.reset(seed=0)
+    obs, rewards, terminateds, truncateds, _ = env.step({"first_0": 0})
+    assert obs == {"first_0": 1, "blip_0": 2} and rewards == {"first_0": 0.0, "blip_0": 5.0}
+    assert terminateds == {"first_0": False, "blip_0": True, ALL: False}
+    assert truncateds == {"first_0": False, "blip_0": False, ALL: False}
+    assert "neither act nor end" not in caplog.text
+
+
+def test_the_space_of_an_agent_outside_possible_agents_before_reset_is_the_envs():
+    # PettingZoo's envs have no agents before reset: reading them was an AttributeError.
+    env = ParallelPettingZooEnv(Spawning(), mask_in_info=False)
+    assert not hasattr(env.env, "agents")
+    assert env.get_observation_space("late_0") == spaces.Discrete(4) and "late_0" not in env.observation_spaces

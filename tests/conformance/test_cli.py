@@ -360,8 +360,19 @@ class BuiltWith(RockPaperScissors):
 
 def built_with_keywords(*, n_moves, label="default"):
     """A PettingZoo-style env function of keyword arguments (``--kwargs``)."""
+    if n_moves < 0:
+        raise ValueError(f"n_moves {n_moves}")
     BuiltWith.calls.append({"n_moves": n_moves, "label": label})
     return RockPaperScissors()
+
+
+class ConsumesItsConfig(RockPaperScissors):
+    """Takes its settings out of the config it is given (``config.pop``)."""
+
+    def __init__(self, config):
+        moves = config.pop("moves")
+        super().__init__()
+        self.moves = moves.pop()
 
 
 AN_INSTANCE = RockPaperScissors()
@@ -386,8 +397,18 @@ def test_config_and_kwargs_build_the_target_with_the_users_arguments(capsys: pyt
             "argument, as RLlib passes env_config) or --kwargs JSON") in capsys.readouterr().err
     # What they cannot build with: refused by name, with no report.
     assert main(["tests.conformance.test_cli:built_with_keywords", "--config", '{"n_moves": 4}']) == 2
-    assert ("--config: tests.conformance.test_cli:built_with_keywords takes no argument to receive a config; pass "
-            "keyword arguments with --kwargs instead") in capsys.readouterr().err
+    assert ("--config: tests.conformance.test_cli:built_with_keywords cannot be called with one config argument: "
+            "too many positional arguments (signature (*, n_moves, label='default'))") in capsys.readouterr().err
+    assert main(["tests.conformance.test_cli:BuiltWith", "--kwargs", "{}"]) == 2  # BuiltWith(), not BuiltWith({})
+    assert ("--kwargs: tests.conformance.test_cli:BuiltWith cannot be called with keyword arguments []: missing a "
+            "required argument: 'config' (signature (config))") in capsys.readouterr().err
+    # Every env built gets its own copy, as RLlib gives each env its own config: one that takes
+    # keys out of it was built with {} from the second build on (a false determinism.seed error).
+    assert main(["tests.conformance.test_cli:ConsumesItsConfig", "--config", '{"moves": [3]}', "--episodes", "1"]) == 0
+    # What the checker says of the factory names the target, not a wrapper of it.
+    assert main(["tests.conformance.test_cli:built_with_keywords", "--kwargs", '{"n_moves": -1}']) == 2
+    assert ("calling tests.conformance.test_cli.built_with_keywords to build the env raised ValueError: n_moves -1"
+            in capsys.readouterr().err)
     assert main(["tests.conformance.test_cli:AN_INSTANCE", "--kwargs", "{}", "--json"]) == 2
     assert json.loads(capsys.readouterr().out)["error"].startswith(
         "--kwargs needs a class or factory to call, but tests.conformance.test_cli:AN_INSTANCE is RockPaperScissors "

@@ -421,6 +421,10 @@ def test_make_multi_agent_takes_a_creator_without_arguments_and_only_whole_agent
     # "3" made 3 and True made 1.
     env = make_multi_agent(lambda: gym.make("CartPole-v1"))({"num_agents": 2})
     assert env.possible_agents == ["agent_0", "agent_1"]
+    # Other keys, which it cannot receive, were dropped silently.
+    with pytest.raises(ConfigError, match=r"config keys \['flavour'\] are set, but the creator <function .*<lambda>"
+                                          r".*> takes no argument to receive them"):
+        make_multi_agent(lambda: gym.make("CartPole-v1"))({"num_agents": 2, "flavour": "x"})
     assert make_multi_agent("CartPole-v1")({"num_agents": np.int64(3)}).possible_agents[-1] == "agent_2"
     for bad in (2.7, "3", True, None, 0):
         with pytest.raises(ConfigError, match=re.escape(f"num_agents must be an integer of 1 or more, received {bad!r}")):

@@ -1095,6 +1095,13 @@ def test_an_unnamed_fixed_policy_asks_for_the_whole_policies_dict(tmp_path):
         PPO.from_checkpoint(saved)
     with PPO.from_checkpoint(saved, policies={"learned": None, "beat_last": heuristic}) as restored:
         assert restored.iteration == 1 and restored.train()["training_iteration"] == 2
+    # The same for a policy whose spec held a space without a JSON form.
+    from marl_core.ppo.config import _field_from_json
+
+    unsaved = {"kind": "spec", "config": {}, "model": {}, "observation_space": {"__unsaved__": "Odd()"}}
+    assert _field_from_json("policies", {"learned": {"kind": "learned"}, "odd": unsaved})[1] == [
+        "policies['odd']['observation_space'] (Odd()) had no JSON form when the checkpoint was saved; pass "
+        "policies=... to from_checkpoint (every policy, 'learned', 'odd': the dict replaces the saved one)"]
 
 
 def test_a_ray_address_where_nothing_answers_is_refused_at_once():
