@@ -403,7 +403,11 @@ class PPO:
                 self._state_blob = cloudpickle.dumps(self._runner_state())
             before = self.runners.num_restarts
             weights = {p: v.get_weights() for p, v in self.policies.items() if isinstance(v, TorchPolicy)}
-            samples = self.runners.sample(self._state_version, self._state_blob, weights, steps)
+            try:
+                samples = self.runners.sample(self._state_version, self._state_blob, weights, steps)
+            except BaseException:  # the runners replaced in a failed iteration count too
+                self.num_runner_restarts_lifetime += self.runners.num_restarts - before
+                raise
             restarts = self.runners.num_restarts - before
         sample_done = time.perf_counter()
         learner_metrics = {}

@@ -16,6 +16,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from marl_core.errors import ConfigError, EnvRunnerError
@@ -66,8 +67,15 @@ class RunnerGroup:
         from marl_core.ppo.rollout import EnvRunner
 
         # Ours to shut down when this module started it (for this group or another still running).
+        if not ray.is_initialized() and _started_ray["cluster"] is not None:
+            _shut_down_cluster()  # started for a trainer whose Ray the user shut down (ray.shutdown())
         self.owns_ray = not ray.is_initialized() or _started_ray["users"] > 0
         self.runners: list[Any] = []
+        if ray.is_initialized() and ray_address and ray_address != "auto":
+            current = ray.get_runtime_context().gcs_address
+            if ray_address != current:
+                logger.warning("Ray is already running in this process (at %s): the runners start there, not at "
+                               "ray_address=%r; call ray.shutdown() first to join that one", current, ray_address)
         if not ray.is_initialized():
             if ray_address:
                 _check_reachable(ray_address)
@@ -222,8 +230,14 @@ class RunnerGroup:
             return
         if ray.is_initialized():
             ray.shutdown()
-        cluster, _started_ray["cluster"] = _started_ray["cluster"], None
-        if cluster is not None:
+        _shut_down_cluster()
+
+
+def _shut_down_cluster() -> None:
+    """Shut down the local Ray head this module started, if any (keeping the machine's Ray address file)."""
+    cluster, _started_ray["cluster"] = _started_ray["cluster"], None
+    if cluster is not None:
+        with _ray_address_file_kept():
             cluster.shutdown()
 
 
@@ -250,7 +264,7 @@ def _start_local_ray(num_cpus: int | None) -> Any:
         from ray._private.utils import estimate_available_memory, resolve_object_store_memory
         from ray.cluster_utils import Cluster
 
-        with _head_without_dashboard_server():
+        with _head_without_dashboard_server(), _ray_address_file_kept():
             cluster = Cluster(initialize_head=True, head_node_args={
                 "num_cpus": num_cpus if num_cpus is not None else os.cpu_count(),
                 "object_store_memory": resolve_object_store_memory(estimate_available_memory()),  # Ray's default
@@ -268,6 +282,33 @@ def _start_local_ray(num_cpus: int | None) -> Any:
         cluster.shutdown()
         raise
     return cluster
+
+
+@contextlib.contextmanager
+def _ray_address_file_kept() -> Iterator[None]:
+    """Put back the machine's Ray address file (``/tmp/ray/ray_current_cluster``, where a plain
+    ``ray.init()`` finds a running cluster) as it was: :class:`ray.cluster_utils.Cluster` writes
+    its head's address there and deletes the file when it shuts down, which would send other
+    programs to this private head, or away from a cluster of their own."""
+    try:
+        from ray._common.utils import get_ray_address_file
+
+        path: Path | None = Path(get_ray_address_file(None))
+    except (ImportError, AttributeError, TypeError):  # another Ray: nothing known to keep
+        path = None
+    try:
+        before = path.read_text() if path is not None and path.exists() else None
+    except OSError:
+        before = None
+    try:
+        yield
+    finally:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                if before is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    path.write_text(before)
 
 
 @contextlib.contextmanager

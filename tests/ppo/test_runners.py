@@ -86,15 +86,62 @@ def test_a_runner_that_hangs_more_often_than_max_runner_restarts_stops_the_itera
 
     arm = tmp_path / "arm"
     config = _config(HangingRockPaperScissors, {"arm": str(arm)})
-    algo = config.env_runners(sample_timeout_s=5, max_runner_restarts=0).build()
+    algo = config.env_runners(sample_timeout_s=5, max_runner_restarts=1).build()
     try:
         algo.train()
         arm.touch()  # every env hangs from now on
         with pytest.raises(EnvRunnerError, match=r"env runner [01] did not return its samples within "
-                                                 r"sample_timeout_s=5 s \(failure 1 of this iteration; max_runner_restarts=0\)"):
+                                                 r"sample_timeout_s=5 s \(failure 2 of this iteration; max_runner_restarts=1\)"):
             algo.train()
+        # The runners replaced in the failed iteration count in the lifetime total (they did not).
+        assert algo.runners.num_restarts >= 1 and algo.num_runner_restarts_lifetime == algo.runners.num_restarts
     finally:
         algo.stop()
+    assert not ray.is_initialized()
+
+
+def test_the_local_ray_leaves_the_machines_ray_address_file_as_it_was():
+    # Ray's Cluster wrote its private head's address there (a plain ray.init() elsewhere joined it)
+    # and deleted the file at shutdown (ray.init() no longer found the machine's own cluster).
+    from ray._common.utils import get_ray_address_file
+
+    path = Path(get_ray_address_file(None))
+    saved = path.read_text() if path.exists() else None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.write_text("192.0.2.2:6379")  # another cluster's address (nothing answers there)
+        algo = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
+        try:
+            assert path.read_text() == "192.0.2.2:6379"
+        finally:
+            algo.stop()
+        assert path.read_text() == "192.0.2.2:6379"
+    finally:
+        if saved is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(saved)
+
+
+def test_ray_shutdown_without_stop_leaves_no_ray_for_the_next_ray_init():
+    # RLlib's habit: build, train, ray.shutdown(). The private head kept running, and the next
+    # ray.init(num_cpus=...) found it ("When connecting to an existing cluster, num_cpus ... must not
+    # be provided"); the next trainer shuts it down.
+    import ray
+
+    first = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
+    first.train()
+    orphan = runners_module._started_ray["cluster"]
+    ray.shutdown()
+    ray.init(num_cpus=1, include_dashboard=False)
+    ray.shutdown()
+    second = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
+    try:
+        assert orphan is not None and orphan.head_node is None  # shut down when the second started
+        assert second.train()["num_env_steps_sampled"] == 400
+    finally:
+        first.stop()
+        second.stop()
     assert not ray.is_initialized()
 
 
@@ -369,3 +416,19 @@ def test_the_plain_ray_start_is_a_ray_of_its_own_beside_a_running_cluster():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == ["lean head: False", "its own Ray: True"]
+
+
+def test_a_ray_address_that_cannot_be_used_because_ray_runs_already_is_named(caplog):
+    # The runners started on the Ray already running, without a word about the address.
+    import ray
+
+    first = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
+    try:
+        with caplog.at_level("WARNING", logger="marl_core.ppo.runners"):
+            second = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).resources(ray_address="192.0.2.2:6379")
+            second.build().stop()
+    finally:
+        first.stop()
+    assert not ray.is_initialized()
+    assert ("Ray is already running in this process (at " in caplog.text
+            and "the runners start there, not at ray_address='192.0.2.2:6379'" in caplog.text)
