@@ -75,7 +75,35 @@ def _summary(result: dict[str, Any]) -> str:
 
 @quiet_on_closed_pipe
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status."""
+    """Entry point; returns the exit status.
+
+    A SIGTERM while the run starts stops it as Ctrl-C does (nothing trained, nothing left behind),
+    with status 143; once it trains, :class:`StopRequest` takes both signals over.
+    """
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
+    try:
+        return _main(argv)
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM while the run starts: stopped as Ctrl-C stops it, with status 143."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+def _terminate_again() -> None:
+    """Take SIGTERM back from Ray, whose start installs its own handler (it exits with status 1)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if os.getcwd() not in sys.path:  # like `python -m`: "module:name" references resolve from here
         sys.path.insert(0, os.getcwd())
@@ -117,11 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     if refusal:
         print(f"marl-train: {refusal}", file=sys.stderr)
         return 2
+    created: list[Path] = []  # the directories a new run made for --out
     if args.resume is not None:
         try:
             algo = _resume(preset.name, config, args.resume, {name: getattr(config, name) for name in changed}, merged)
-        except KeyboardInterrupt:  # loading the checkpoint, starting Ray
-            return _interrupted_while_starting()
+            _terminate_again()
+        except KeyboardInterrupt as stop:  # loading the checkpoint, starting Ray
+            return _interrupted_while_starting(stop)
         if algo is None:
             return 2
     else:
@@ -134,11 +164,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"--out {str(out)!r} cannot be a run directory: {error}") from error
             _lock_run_dir(out)
             algo = config.build()
+            _terminate_again()
         except (MultiAgentEnvError, ConnectionError, KeyboardInterrupt) as error:  # a bad setting, no cluster, Ctrl-C
             _unlock_run_dir(out)
             _remove_if_empty(created)
             if isinstance(error, KeyboardInterrupt):
-                return _interrupted_while_starting()
+                return _interrupted_while_starting(error)
             print(f"marl-train: cannot build the trainer: {error}", file=sys.stderr)
             return 2
     run_log = None
@@ -164,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             run_log.close()
         if not isinstance(error, ConfigError):  # a ConfigError here: another run holds the lock
             _unlock_run_dir(out)
-            _remove_if_empty(created_for_resume)  # a refused resume leaves no directory behind either
+            _remove_if_empty(created_for_resume or created)  # a refused or stopped start leaves no directory
         if isinstance(error, CheckpointError):  # a callback's saved state, damaged
             print(f"marl-train: cannot resume from {args.resume}: {error}", file=sys.stderr)
             return 2
@@ -178,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"marl-train: --out {str(out)!r} cannot be a run directory: {error}", file=sys.stderr)
             return 2
         if isinstance(error, KeyboardInterrupt):  # before the signal handlers are in place
-            return _interrupted_while_starting()
+            return _interrupted_while_starting(error)
         raise
     bar = tqdm(total=args.iterations, disable=args.no_progress, unit="it", dynamic_ncols=True)
     status = 0
@@ -188,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         status = _train(algo, preset, args, run_log, bar, out, deadline, start)
         if preset.final is not None and not status and algo.iteration > first:
             status = _final(algo, preset, out)
-    except KeyboardInterrupt:  # a signal repeated while the final checkpoint was written: abandoned
-        status = 130
+    except KeyboardInterrupt as stop:  # a signal repeated while the final checkpoint was written: abandoned
+        status = 143 if isinstance(stop, _Terminated) else 130
     finally:
         try:
             with late:  # Ray's own handlers would say nothing and exit with 15
@@ -200,10 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     return status or (late.exit_status if late.requested else 0)
 
 
-def _interrupted_while_starting() -> int:
-    """Say that Ctrl-C stopped the run before it trained; return its status."""
-    print("\ninterrupted while starting: nothing was trained", file=sys.stderr)
-    return 130
+def _interrupted_while_starting(stop: KeyboardInterrupt) -> int:
+    """Say that Ctrl-C (or SIGTERM) stopped the run before it trained; return its status."""
+    print(f"\n{'terminated' if isinstance(stop, _Terminated) else 'interrupted'} while starting: nothing was "
+          "trained", file=sys.stderr)
+    return 143 if isinstance(stop, _Terminated) else 130
 
 
 _RUN_FILES = ("progress.csv", "checkpoint", "final")

@@ -68,7 +68,7 @@ def load_policy(
     # Saved without a name (a lambda): these games build their env and pick their players
     # themselves, so this game's env and any mapping do (a policy of another game is told apart below).
     if "env" in saved and saved["env"] is None:
-        overrides["env"] = env_factory
+        overrides["env"], overrides["env_config"] = env_factory, {}  # the saved env_config was that env's
     if "policy_mapping_fn" in saved and saved["policy_mapping_fn"] is None:
         overrides["policy_mapping_fn"] = lambda agent_id, episode, **kwargs: policy_id
     algo = PPO.from_checkpoint(str(checkpoint), num_env_runners=0, num_envs_per_env_runner=1, device="cpu",

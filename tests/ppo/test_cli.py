@@ -284,6 +284,40 @@ def test_ctrl_c_while_the_trainer_starts_exits_130_and_leaves_nothing(tmp_path, 
     assert "interrupted while starting: nothing was trained" in capsys.readouterr().err and not out.exists()
 
 
+def test_sigterm_while_the_trainer_starts_exits_143_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    # It was Python's default (killed, status -15) before Ray started, and Ray's handler after (status
+    # 1, Ray's "Draining" log): the run directory and its lock were left behind.
+    from marl_core.ppo.progress import RunLogger
+
+    build, start_logs = PPOConfig.build, RunLogger.__init__
+
+    def build_like_ray(self):  # Ray's start installs a SIGTERM handler of its own
+        algo = build(self)
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))
+        return algo
+
+    def terminated(self, *args, **kwargs):  # SIGTERM lands after Ray started, before training
+        os.kill(os.getpid(), signal.SIGTERM)
+        start_logs(self, *args, **kwargs)
+
+    monkeypatch.setattr(PPOConfig, "build", build_like_ray)
+    monkeypatch.setattr(RunLogger, "__init__", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    out = tmp_path / "run"
+    assert main(["rps", "--iterations", "1", "--out", str(out), "--no-progress", "--set", "num_env_runners=0"]) == 143
+    assert "terminated while starting: nothing was trained" in capsys.readouterr().err and not out.exists()
+    assert signal.getsignal(signal.SIGTERM) is before  # given back
+
+    def terminated_in_build(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return build(self)
+
+    monkeypatch.setattr(PPOConfig, "build", terminated_in_build)
+    monkeypatch.setattr(RunLogger, "__init__", start_logs)
+    assert main(["rps", "--iterations", "1", "--out", str(out), "--no-progress", "--set", "num_env_runners=0"]) == 143
+    assert not out.exists()
+
+
 class _BreaksWhenBuilt:
     def __init__(self, config=None) -> None:
         raise RuntimeError("no licence server")
