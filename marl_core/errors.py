@@ -182,7 +182,8 @@ class EnvContractError(MultiAgentEnvError):
 
 class EnvRunnerError(MultiAgentEnvError):
     """An env runner that died, or did not return its samples within ``sample_timeout_s``, more
-    times in one iteration than ``max_runner_restarts`` allows (the last cause is chained)."""
+    times in one iteration than ``max_runner_restarts`` allows (the last cause is chained); or
+    ``train()`` after ``stop()``, which closed the runners."""
 
 
 class CheckpointError(MultiAgentEnvError):

@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from marl_core.errors import ConfigError, EnvContractError, MultiAgentEnvError, SpaceError, a_type
+from marl_core.errors import (
+    ConfigError,
+    EnvContractError,
+    EnvRunnerError,
+    MultiAgentEnvError,
+    SpaceError,
+    a_type,
+)
 from marl_core.ppo.actions import name_stuck_rows
 from marl_core.ppo.batching import concat_obs, listed, stack_obs, unfit_descriptions
 from marl_core.ppo.config import PolicySpec, PPOConfig, checked_mapping_fn, map_agent
@@ -384,6 +391,9 @@ class PPO:
         ``episode_return_*`` are single agents' returns (over the last 100 agent-episodes) and
         ``episode_len_mean`` is the number of actions the agent took.
         """
+        if self.sampler is None and self.runners is None:
+            raise EnvRunnerError("train() after stop(): the env runners and their envs are closed; build the "
+                                 "trainer again (config.build(), or PPO.from_checkpoint() of a saved checkpoint)")
         start = time.perf_counter()
         steps = self._steps_per_runner()
         if self.sampler is not None:

@@ -1081,6 +1081,18 @@ def test_a_checkpoint_of_unnamed_parts_says_all_of_them_when_saved_and_when_load
         assert restored.iteration == 1 and restored.train()["training_iteration"] == 2
 
 
+def test_train_after_stop_says_so():
+    # It was an AttributeError ('NoneType' object has no attribute 'sample'); save() still works.
+    from marl_core.errors import EnvRunnerError
+
+    algo = _rps_config().build()
+    algo.train()
+    algo.stop()
+    with pytest.raises(EnvRunnerError, match=r"train\(\) after stop\(\): the env runners and their envs are closed"):
+        algo.train()
+    assert algo.compute_actions({"player1": 0})["player1"] in range(3)
+
+
 def test_an_unnamed_fixed_policy_asks_for_the_whole_policies_dict(tmp_path):
     # The message said "pass policies={...} with it"; passing only that one dropped the learned
     # policy ("policies_to_train names 'learned', which is not a learned policy").
