@@ -478,6 +478,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
 
     def __init__(self, env: Any, *, check_legal: bool = True, mask_in_info: bool | None = None) -> None:
         self._acting_list: list[AgentID] = []
+        self._ended: set[AgentID] = set()  # agents whose end this episode was reported
         self._fast: tuple[Any, ...] | None = None
         self._last_fast: tuple[Any, ...] = ()
         self._masks: dict[AgentID, np.ndarray] = {}
@@ -492,6 +493,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
         self._running = False
         self._acting_list = []
         self._fast = None
+        self._ended = set()
         return self.env.reset(seed=seed, options=options)
 
     def reset(
@@ -525,9 +527,9 @@ class ParallelPettingZooEnv(_PettingZooBase):
                     self._late_info_mask(infos)
                 # A frozenset on the right side: the cheapest exact key tests on small dicts.
                 if (env.agents == acting and obs.keys() == acting_set and acting_set.issuperset(infos)
-                        and len(terms) == len(truncs) == len(acting)):
+                        and terms.keys() == acting_set and truncs.keys() == acting_set):
                     # The common step: the same agents act again, nobody ends, nothing moves (flags
-                    # of more agents, such as those that left, take _finish).
+                    # of other agents, such as those that left, take _finish).
                     terminateds = dict(terms)
                     terminateds[ALL] = False
                     truncateds = dict(truncs)
@@ -552,14 +554,17 @@ class ParallelPettingZooEnv(_PettingZooBase):
         acted: AbstractSet[AgentID],
     ) -> StepResult:
         """The step result from what the env returned, whoever acts next (``acted``: who acted)."""
+        ended = self._ended
         if not (acted.issuperset(terms) and acted.issuperset(truncs)):
             # Flags of agents that ended in an earlier step (envs keying them by possible_agents)
             # would show those agents again, and an old truncation would read as why the episode
-            # ends now: only agents that acted, are live, or are observed now keep theirs.
-            current = {*acted, *self.env.agents, *obs}
+            # ends now: only agents that acted, are live, or are observed for the first time keep theirs.
+            current = {*acted, *self.env.agents, *(a for a in obs if a not in ended)}
             terms = {agent_id: flag for agent_id, flag in terms.items() if agent_id in current}
             truncs = {agent_id: flag for agent_id, flag in truncs.items() if agent_id in current}
         obs, infos = self._adopt(obs, infos, terms, truncs)
+        if len(self._acting_list) != len(acted) or not acted.issuperset(obs):  # some agents came or went
+            ended.update(agent_id for agent_id in obs if agent_id not in self._acting_list)
         if self._export is not None:
             infos = self._with_common_infos(infos)
         if self._acting_list:

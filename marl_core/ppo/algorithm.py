@@ -415,10 +415,13 @@ class PPO:
             weights = {p: v.get_weights() for p, v in self.policies.items() if isinstance(v, TorchPolicy)}
             try:
                 samples = self.runners.sample(self._state_version, self._state_blob, weights, steps)
-            except BaseException:  # the runners replaced in a failed iteration count too
-                self.num_runner_restarts_lifetime += self.runners.num_restarts - before
-                raise
-            restarts = self.runners.num_restarts - before
+            finally:  # the runners replaced in an iteration that fails count too
+                restarts = self.runners.num_restarts - before
+                self.num_runner_restarts_lifetime += restarts
+        # What went wrong while sampling counts whether or not the update below succeeds.
+        env_errors = sum(s["num_env_errors"] for s in samples)
+        self.num_env_errors_lifetime += env_errors
+        self.last_env_error = next((s["first_env_error"] for s in samples if s.get("first_env_error")), None)
         sample_done = time.perf_counter()
         learner_metrics = {}
         # Every policy's update of an iteration stands or falls together: a TrainingError in one, or
@@ -442,11 +445,7 @@ class PPO:
         learn_done = time.perf_counter()
         self.iteration += 1
         env_steps = sum(s["env_steps"] for s in samples)
-        env_errors = sum(s["num_env_errors"] for s in samples)
-        self.last_env_error = next((s["first_env_error"] for s in samples if s.get("first_env_error")), None)
         self.env_steps_lifetime += env_steps
-        self.num_env_errors_lifetime += env_errors
-        self.num_runner_restarts_lifetime += restarts
         elapsed = learn_done - start
         self.time_total_s += elapsed
         return {

@@ -16,7 +16,6 @@ import re
 import socket
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from marl_core.errors import ConfigError, EnvRunnerError
@@ -31,7 +30,7 @@ _LONGEST_WAIT_S = 3600.0
 
 # The Ray this module started and how many runner groups use it: the last to stop shuts it down,
 # so one trainer's stop() never pulls Ray from under another's runners.
-_started_ray: dict[str, Any] = {"cluster": None, "users": 0, "generation": 0}
+_started_ray: dict[str, Any] = {"cluster": None, "users": 0, "generation": 0, "address": None}
 
 
 def _check_reachable(address: str) -> None:
@@ -66,16 +65,14 @@ class RunnerGroup:
 
         from marl_core.ppo.rollout import EnvRunner
 
+        _forget_a_ray_shut_down_under_us()
         # Ours to shut down when this module started it (for this group or another still running).
-        if not ray.is_initialized() and _started_ray["cluster"] is not None:
-            _shut_down_cluster()  # started for a trainer whose Ray the user shut down (ray.shutdown())
         self.owns_ray = not ray.is_initialized() or _started_ray["users"] > 0
         self.runners: list[Any] = []
-        if ray.is_initialized() and ray_address and ray_address != "auto":
-            current = ray.get_runtime_context().gcs_address
-            if ray_address != current:
-                logger.warning("Ray is already running in this process (at %s): the runners start there, not at "
-                               "ray_address=%r; call ray.shutdown() first to join that one", current, ray_address)
+        if ray.is_initialized() and ray_address and not _may_be(ray_address, ray.get_runtime_context().gcs_address):
+            logger.warning("Ray is already running in this process (at %s): the runners start there; "
+                           "ray_address=%r is used only by a trainer that starts Ray",
+                           ray.get_runtime_context().gcs_address, ray_address)
         if not ray.is_initialized():
             if ray_address:
                 _check_reachable(ray_address)
@@ -84,6 +81,7 @@ class RunnerGroup:
                 _started_ray["cluster"] = _start_local_ray(num_cpus)
             # A new Ray: groups of one shut down under them (ray.shutdown()) no longer count.
             _started_ray["users"], _started_ray["generation"] = 0, _started_ray["generation"] + 1
+            _started_ray["address"] = ray.get_runtime_context().gcs_address
         self._generation = _started_ray["generation"]
         if self.owns_ray:
             _started_ray["users"] += 1
@@ -223,6 +221,7 @@ class RunnerGroup:
         if not self.owns_ray:
             return
         self.owns_ray = False
+        _forget_a_ray_shut_down_under_us()  # a Ray the user started since is theirs
         if self._generation != _started_ray["generation"]:  # its Ray is gone already
             return
         _started_ray["users"] -= 1
@@ -231,14 +230,47 @@ class RunnerGroup:
         if ray.is_initialized():
             ray.shutdown()
         _shut_down_cluster()
+        _started_ray["address"] = None
 
 
 def _shut_down_cluster() -> None:
-    """Shut down the local Ray head this module started, if any (keeping the machine's Ray address file)."""
+    """Shut down the local Ray head this module started, if any (leaving the machine's Ray address file)."""
     cluster, _started_ray["cluster"] = _started_ray["cluster"], None
     if cluster is not None:
-        with _ray_address_file_kept():
+        with _ray_address_file_untouched():
             cluster.shutdown()
+
+
+def _forget_a_ray_shut_down_under_us() -> None:
+    """When this process is no longer connected to the Ray this module started (the user's
+    ``ray.shutdown()``, maybe followed by a ``ray.init()`` of their own), that Ray is not ours to
+    count users of or to shut down any more: its groups are left behind and its head, if any, stops."""
+    import ray
+
+    started = _started_ray["address"]
+    if started is None or (ray.is_initialized() and ray.get_runtime_context().gcs_address == started):
+        return
+    _shut_down_cluster()
+    _started_ray["users"], _started_ray["address"] = 0, None
+    _started_ray["generation"] += 1
+
+
+def _may_be(address: str, gcs_address: str) -> bool:
+    """Whether the Ray at ``gcs_address`` (connected) may be the one ``address`` names: "auto" and
+    Ray Client addresses say nothing checkable, and ``localhost`` is the node's own IP to Ray."""
+    if address == "auto" or address.startswith("ray://"):
+        return True
+    if address == "local":
+        return False
+    host, _, port = address.rpartition(":")
+    connected_host, _, connected_port = gcs_address.rpartition(":")
+    if port != connected_port:
+        return False
+    try:
+        ip = socket.gethostbyname(host)
+    except OSError:
+        return True  # cannot tell: no warning on a guess
+    return ip == connected_host or ip.startswith("127.")
 
 
 def _init_failure(error: BaseException) -> str:
@@ -264,7 +296,7 @@ def _start_local_ray(num_cpus: int | None) -> Any:
         from ray._private.utils import estimate_available_memory, resolve_object_store_memory
         from ray.cluster_utils import Cluster
 
-        with _head_without_dashboard_server(), _ray_address_file_kept():
+        with _head_without_dashboard_server(), _ray_address_file_untouched():
             cluster = Cluster(initialize_head=True, head_node_args={
                 "num_cpus": num_cpus if num_cpus is not None else os.cpu_count(),
                 "object_store_memory": resolve_object_store_memory(estimate_available_memory()),  # Ray's default
@@ -279,36 +311,40 @@ def _start_local_ray(num_cpus: int | None) -> Any:
     try:
         ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
     except BaseException:
-        cluster.shutdown()
+        with _ray_address_file_untouched():
+            cluster.shutdown()
         raise
     return cluster
 
 
 @contextlib.contextmanager
-def _ray_address_file_kept() -> Iterator[None]:
-    """Put back the machine's Ray address file (``/tmp/ray/ray_current_cluster``, where a plain
-    ``ray.init()`` finds a running cluster) as it was: :class:`ray.cluster_utils.Cluster` writes
-    its head's address there and deletes the file when it shuts down, which would send other
-    programs to this private head, or away from a cluster of their own."""
-    try:
-        from ray._common.utils import get_ray_address_file
+def _ray_address_file_untouched() -> Iterator[None]:
+    """Keep :class:`ray.cluster_utils.Cluster` from writing its head's address into the machine's
+    Ray address file (``/tmp/ray/ray_current_cluster``, where a plain ``ray.init()`` finds a
+    running cluster) and from deleting that file when it shuts down: other programs would join
+    this private head, or lose their own cluster. Ray's helpers for the file, looked up at call
+    time, do nothing meanwhile (whatever else writes the file is left alone)."""
+    import importlib
 
-        path: Path | None = Path(get_ray_address_file(None))
-    except (ImportError, AttributeError, TypeError):  # another Ray: nothing known to keep
-        path = None
-    try:
-        before = path.read_text() if path is not None and path.exists() else None
-    except OSError:
-        before = None
+    replaced = []
+    for module_name in ("ray._private.utils", "ray._common.utils"):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        for name in ("write_ray_address", "reset_ray_address"):
+            if callable(getattr(module, name, None)):
+                replaced.append((module, name, getattr(module, name)))
+                setattr(module, name, _leave_the_address_file)
     try:
         yield
     finally:
-        if path is not None:
-            with contextlib.suppress(OSError):
-                if before is None:
-                    path.unlink(missing_ok=True)
-                else:
-                    path.write_text(before)
+        for module, name, original in replaced:
+            setattr(module, name, original)
+
+
+def _leave_the_address_file(*args: Any, **kwargs: Any) -> None:
+    """Stands in for Ray's writer and remover of its address file (see :func:`_ray_address_file_untouched`)."""
 
 
 @contextlib.contextmanager

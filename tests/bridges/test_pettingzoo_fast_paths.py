@@ -92,9 +92,9 @@ class Controls(ParallelEnv):
     ``hide`` the observation of ``dial_0`` is left out at step 2; with ``meddle`` the env empties
     the action dict it receives; with ``stats`` the infos of every step also hold ``"stats"``, a
     key that is not an agent; with ``ghost`` every step also observes ``ghost_0``, an agent that
-    never acts; with ``sticky`` ``slider_0`` is truncated (not terminated) and the flag dicts are
-    keyed by ``possible_agents`` at every step, as in PettingZoo's custom-env tutorial, so that
-    agents that left are flagged again. Every action dict received is kept (copied) in ``received``.
+    never acts; with ``sticky`` ``slider_0`` is truncated (not terminated) and the observation and
+    flag dicts are keyed by ``possible_agents`` at every step, as in PettingZoo's custom-env
+    tutorial, so that agents that left are observed and flagged again. Every action dict received is kept (copied) in ``received``.
     """
 
     metadata = {"name": "controls_v0", "is_parallelizable": True}
@@ -157,6 +157,7 @@ class Controls(ParallelEnv):
             infos["stats"] = {"t": self.t}
         self.agents = [a for a in self.agents if not (terminations[a] or truncations[a])]
         if self.sticky:  # keyed by possible_agents: an agent that left keeps its last flags
+            obs = self._observe(self.possible_agents)
             self.flags.update({a: (terminations[a], truncations[a]) for a in terminations})
             terminations = {a: self.flags[a][0] for a in self.possible_agents}
             truncations = {a: self.flags[a][1] for a in self.possible_agents}
@@ -276,8 +277,8 @@ def test_flags_of_agents_that_left_earlier_are_not_reported_again():
     env.reset(seed=0)
     for t in range(1, 5):
         acting = env.agents
-        _, _, terminateds, truncateds, _ = env.step(_good(acting))
-        assert terminateds.keys() == truncateds.keys() == set(acting) | {ALL}
+        obs, _, terminateds, truncateds, _ = env.step(_good(acting))
+        assert obs.keys() == terminateds.keys() - {ALL} == truncateds.keys() - {ALL} == set(acting)
         assert truncateds.get("slider_0", False) == (t == 2)
     assert terminateds[ALL] and not truncateds[ALL]
 

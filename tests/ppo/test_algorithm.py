@@ -1081,6 +1081,28 @@ def test_a_checkpoint_of_unnamed_parts_says_all_of_them_when_saved_and_when_load
         assert restored.iteration == 1 and restored.train()["training_iteration"] == 2
 
 
+def test_env_errors_of_an_iteration_whose_update_fails_count_in_the_lifetime_total(monkeypatch):
+    # They were added with the iteration's other counts, after the update: a failed update lost them.
+    from tests.ppo.helpers import FlakyRockPaperScissors
+
+    config = _rps_config().environment(FlakyRockPaperScissors, env_config={"fail_every": 23})
+    with config.build() as algo:
+        learner = algo.learners["learned"]
+        update = learner.update
+
+        def fails(*args, **kwargs):
+            raise TrainingError("the loss is not finite")
+
+        monkeypatch.setattr(learner, "update", fails)
+        with pytest.raises(TrainingError):
+            algo.train()
+        assert algo.num_env_errors_lifetime > 0 and algo.iteration == 0
+        lost_before = algo.num_env_errors_lifetime
+        monkeypatch.setattr(learner, "update", update)
+        result = algo.train()
+        assert result["num_env_errors_lifetime"] == lost_before + result["num_env_errors"]
+
+
 def test_train_after_stop_says_so():
     # It was an AttributeError ('NoneType' object has no attribute 'sample'); save() still works.
     from marl_core.errors import EnvRunnerError

@@ -103,7 +103,7 @@ def test_a_runner_that_hangs_more_often_than_max_runner_restarts_stops_the_itera
 def test_the_local_ray_leaves_the_machines_ray_address_file_as_it_was():
     # Ray's Cluster wrote its private head's address there (a plain ray.init() elsewhere joined it)
     # and deleted the file at shutdown (ray.init() no longer found the machine's own cluster).
-    from ray._common.utils import get_ray_address_file
+    from ray._private.utils import get_ray_address_file
 
     path = Path(get_ray_address_file(None))
     saved = path.read_text() if path.exists() else None
@@ -143,6 +143,20 @@ def test_ray_shutdown_without_stop_leaves_no_ray_for_the_next_ray_init():
         first.stop()
         second.stop()
     assert not ray.is_initialized()
+    # With a Ray of the user's own started in between, the next trainer used it and its stop()
+    # shut it down (it counted the users of the Ray shut down before), next to the orphaned head.
+    third = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
+    orphan = runners_module._started_ray["cluster"]
+    ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False)
+    try:
+        fourth = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
+        assert orphan.head_node is None and fourth.train()["num_env_steps_sampled"] == 400
+        fourth.stop()
+        third.stop()
+        assert ray.is_initialized()  # the user's Ray is theirs to shut down
+    finally:
+        ray.shutdown()
 
 
 def test_a_sample_timeout_longer_than_ray_can_wait_is_waited_for_in_steps():
@@ -424,11 +438,16 @@ def test_a_ray_address_that_cannot_be_used_because_ray_runs_already_is_named(cap
 
     first = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
     try:
+        port = ray.get_runtime_context().gcs_address.rpartition(":")[2]
         with caplog.at_level("WARNING", logger="marl_core.ppo.runners"):
+            for address in (f"localhost:{port}", f"127.0.0.1:{port}", "auto"):  # this Ray: nothing to say
+                _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).resources(ray_address=address).build().stop()
+            assert caplog.text == ""
             second = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).resources(ray_address="192.0.2.2:6379")
             second.build().stop()
     finally:
         first.stop()
     assert not ray.is_initialized()
     assert ("Ray is already running in this process (at " in caplog.text
-            and "the runners start there, not at ray_address='192.0.2.2:6379'" in caplog.text)
+            and "the runners start there; ray_address='192.0.2.2:6379' is used only by a trainer that starts Ray"
+            in caplog.text)
