@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -305,36 +306,43 @@ def _define(
         raise UnsupportedEnvError(f"max_game_length must be a positive int, received {max_game_length!r}")
     build = _no_argument(env_factory)
     probe = build()
-    require_multi_agent_env(probe, "to_openspiel (through env_factory)", "openspiel")
-    agents = tuple(probe.possible_agents)
-    sizes, starts = [], []
-    for agent_id in agents:
-        space = probe.get_action_space(agent_id)
-        if not isinstance(space, spaces.Discrete):
-            raise UnsupportedEnvError(
-                f"to_openspiel needs a Discrete action space for every agent; agent {agent_id!r} has {space}"
-            )
-        sizes.append(int(space.n))
-        starts.append(int(space.start))
-    utility, utility_range, utility_sum = _utility_of(probe, utility, utility_range, utility_sum)
-    if dynamics == "auto":
-        obs, _ = probe.reset(seed=whole_seeds[0])
-        dynamics = "simultaneous" if len(obs) > 1 else "sequential"
-    spec = _Spec(
-        factory=build,
-        agents=agents,
-        sizes=tuple(sizes),
-        starts=tuple(starts),
-        seeds=whole_seeds,
-        max_game_length=int(max_game_length),
-        terminal_rewards=reward_model == "terminal",
-        tensor_shape=_tensor_shape(probe, agents),
-        export=dict(
-            env_factory=env_factory, name=name, long_name=long_name, seeds=tuple(seeds), dynamics=dynamics,
-            reward_model=reward_model, max_game_length=max_game_length, utility_range=tuple(utility_range),
-            perfect_information=perfect_information, utility=utility, utility_sum=utility_sum,
-        ),
-    )
+    try:
+        require_multi_agent_env(probe, "to_openspiel (through env_factory)", "openspiel")
+        agents = tuple(probe.possible_agents)
+        sizes, starts = [], []
+        for agent_id in agents:
+            space = probe.get_action_space(agent_id)
+            if not isinstance(space, spaces.Discrete):
+                raise UnsupportedEnvError(
+                    f"to_openspiel needs a Discrete action space for every agent; agent {agent_id!r} has {space}"
+                )
+            sizes.append(int(space.n))
+            starts.append(int(space.start))
+        utility, utility_range, utility_sum = _utility_of(probe, utility, utility_range, utility_sum)
+        if dynamics == "auto":
+            obs, _ = probe.reset(seed=whole_seeds[0])
+            dynamics = "simultaneous" if len(obs) > 1 else "sequential"
+        spec = _Spec(
+            factory=build,
+            agents=agents,
+            sizes=tuple(sizes),
+            starts=tuple(starts),
+            seeds=whole_seeds,
+            max_game_length=int(max_game_length),
+            terminal_rewards=reward_model == "terminal",
+            tensor_shape=_tensor_shape(probe, agents),
+            export=dict(
+                env_factory=env_factory, name=name, long_name=long_name, seeds=tuple(seeds), dynamics=dynamics,
+                reward_model=reward_model, max_game_length=max_game_length, utility_range=tuple(utility_range),
+                perfect_information=perfect_information, utility=utility, utility_sum=utility_sum,
+            ),
+        )
+    except BaseException:  # refused: the probe holds nothing any longer (a port, a window)
+        close = getattr(probe, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
+        raise
     probe.close()  # first: an env may hold what a second one needs (a port, a window)
     fresh = build()
     if fresh is probe:  # states sharing one env would step each other's games

@@ -688,6 +688,30 @@ def test_a_factory_returning_one_env_every_time_is_refused() -> None:
     assert len(built) == 2  # the second env built serves the first state
 
 
+def test_an_env_refused_by_to_openspiel_is_closed() -> None:
+    # The env built to read the spaces stayed open when they were refused (a port, a window held).
+    built, closed = [], []
+
+    class Tracked(TicTacToe):
+        def __init__(self, config=None):
+            super().__init__(config)
+            built.append(self)
+
+        def close(self):
+            closed.append(self)
+            super().close()
+
+    class BoxActions(Tracked):
+        def get_action_space(self, agent_id):
+            return gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    with pytest.raises(UnsupportedEnvError, match="Discrete action space"):
+        to_openspiel(BoxActions, name="test_refused_closed")
+    with pytest.raises(UnsupportedEnvError, match="utility_range"):
+        to_openspiel(Tracked, name="test_refused_closed_2", utility_range=(5.0, -5.0))
+    assert len(built) == len(closed) == 2
+
+
 def test_round_trip_of_an_irregular_simultaneous_env_keeps_who_acts_and_rewards() -> None:
     direct = IrregularOrderEnv()
     bridged = OpenSpielEnv(to_openspiel(IrregularOrderEnv, name="test_round_trip_irregular", dynamics="simultaneous"))
