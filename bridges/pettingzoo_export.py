@@ -185,6 +185,8 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
         self._buffer: dict[AgentID, Any] = {}
         self._waiting_rewards: dict[AgentID, Any] = {}
         self._gone: set[AgentID] = set()
+        # Agents never observed that ended with nothing to receive: their flags, for a reward paid later.
+        self._unseen_ends: dict[AgentID, tuple[bool, bool]] = {}
 
     def observation_space(self, agent: AgentID) -> gym.Space:
         return self._spaces.observation_space(agent)
@@ -219,6 +221,7 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
         self.terminations, self.truncations, self.infos = {}, {}, {}
         self._waiting_rewards = {}
         self._gone = set()
+        self._unseen_ends = {}
         self._join([*self.env.agents, *obs])
         self._take_infos(infos, obs)
         self._buffer = {}
@@ -273,9 +276,16 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
         # Joining agents receive what waited for them in this step's rewards (so in last() too).
         self._join([*self.env.agents, *(a for a in obs if a not in ended_set)])
         self._join([a for a in ended if a not in self.terminations])
-        # An agent never observed that ends with a reward to receive gets a dead step to carry it.
+        # An agent never observed that ends with a reward to receive gets a dead step to carry it;
+        # one paid only after such an end gets it at the episode's end, with the flags it ended with.
+        unseen = self._unseen_ends
         self._join([a for table in (terminateds, truncateds) for a, flag in table.items()
                     if flag and a in self._possible_set and (a in self._waiting_rewards or rewards.get(a))])
+        present = set(self.agents)
+        for table in (terminateds, truncateds):
+            for agent_id, flag in table.items():
+                if flag and agent_id in self._possible_set and agent_id not in present and agent_id not in self._gone:
+                    unseen[agent_id] = (bool(terminateds.get(agent_id)), bool(truncateds.get(agent_id)))
         for agent_id, reward in rewards.items():
             if agent_id in self.rewards:
                 self.rewards[agent_id] += reward
@@ -294,13 +304,16 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
             self._join([a for a in self._waiting_rewards if a in self._possible_set])
         self._accumulate_rewards()
         self._take_infos(infos, obs)
-        ended += [a for a in self.agents if (terminateds.get(a) or truncateds.get(a)) and a not in ended_set]
+        ended += [a for a in self.agents
+                  if (terminateds.get(a) or truncateds.get(a) or a in unseen) and a not in ended_set]
         if all_terminated or all_truncated:
             ended += [a for a in self.agents if a not in ended_set and a not in ended]
         for agent_id in ended:
             if terminateds.get(agent_id) or truncateds.get(agent_id):
                 self.terminations[agent_id] = bool(terminateds.get(agent_id, False))
                 self.truncations[agent_id] = bool(truncateds.get(agent_id, False))
+            elif agent_id in unseen:
+                self.terminations[agent_id], self.truncations[agent_id] = unseen.pop(agent_id)
             else:
                 self.terminations[agent_id] = all_terminated
                 self.truncations[agent_id] = all_truncated

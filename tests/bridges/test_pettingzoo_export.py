@@ -313,6 +313,36 @@ def _aec_returns(env) -> dict[str, float]:
     return seen
 
 
+class TruncatedUnseenThenPaid(PaysBeforeJoining):
+    """``b``, never observed, is truncated at step 1 (nothing paid), paid 1.0 at step 2; the
+    episode ends at step 3 on ``terminateds["__all__"]``."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.agents = 0, ["a"]
+        return {"a": np.zeros(1, np.float32)}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        obs = {"a": np.full(1, self.t, np.float32)}
+        if self.t == 3:
+            self.agents = []
+        return (obs, {"b": 1.0} if self.t == 2 else {}, {ALL: self.t == 3}, {ALL: False, "b": self.t == 1}, {})
+
+
+def test_an_agent_truncated_before_it_was_observed_ends_truncated_when_paid_later():
+    # It was reported terminated (the episode's flag) with the reward at the episode's end.
+    env = to_aec(TruncatedUnseenThenPaid())
+    env.reset(seed=0)
+    ends = {}
+    for agent_id in env.agent_iter():
+        _, reward, terminated, truncated, _ = env.last()
+        if terminated or truncated:
+            ends[agent_id] = (reward, terminated, truncated)
+        env.step(None if terminated or truncated else 0)
+    assert ends["b"] == (1.0, False, True) and ends["a"][1:] == (True, False)
+
+
 class PaidButNeverJoins(PaysBeforeJoining):
     """``b`` is paid 5.0 at step 1 but never observed; the episode ends at step 3, on ``"__all__"``
     only or, with ``ends_b``, with ``b`` terminated (still unobserved) at step 2."""
