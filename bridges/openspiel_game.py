@@ -60,6 +60,7 @@ Dynamics = Literal["auto", "sequential", "simultaneous"]
 Utility = Literal["zero_sum", "constant_sum", "general_sum", "identical"]
 RewardModel = Literal["rewards", "terminal"]
 
+_INT32_MAX = 2**31 - 1
 _POOL_SIZE = 64  # envs kept for reuse per exported game
 _REGISTERED: dict[str, tuple[_Spec, pyspiel.GameType, pyspiel.GameInfo]] = {}
 # A name pyspiel's load_game reads as a name alone: "(" starts its parameters.
@@ -302,8 +303,13 @@ def _define(
     if reward_model not in ("rewards", "terminal"):
         raise UnsupportedEnvError(f"reward_model must be 'rewards' or 'terminal', received {reward_model!r}")
     whole = isinstance(max_game_length, (int, np.integer)) and not isinstance(max_game_length, bool)
-    if not whole or max_game_length < 1:
-        raise UnsupportedEnvError(f"max_game_length must be a positive int, received {max_game_length!r}")
+    if not whole or not 1 <= max_game_length <= _INT32_MAX:  # pyspiel keeps it in a C int
+        raise UnsupportedEnvError(f"max_game_length must be a positive int (at most {_INT32_MAX}), received "
+                                  f"{max_game_length!r}")
+    if long_name is not None and not isinstance(long_name, str):
+        raise UnsupportedEnvError(f"long_name must be text or None, received {long_name!r}")
+    if not isinstance(perfect_information, (bool, np.bool_)):
+        raise UnsupportedEnvError(f"perfect_information must be True or False, received {perfect_information!r}")
     build = _no_argument(env_factory)
     probe = build()
     try:
@@ -344,6 +350,43 @@ def _define(
                 close()
         raise
     probe.close()  # first: an env may hold what a second one needs (a port, a window)
+    try:
+        game_type = pyspiel.GameType(
+            short_name=name,
+            long_name=long_name or name,
+            dynamics=(
+                pyspiel.GameType.Dynamics.SIMULTANEOUS if dynamics == "simultaneous" else pyspiel.GameType.Dynamics.SEQUENTIAL
+            ),
+            chance_mode=(
+                pyspiel.GameType.ChanceMode.EXPLICIT_STOCHASTIC if len(spec.seeds) > 1 else pyspiel.GameType.ChanceMode.DETERMINISTIC
+            ),
+            information=(
+                pyspiel.GameType.Information.PERFECT_INFORMATION
+                if perfect_information
+                else pyspiel.GameType.Information.IMPERFECT_INFORMATION
+            ),
+            utility=getattr(pyspiel.GameType.Utility, utility.upper()),
+            reward_model=pyspiel.GameType.RewardModel.TERMINAL if spec.terminal_rewards else pyspiel.GameType.RewardModel.REWARDS,
+            max_num_players=len(agents),
+            min_num_players=len(agents),
+            provides_information_state_string=True,
+            provides_information_state_tensor=False,
+            provides_observation_string=True,
+            provides_observation_tensor=spec.tensor_shape is not None,
+            parameter_specification={},
+        )
+        game_info = pyspiel.GameInfo(
+            num_distinct_actions=max(sizes),
+            max_chance_outcomes=len(spec.seeds) if len(spec.seeds) > 1 else 0,
+            num_players=len(agents),
+            min_utility=utility_range[0],
+            max_utility=utility_range[1],
+            utility_sum=utility_sum,
+            max_game_length=spec.max_game_length,
+        )
+    except (TypeError, ValueError, OverflowError) as error:  # pyspiel's own checks, past those above
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UnsupportedEnvError(f"pyspiel refused the description of game {name!r}: {reason}") from None
     fresh = build()
     if fresh is probe:  # states sharing one env would step each other's games
         raise UnsupportedEnvError(
@@ -351,39 +394,6 @@ def _define(
             "env object twice: every game state needs an env of its own; return a new env on every call"
         )
     spec.pool.append(fresh)  # the first state's
-    game_type = pyspiel.GameType(
-        short_name=name,
-        long_name=long_name or name,
-        dynamics=(
-            pyspiel.GameType.Dynamics.SIMULTANEOUS if dynamics == "simultaneous" else pyspiel.GameType.Dynamics.SEQUENTIAL
-        ),
-        chance_mode=(
-            pyspiel.GameType.ChanceMode.EXPLICIT_STOCHASTIC if len(spec.seeds) > 1 else pyspiel.GameType.ChanceMode.DETERMINISTIC
-        ),
-        information=(
-            pyspiel.GameType.Information.PERFECT_INFORMATION
-            if perfect_information
-            else pyspiel.GameType.Information.IMPERFECT_INFORMATION
-        ),
-        utility=getattr(pyspiel.GameType.Utility, utility.upper()),
-        reward_model=pyspiel.GameType.RewardModel.TERMINAL if spec.terminal_rewards else pyspiel.GameType.RewardModel.REWARDS,
-        max_num_players=len(agents),
-        min_num_players=len(agents),
-        provides_information_state_string=True,
-        provides_information_state_tensor=False,
-        provides_observation_string=True,
-        provides_observation_tensor=spec.tensor_shape is not None,
-        parameter_specification={},
-    )
-    game_info = pyspiel.GameInfo(
-        num_distinct_actions=max(sizes),
-        max_chance_outcomes=len(spec.seeds) if len(spec.seeds) > 1 else 0,
-        num_players=len(agents),
-        min_utility=utility_range[0],
-        max_utility=utility_range[1],
-        utility_sum=utility_sum,
-        max_game_length=spec.max_game_length,
-    )
     return spec, game_type, game_info
 
 

@@ -656,17 +656,21 @@ class ParallelPettingZooEnv(_PettingZooBase):
         terms: Mapping[AgentID, Any],
         truncs: Mapping[AgentID, Any],
     ) -> ObsDict:
-        """Obs of agents neither acting nor ending now break our contract: keep them out."""
+        """Obs of agents neither acting nor ending now break our contract: keep them out (said once
+        per step, but not of agents whose end was reported, which envs observing every possible
+        agent observe at every step)."""
         live_set = set(live)
         stale = [a for a in obs if a not in live_set and not (terms.get(a) or truncs.get(a))]
         if not stale:
             return obs  # type: ignore[return-value]
-        logger.warning(
-            "%s observed agents that neither act nor end in this step: %s; their observations are "
-            "left out of the observation dict",
-            self.env,
-            stale,
-        )
+        unexpected = [a for a in stale if a not in self._ended]
+        if unexpected:
+            logger.warning(
+                "%s observed agents that neither act nor end in this step: %s; their observations are "
+                "left out of the observation dict",
+                self.env,
+                unexpected,
+            )
         return {a: o for a, o in obs.items() if a not in stale}
 
     @staticmethod

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -131,7 +132,9 @@ class RunnerGroup:
         import ray
         from ray.exceptions import RayActorError
 
-        if not ray.is_initialized():  # ray.put would start a new Ray, without these runners
+        _forget_a_ray_shut_down_under_us()
+        if not ray.is_initialized() or self._generation != _started_ray["generation"]:
+            # ray.put would start a new Ray, without these runners (or use the user's own since)
             raise EnvRunnerError("Ray was shut down under this trainer's env runners (ray.shutdown() was called); "
                                  "build the trainer again")
         for index, runner in enumerate(self.runners):  # slots left empty by a failed or interrupted call
@@ -210,7 +213,10 @@ class RunnerGroup:
         """Kill the runners; shut Ray down if this module started it and no other group uses it."""
         import ray
 
-        for runner in self.runners:
+        _forget_a_ray_shut_down_under_us()  # a Ray the user started since is theirs
+        current = self._generation == _started_ray["generation"]
+        # Runners of a Ray shut down under them are gone with it (ray.kill would start a new Ray).
+        for runner in self.runners if current and ray.is_initialized() else ():
             if runner is None:
                 continue
             try:
@@ -221,8 +227,7 @@ class RunnerGroup:
         if not self.owns_ray:
             return
         self.owns_ray = False
-        _forget_a_ray_shut_down_under_us()  # a Ray the user started since is theirs
-        if self._generation != _started_ray["generation"]:  # its Ray is gone already
+        if not current:  # its Ray is gone already
             return
         _started_ray["users"] -= 1
         if _started_ray["users"] > 0:
@@ -237,8 +242,12 @@ def _shut_down_cluster() -> None:
     """Shut down the local Ray head this module started, if any (leaving the machine's Ray address file)."""
     cluster, _started_ray["cluster"] = _started_ray["cluster"], None
     if cluster is not None:
-        with _ray_address_file_untouched():
+        with _HEAD_LOCK, _ray_address_file_untouched():
             cluster.shutdown()
+
+
+# Starting or stopping the local head swaps functions of Ray's modules for a while: one at a time.
+_HEAD_LOCK = threading.RLock()
 
 
 def _forget_a_ray_shut_down_under_us() -> None:
@@ -296,7 +305,7 @@ def _start_local_ray(num_cpus: int | None) -> Any:
         from ray._private.utils import estimate_available_memory, resolve_object_store_memory
         from ray.cluster_utils import Cluster
 
-        with _head_without_dashboard_server(), _ray_address_file_untouched():
+        with _HEAD_LOCK, _head_without_dashboard_server(), _ray_address_file_untouched():
             cluster = Cluster(initialize_head=True, head_node_args={
                 "num_cpus": num_cpus if num_cpus is not None else os.cpu_count(),
                 "object_store_memory": resolve_object_store_memory(estimate_available_memory()),  # Ray's default
@@ -311,7 +320,7 @@ def _start_local_ray(num_cpus: int | None) -> Any:
     try:
         ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
     except BaseException:
-        with _ray_address_file_untouched():
+        with _HEAD_LOCK, _ray_address_file_untouched():
             cluster.shutdown()
         raise
     return cluster

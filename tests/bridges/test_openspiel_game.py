@@ -6,6 +6,7 @@ import copy
 import functools
 import logging
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -709,6 +710,14 @@ def test_an_env_refused_by_to_openspiel_is_closed() -> None:
         to_openspiel(BoxActions, name="test_refused_closed")
     with pytest.raises(UnsupportedEnvError, match="utility_range"):
         to_openspiel(Tracked, name="test_refused_closed_2", utility_range=(5.0, -5.0))
+    assert len(built) == len(closed) == 2
+    # Arguments pyspiel refuses (a pybind TypeError, after an env was built) or took silently.
+    for arguments, reason in (({"long_name": 5}, "long_name must be text or None, received 5"),
+                              ({"max_game_length": 2**40}, "max_game_length must be a positive int (at most "
+                                                           "2147483647), received 1099511627776"),
+                              ({"perfect_information": "yes"}, "perfect_information must be True or False")):
+        with pytest.raises(UnsupportedEnvError, match=re.escape(reason)):
+            to_openspiel(Tracked, name="test_refused_closed_3", **arguments)
     assert len(built) == len(closed) == 2
 
 

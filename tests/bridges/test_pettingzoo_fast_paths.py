@@ -270,7 +270,7 @@ def test_agents_that_leave_or_change_order_keep_the_contract():
         assert env.agents == []
 
 
-def test_flags_of_agents_that_left_earlier_are_not_reported_again():
+def test_flags_of_agents_that_left_earlier_are_not_reported_again(caplog):
     # An env keying its flags by possible_agents flagged slider_0 again at every step after it was
     # truncated, and the last step blamed the episode's end on that old truncation.
     env = ParallelPettingZooEnv(Controls(length=4, leave_at=2, sticky=True))
@@ -281,6 +281,7 @@ def test_flags_of_agents_that_left_earlier_are_not_reported_again():
         assert obs.keys() == terminateds.keys() - {ALL} == truncateds.keys() - {ALL} == set(acting)
         assert truncateds.get("slider_0", False) == (t == 2)
     assert terminateds[ALL] and not truncateds[ALL]
+    assert "neither act nor end" not in caplog.text  # its observations after its end are left out quietly
 
 
 def test_common_step_hands_back_the_envs_dicts_and_never_changes_them():

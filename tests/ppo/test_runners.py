@@ -129,6 +129,8 @@ def test_ray_shutdown_without_stop_leaves_no_ray_for_the_next_ray_init():
     # be provided"); the next trainer shuts it down.
     import ray
 
+    from marl_core.errors import EnvRunnerError
+
     first = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
     first.train()
     orphan = runners_module._started_ray["cluster"]
@@ -150,6 +152,9 @@ def test_ray_shutdown_without_stop_leaves_no_ray_for_the_next_ray_init():
     ray.shutdown()
     ray.init(num_cpus=2, include_dashboard=False)
     try:
+        # Its runners were on the Ray shut down: said, not Ray's "actor ... from a different cluster".
+        with pytest.raises(EnvRunnerError, match=r"Ray was shut down under this trainer's env runners"):
+            third.train()
         fourth = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
         assert orphan.head_node is None and fourth.train()["num_env_steps_sampled"] == 400
         fourth.stop()
@@ -157,6 +162,11 @@ def test_ray_shutdown_without_stop_leaves_no_ray_for_the_next_ray_init():
         assert ray.is_initialized()  # the user's Ray is theirs to shut down
     finally:
         ray.shutdown()
+    # stop() after the user's ray.shutdown() started a Ray of its own (ray.kill of its runners).
+    fifth = _config(SlowRockPaperScissors, {"sleep": 0.0}, runners=1).build()
+    ray.shutdown()
+    fifth.stop()
+    assert not ray.is_initialized()
 
 
 def test_a_sample_timeout_longer_than_ray_can_wait_is_waited_for_in_steps():
