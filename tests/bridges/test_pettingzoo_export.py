@@ -317,11 +317,6 @@ class TruncatedUnseenThenPaid(PaysBeforeJoining):
     """``b``, never observed, is truncated at step 1 (nothing paid), paid 1.0 at step 2; the
     episode ends at step 3 on ``terminateds["__all__"]``."""
 
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t, self.agents = 0, ["a"]
-        return {"a": np.zeros(1, np.float32)}, {}
-
     def step(self, action_dict):
         self.t += 1
         obs = {"a": np.full(1, self.t, np.float32)}
