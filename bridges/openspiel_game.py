@@ -303,9 +303,10 @@ def _define(
     if reward_model not in ("rewards", "terminal"):
         raise UnsupportedEnvError(f"reward_model must be 'rewards' or 'terminal', received {reward_model!r}")
     whole = isinstance(max_game_length, (int, np.integer)) and not isinstance(max_game_length, bool)
-    if not whole or not 1 <= max_game_length <= _INT32_MAX:  # pyspiel keeps it in a C int
-        raise UnsupportedEnvError(f"max_game_length must be a positive int (at most {_INT32_MAX}), received "
-                                  f"{max_game_length!r}")
+    if not whole or max_game_length < 1:
+        raise UnsupportedEnvError(f"max_game_length must be a positive int, received {max_game_length!r}")
+    if max_game_length > _INT32_MAX:  # pyspiel keeps it in a C int
+        raise UnsupportedEnvError(f"max_game_length must be at most {_INT32_MAX}, received {max_game_length!r}")
     if long_name is not None and not isinstance(long_name, str):
         raise UnsupportedEnvError(f"long_name must be text or None, received {long_name!r}")
     if not isinstance(perfect_information, (bool, np.bool_)):

@@ -713,8 +713,8 @@ def test_an_env_refused_by_to_openspiel_is_closed() -> None:
     assert len(built) == len(closed) == 2
     # Arguments pyspiel refuses (a pybind TypeError, after an env was built) or took silently.
     for arguments, reason in (({"long_name": 5}, "long_name must be text or None, received 5"),
-                              ({"max_game_length": 2**40}, "max_game_length must be a positive int (at most "
-                                                           "2147483647), received 1099511627776"),
+                              ({"max_game_length": 2**40}, "max_game_length must be at most 2147483647, received "
+                                                           "1099511627776"),
                               ({"perfect_information": "yes"}, "perfect_information must be True or False")):
         with pytest.raises(UnsupportedEnvError, match=re.escape(reason)):
             to_openspiel(Tracked, name="test_refused_closed_3", **arguments)
