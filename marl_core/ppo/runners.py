@@ -70,10 +70,11 @@ class RunnerGroup:
         # Ours to shut down when this module started it (for this group or another still running).
         self.owns_ray = not ray.is_initialized() or _started_ray["users"] > 0
         self.runners: list[Any] = []
-        if ray.is_initialized() and ray_address and not _may_be(ray_address, ray.get_runtime_context().gcs_address):
-            logger.warning("Ray is already running in this process (at %s): the runners start there; "
-                           "ray_address=%r is used only by a trainer that starts Ray",
-                           ray.get_runtime_context().gcs_address, ray_address)
+        if ray.is_initialized() and ray_address:
+            running_at = ray.get_runtime_context().gcs_address
+            if not _may_be(ray_address, running_at):
+                logger.warning("Ray is already running in this process (at %s): the runners start there; "
+                               "ray_address=%r is used only by a trainer that starts Ray", running_at, ray_address)
         if not ray.is_initialized():
             if ray_address:
                 _check_reachable(ray_address)
@@ -242,8 +243,13 @@ def _shut_down_cluster() -> None:
     """Shut down the local Ray head this module started, if any (leaving the machine's Ray address file)."""
     cluster, _started_ray["cluster"] = _started_ray["cluster"], None
     if cluster is not None:
-        with _HEAD_LOCK, _ray_address_file_untouched():
-            cluster.shutdown()
+        _shut_down_head(cluster)
+
+
+def _shut_down_head(cluster: Any) -> None:
+    """Shut down a :class:`ray.cluster_utils.Cluster` head, leaving the machine's Ray address file."""
+    with _HEAD_LOCK, _ray_address_file_untouched():
+        cluster.shutdown()
 
 
 # Starting or stopping the local head swaps functions of Ray's modules for a while: one at a time.
@@ -279,7 +285,17 @@ def _may_be(address: str, gcs_address: str) -> bool:
         ip = socket.gethostbyname(host)
     except OSError:
         return True  # cannot tell: no warning on a guess
-    return ip == connected_host or ip.startswith("127.")
+    if ip == connected_host:
+        return True
+    # Ray reaches its own node's head at the node's IP: "localhost" names only a Ray on this node.
+    return ip.startswith("127.") and (connected_host.startswith("127.") or connected_host == _node_ip())
+
+
+def _node_ip() -> str:
+    """This machine's address as Ray gives it to a head started here."""
+    import ray.util
+
+    return ray.util.get_node_ip_address()
 
 
 def _init_failure(error: BaseException) -> str:
@@ -320,8 +336,7 @@ def _start_local_ray(num_cpus: int | None) -> Any:
     try:
         ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
     except BaseException:
-        with _HEAD_LOCK, _ray_address_file_untouched():
-            cluster.shutdown()
+        _shut_down_head(cluster)
         raise
     return cluster
 

@@ -461,3 +461,13 @@ def test_a_ray_address_that_cannot_be_used_because_ray_runs_already_is_named(cap
     assert ("Ray is already running in this process (at " in caplog.text
             and "the runners start there; ray_address='192.0.2.2:6379' is used only by a trainer that starts Ray"
             in caplog.text)
+
+
+def test_localhost_names_only_a_ray_on_this_machine():
+    # Ray gives a head started here the node's IP, never "localhost": any other host is another cluster.
+    node_ip = runners_module._node_ip()
+    assert runners_module._may_be("localhost:6379", f"{node_ip}:6379")
+    assert runners_module._may_be("127.0.0.1:6379", "127.0.0.1:6379")
+    assert not runners_module._may_be("localhost:6379", "198.51.100.7:6379")
+    assert not runners_module._may_be("localhost:6379", f"{node_ip}:6380")
+    assert runners_module._may_be("auto", "198.51.100.7:6379")
