@@ -279,12 +279,13 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
         # An agent never observed that ends with a reward to receive gets a dead step to carry it;
         # one paid only after such an end gets it at the episode's end, with the flags it ended with.
         unseen = self._unseen_ends
-        self._join([a for table in (terminateds, truncateds) for a, flag in table.items()
-                    if flag and a in self._possible_set and (a in self._waiting_rewards or rewards.get(a))])
-        present = set(self.agents)
-        for table in (terminateds, truncateds):
-            for agent_id, flag in table.items():
-                if flag and agent_id in self._possible_set and agent_id not in present and agent_id not in self._gone:
+        flagged = [a for table in (terminateds, truncateds) for a, flag in table.items()
+                   if flag and a in self._possible_set]
+        if flagged:  # most steps end no one
+            self._join([a for a in flagged if a in self._waiting_rewards or rewards.get(a)])
+            present = set(self.agents)
+            for agent_id in flagged:
+                if agent_id not in present and agent_id not in self._gone:
                     unseen[agent_id] = (bool(terminateds.get(agent_id)), bool(truncateds.get(agent_id)))
         for agent_id, reward in rewards.items():
             if agent_id in self.rewards:
