@@ -165,6 +165,21 @@ def execute(env: MultiAgentEnv, command: str, payload: Any) -> Any:
     raise ValueError(f"unknown command {command!r}")
 
 
+def copied(command: str, result: Any) -> Any:
+    """``result`` of ``command`` with copies of the dicts and arrays its env may change later (an
+    env reusing its buffers): what a sync vector returns, as results reach an async one pickled."""
+    if command in ("step", "reset", "rebuild"):
+        return snapshot(result)
+    if command == "step_reset":
+        step_result, reset_result = result
+        if reset_result is None:
+            return snapshot(step_result), None
+        if isinstance(reset_result, ResetFailure):  # the step's results were copied before the reset
+            return result
+        return step_result, snapshot(reset_result)
+    return result
+
+
 def call_text(command: str, payload: Any) -> str:
     """The env call that ``command`` makes, as error messages name it: ``step()``, ``reset()``..."""
     if command == "step":

@@ -41,6 +41,7 @@ from marl_core._vector_workers import (
     Workers,
     build_env,
     call_text,
+    copied,
     error_text,
     exception_of,
     execute,
@@ -92,13 +93,17 @@ class VectorMultiAgentEnv:
         max_rebuild_attempts: ``on_error="rebuild"`` only: attempts at rebuilding one failed env
             within one call (a factory or first ``reset`` that raises again uses one) before the
             call raises ``VectorEnvError``.
+        copy: ``"sync"`` only: return copies of the dicts and arrays the envs returned (the
+            default), as ``"async"`` mode does, since its results travel pickled. With False a
+            sync vector returns the envs' own objects, a little faster, and an env that reuses
+            its buffers changes results returned earlier: use what you keep before the next call.
 
     Semantics:
         - ``reset(seed=s)`` resets env ``i`` with ``seed=s + i`` (``None`` stays ``None``) and
           its own copy of ``options``, and returns ``(obs_list, infos_list)``, one dict per env.
         - ``step(action_list)`` takes one action dict per env and returns ``(obs_list,
-          rewards_list, terminateds_list, truncateds_list, infos_list)``: whatever each env
-          returned, untouched. Rewards, dead agents, ``"__all__"``, chance and action masks are
+          rewards_list, terminateds_list, truncateds_list, infos_list)``: what each env
+          returned (copied, see ``copy``), otherwise untouched. Rewards, dead agents, ``"__all__"``, chance and action masks are
           the sub-envs' own (see DESIGN.md).
         - **Autoreset:** an env whose episode ended (``"__all__"`` in its terminateds or
           truncateds) is reset on the next ``step()``: its action dict in that call is ignored
@@ -152,6 +157,7 @@ class VectorMultiAgentEnv:
         on_error: Literal["raise", "rebuild"] = "raise",
         autoreset_mode: Literal["next_step", "same_step"] = "next_step",
         max_rebuild_attempts: int = 3,
+        copy: bool = True,
     ) -> None:
         if mode not in ("sync", "async"):
             raise VectorEnvError(f"mode must be 'sync' or 'async', received {mode!r}")
@@ -164,6 +170,8 @@ class VectorMultiAgentEnv:
                 raise VectorEnvError(f"{name} must be an integer, received {value!r}")
         if mode == "sync" and (num_workers is not None or context is not None):
             raise VectorEnvError("num_workers and context apply to mode='async' only")
+        if mode == "async" and not copy:
+            raise VectorEnvError("copy=False applies to mode='sync' only: async results always arrive as copies")
         if on_error not in ("raise", "rebuild"):
             raise VectorEnvError(f"on_error must be 'raise' or 'rebuild', received {on_error!r}")
         if autoreset_mode not in ("next_step", "same_step"):
@@ -171,6 +179,7 @@ class VectorMultiAgentEnv:
         if max_rebuild_attempts < 1:
             raise VectorEnvError(f"max_rebuild_attempts must be at least 1, received {max_rebuild_attempts}")
         self.mode = mode
+        self._copy = copy
         self.on_error = on_error
         self.autoreset_mode = autoreset_mode
         self.reset_results: list[tuple[dict[AgentID, Any], dict[AgentID, Any]] | None] = [None] * len(env_fns)
@@ -425,7 +434,8 @@ class VectorMultiAgentEnv:
 
     def _sync_execute(self, index: int, command: str, payload: Any) -> Any:
         try:
-            return execute(self._envs[index], command, payload)
+            result = execute(self._envs[index], command, payload)
+            return copied(command, result) if self._copy else result
         except Exception as error:
             raise VectorEnvError(
                 f"env {index} raised {type(error).__name__} during {call_text(command, payload)}: {error_text(error)}", index
@@ -530,7 +540,7 @@ class VectorMultiAgentEnv:
                         result = rebuild(self._envs, index, self._env_fns[index], payload)
                     else:
                         result = execute(self._envs[index], command, payload)
-                    replies[index] = ("ok", result)
+                    replies[index] = ("ok", copied(command, result) if self._copy else result)
                 except Exception:
                     replies[index] = ("error", traceback.format_exc())
             return replies

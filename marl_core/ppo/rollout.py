@@ -43,6 +43,7 @@ from marl_core.spaces import (
     action_masks_of,
     check_action,
     same_layout,
+    snapshot,
     surely_valid_action,
 )
 from marl_core.vector import VectorMultiAgentEnv, gather, scatter
@@ -171,10 +172,12 @@ class Sampler:
         self.num_env_errors = 0
         factory = functools.partial(_make_env, env_creator, self.env_config)
         # Actions come from the policies (masked) or from fixed callables; the envs check them.
+        # Observations are stacked before the next step, so a sync vector need not copy them;
+        # what is kept longer (the final obs of an agent that ends early) is copied here.
         self.vector = VectorMultiAgentEnv(
             [factory] * num_envs, vector_mode,  # type: ignore[arg-type]
             num_workers=vector_num_workers, check_actions=False, on_error="rebuild", autoreset_mode="same_step",
-            max_rebuild_attempts=max_env_errors_in_a_row)
+            max_rebuild_attempts=max_env_errors_in_a_row, copy=vector_mode != "sync")
         self.num_envs = num_envs
         self.obs: list[dict[AgentID, Any]] = [{} for _ in range(num_envs)]
         self.ending: list[set[AgentID]] = [set() for _ in range(num_envs)]
@@ -487,7 +490,7 @@ class Sampler:
                 for agent_id, flag in flags.items():
                     if not flag or agent_id == ALL or agent_id in ended or not (agent_id in obs or agent_id in trajectories):
                         continue
-                    ended[agent_id] = (bool(terminateds.get(agent_id)), obs.get(agent_id), agent_id in obs)
+                    ended[agent_id] = (bool(terminateds.get(agent_id)), snapshot(obs.get(agent_id)), agent_id in obs)
                     trajectory = trajectories.get(agent_id)
                     if trajectory is not None and len(trajectory.rewards) > 1:
                         self._ship(episode.agent_to_policy[agent_id], trajectory, out, len(trajectory.rewards) - 1,

@@ -168,6 +168,81 @@ def test_sync_and_async_give_identical_results(name: str) -> None:
     assert any(any(flags) for _, flags in sync_out[1:]), "the run should cover an autoreset"
 
 
+class ReusedBufferEnv(MultiAgentEnv):
+    """Writes every observation and info into arrays it keeps, as fast envs do; the episode ends
+    after ``length`` steps, or, with ``fail_at``, its step raises there (the rebuilt env's reset
+    then writes into its own arrays)."""
+
+    def __init__(self, length: int = 3, fail_at: int | None = None) -> None:
+        super().__init__()
+        self.possible_agents = ["a"]
+        self.observation_spaces = {"a": gym.spaces.Box(0.0, 100.0, (2,), np.float32)}
+        self.action_spaces = {"a": gym.spaces.Discrete(2)}
+        self.length, self.fail_at = length, fail_at
+        self.buffer, self.info = np.zeros(2, np.float32), {"step": np.zeros(1)}
+
+    def _write(self, value: float) -> tuple[dict, dict]:
+        self.buffer[:] = value
+        self.info["step"][:] = value
+        return {"a": self.buffer}, {"a": self.info}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.agents, self.t = ["a"], 0
+        return self._write(0.0)
+
+    def step(self, action_dict):
+        self.t += 1
+        if self.t == self.fail_at:
+            raise RuntimeError("step failed")
+        obs, infos = self._write(float(self.t))
+        return obs, {"a": 0.0}, {ALL: self.t >= self.length}, {ALL: False}, infos
+
+
+def _kept_observations(venv: VectorMultiAgentEnv, steps: int) -> list[float]:
+    """The first observation of every call's results, read after all ``steps`` steps."""
+    kept = [venv.reset(seed=0)[0][0]]
+    for _ in range(steps):
+        kept.append(venv.step([{"a": 0}])[0][0])
+        kept.extend([venv.reset_results[0][0]] if venv.reset_results[0] is not None else [])
+    return [float(obs["a"][0]) for obs in kept]
+
+
+@pytest.mark.parametrize("autoreset_mode", ["next_step", "same_step"])
+def test_a_sync_vector_returns_copies_as_an_async_one_does(autoreset_mode: str) -> None:
+    # The env's own arrays came back in sync mode: results kept from an earlier step changed.
+    factory = functools.partial(ReusedBufferEnv, length=2)
+    with VectorMultiAgentEnv([factory], "sync", autoreset_mode=autoreset_mode) as sync_env:
+        from_sync = _kept_observations(sync_env, 4)
+        infos = sync_env.reset(seed=0)[1]
+        sync_env.step([{"a": 0}])
+        assert infos[0]["a"]["step"][0] == 0.0
+    with VectorMultiAgentEnv([factory], "async", autoreset_mode=autoreset_mode) as async_env:
+        from_async = _kept_observations(async_env, 4)
+    assert from_sync == from_async
+    assert from_sync == ([0.0, 1.0, 2.0, 0.0, 1.0] if autoreset_mode == "next_step"
+                         else [0.0, 1.0, 2.0, 0.0, 1.0, 2.0, 0.0])
+
+
+def test_a_rebuilt_sync_env_returns_copies_too() -> None:
+    factory = functools.partial(ReusedBufferEnv, length=10, fail_at=2)
+    with VectorMultiAgentEnv([factory], "sync", on_error="rebuild") as venv:
+        kept = [venv.reset(seed=0), venv.step([{"a": 0}]), venv.step([{"a": 0}])]  # the second rebuilds
+        assert venv.autoreset == [True]
+        venv.step([{"a": 0}])  # the rebuilt env: its step 1... and step 2 fails again, rebuilt again
+        venv.step([{"a": 0}])
+    assert [float(result[0][0]["a"][0]) for result in kept] == [0.0, 1.0, 0.0]
+
+
+def test_a_sync_vector_without_copies_returns_the_envs_own_objects() -> None:
+    with VectorMultiAgentEnv([ReusedBufferEnv], "sync", copy=False) as venv:
+        obs_list, _ = venv.reset(seed=0)
+        assert obs_list[0]["a"] is venv.call("buffer")[0]
+    with pytest.raises(VectorEnvError, match=r"copy=False applies to mode='sync' only: async results always "
+                                             r"arrive as copies"):
+        VectorMultiAgentEnv([ReusedBufferEnv], "async", copy=False)
+
+
 @pytest.mark.parametrize("num_workers", [1, 2, 3])
 def test_fewer_workers_than_envs_give_identical_results(num_workers: int) -> None:
     with VectorMultiAgentEnv([JoinLeaveEnv] * 5) as sync_env:

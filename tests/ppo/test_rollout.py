@@ -277,6 +277,43 @@ def test_a_truncated_agents_final_observation_is_checked_before_its_value_is_tak
         sampler.sample(10)
 
 
+class _OneBufferForAll(MultiAgentEnv):
+    """``a`` and ``b`` act together; ``a`` is truncated after step 1, ``b`` plays on to step 3.
+    Every observation is one array the env rewrites at each step (the state both agents see)."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        self.observation_spaces = {a: gym.spaces.Box(0.0, 10.0, (2,), np.float32) for a in self.possible_agents}
+        self.action_spaces = {a: gym.spaces.Discrete(2) for a in self.possible_agents}
+        self.state = np.zeros(2, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.agents, self.t = ["a", "b"], 0
+        self.state[:] = 0.0
+        return {"a": self.state, "b": self.state}, {}
+
+    def step(self, action_dict):
+        self.t += 1
+        self.state[:] = self.t
+        if self.t == 1:
+            self.agents = ["b"]
+            return ({"a": self.state, "b": self.state}, {"a": 1.0, "b": 0.0}, {ALL: False},
+                    {"a": True, ALL: False}, {})
+        return {"b": self.state}, {"b": 0.0}, {ALL: self.t >= 3}, {ALL: False}, {}
+
+
+def test_a_final_observation_kept_until_the_episode_ends_is_a_copy():
+    # The sync vector hands over the env's own arrays: the truncated agent's final observation,
+    # kept to bootstrap its value at the episode's end, read the state of a later step.
+    sampler = _sampler(_OneBufferForAll, num_envs=1)
+    sampler.sample(2)  # step 1 truncates "a", step 2 rewrites the array
+    terminated, final_obs, has_final = sampler.ended[0]["a"]
+    assert (terminated, has_final) == (False, True)
+    np.testing.assert_array_equal(final_obs, [1.0, 1.0])
+
+
 class _BrokenModule(torch.nn.Module):
     def __init__(self, observation_space, action_space, config):
         super().__init__()
