@@ -16,6 +16,7 @@ checkpoint is still saved). During the preset's final evaluation, after the fina
 first signal stops it at once, with the same status. ``--resume CHECKPOINT`` continues such a run: the checkpoint's config,
 weights, optimizer states, counters and RNG states, with ``--set``, ``--seed``, ``--ray-address``
 and ``--num-cpus`` applied on top; ``--minutes`` and ``--iterations`` then count from there.
+``--minutes`` counts from the start, Ray's start-up included; at least one iteration runs.
 Resumed into its old run directory (``--out``), it continues that directory's logs from the
 checkpoint's iteration (rows of later iterations are trained again, so they are dropped). Stopping between
 iterations, not wherever the interrupt lands, keeps the logs' writer threads and the checkpoint
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``marl-train``."""
     parser = argparse.ArgumentParser(prog="marl-train", description="Train a multi-agent PPO preset on Ray.")
     parser.add_argument("preset", choices=sorted(PRESETS), help="what to train")
-    parser.add_argument("--minutes", type=number_arg(float), default=None, help="time budget (default: the preset's)")
+    parser.add_argument("--minutes", type=number_arg(float), default=None,
+                        help="time budget, start-up included; at least one iteration runs (default: the preset's)")
     parser.add_argument("--iterations", type=number_arg(int), default=None, help="stop after this many iterations")
     parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/PRESET-TIME)")
     parser.add_argument("--seed", type=int, default=None, help="seed (default: the preset's)")
@@ -55,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "model or env_config merges into the preset's")
     parser.add_argument("--ray-address", default=None, help="Ray cluster to join (default: start one locally)")
     parser.add_argument("--num-cpus", type=number_arg(int), default=None, help="CPUs of the local Ray")
-    parser.add_argument("--checkpoint-every", type=number_arg(int), default=10, help="iterations between checkpoints")
+    parser.add_argument("--checkpoint-every", type=number_arg(int, inclusive=True, why=" (0: none but the final one)"),
+                        default=10, help="iterations between checkpoints (0: only the final checkpoint)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--resume", type=Path, default=None, metavar="CHECKPOINT",
                         help="continue the run saved in this checkpoint (a checkpoint/ or final/ directory)")
@@ -521,8 +524,11 @@ def _train(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: 
 
 def _iterate(algo: Any, preset: Any, args: argparse.Namespace, run_log: Any, bar: Any, out: Path,
              deadline: float, stop: StopRequest) -> None:
-    last = math.inf if args.iterations is None else algo.iteration + args.iterations
-    while time.monotonic() < deadline and not stop.requested and algo.iteration < last:
+    first = algo.iteration
+    last = math.inf if args.iterations is None else first + args.iterations
+    # The budget counts Ray's start-up: one spent on it still trains an iteration, as Tune's
+    # time_total_s stops only after one.
+    while (time.monotonic() < deadline or algo.iteration == first) and not stop.requested and algo.iteration < last:
         if not run_log.started:  # a resumed run's later logs and final result go only now, as it trains
             if args.resume is not None:
                 _drop_later_final_result(out, algo.iteration)

@@ -357,6 +357,7 @@ def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
         ("--iterations", "2.5", "an integer, received '2.5'"), ("--minutes", "nan", "a number above 0"),
         ("--minutes", "-1", "a number above 0"), ("--num-cpus", "0", "an integer above 0"),
         ("--checkpoint-every", "x", "an integer, received 'x'"),
+        ("--checkpoint-every", "-1", "an integer 0 or more (0: none but the final one), received '-1'"),
     ]:
         with pytest.raises(SystemExit) as exit_info:
             main(["rps", flag, value, "--out", str(tmp_path)])
@@ -578,14 +579,29 @@ def test_a_resume_stopped_while_starting_leaves_the_logs_as_they_were(tmp_path, 
             assert main(resume) == 130
         assert _iterations_logged(tmp_path) == ["1", "2", "3"]
     assert "interrupted while starting: nothing was trained" in capsys.readouterr().err
-    # Nor does a resume whose time is up before it trains: final/ stays at iteration 3.
-    assert main(["rps", "--minutes", "0.0000001", *resume[3:]]) == 0
+    # Nor does a resume stopped before it trains: final/ stays at iteration 3.
+    with monkeypatch.context() as patch:
+        patch.setattr(cli, "_iterate", lambda *args, **kwargs: None)
+        assert main(resume) == 0
     assert "marl-train: no final checkpoint: nothing was trained" in capsys.readouterr().err
     assert _iterations_logged(tmp_path) == ["1", "2", "3"] and PPO.from_checkpoint(tmp_path / "final").iteration == 3
     assert json.loads((tmp_path / "final_result.json").read_text())["iteration"] == 3
     assert main(resume) == 0  # a resume that trains cuts them, and goes on from the checkpoint
     assert _iterations_logged(tmp_path) == ["1", "2", "3"] and json.loads(
         (tmp_path / "final_result.json").read_text())["iteration"] == 3
+
+
+def test_checkpoint_every_0_writes_only_the_final_checkpoint(tmp_path):
+    # Refused ("expected an integer above 0"), though the loop took 0 for "never".
+    assert main(["rps", "--iterations", "2", "--checkpoint-every", "0", "--out", str(tmp_path), *_FAST]) == 0
+    assert not (tmp_path / "checkpoint").exists() and PPO.from_checkpoint(tmp_path / "final").iteration == 2
+
+
+def test_a_time_budget_spent_on_starting_still_trains_one_iteration(tmp_path, capsys):
+    # It trained nothing, said so and exited with 0: Ray's start-up had used the budget.
+    assert main(["rps", "--minutes", "0.0000001", "--out", str(tmp_path), *_FAST]) == 0
+    assert "nothing was trained" not in capsys.readouterr().err
+    assert _iterations_logged(tmp_path) == ["1"] and PPO.from_checkpoint(tmp_path / "final").iteration == 1
 
 
 def test_an_out_whose_logs_cannot_be_written_is_refused_with_status_2(tmp_path, capsys):
