@@ -45,7 +45,8 @@ def train(config: PPOConfig, out: Path, minutes: float | None = None, iterations
     run_log = RunLogger(out)
     results = []
     with config.build() as algo:
-        while time.monotonic() < deadline and (iterations is None or len(results) < iterations):
+        # At least one iteration, however much of the budget Ray's start-up took.
+        while (not results or time.monotonic() < deadline) and (iterations is None or len(results) < iterations):
             result = algo.train()
             results.append(result)
             run_log.log(result)

@@ -31,6 +31,13 @@ def test_pistonball_example_trains_and_writes_its_learning_curve(tmp_path):
     assert (tmp_path / "final" / "state.pt").is_file()
 
 
+def test_pistonball_example_trains_one_iteration_when_starting_took_its_time(tmp_path):
+    config = build_config(n_pistons=4, max_cycles=12, num_env_runners=0).training(
+        train_batch_size=24, minibatch_size=32, num_epochs=1)
+    results = train(config, tmp_path, minutes=1e-9, verbose=False)  # saved an untrained final/
+    assert [result["training_iteration"] for result in results] == [1]
+
+
 def test_pistonball_example_defaults_are_ten_pistons_with_discrete_moves_on_supersuit_frames():
     config = build_config()
     assert config.env_config == {"n_pistons": 10, "max_cycles": 125, "continuous": False}
