@@ -260,6 +260,9 @@ class TargetBuildError(ConformanceError):
     Attributes:
         needs_arguments: it is a class or factory that cannot be built without arguments of its
             own (it needs some, or failed on the empty config it was given).
+        env_method: the method of a foreign env (``"reset"``, ...) whose own code raised while
+            ``bridges.wrap`` converted it (the error is the ``__cause__``), else None.
     """
 
     needs_arguments: bool = False
+    env_method: str | None = None

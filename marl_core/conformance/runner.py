@@ -58,8 +58,8 @@ from marl_core.conformance.determinism import (
 )
 from marl_core.conformance.report import ConformanceReport
 from marl_core.conformance.rules import RULES
-from marl_core.conformance.target import Target, copier, resolve
-from marl_core.errors import ConformanceError
+from marl_core.conformance.target import Target, copier, name_of, resolve
+from marl_core.errors import ConformanceError, TargetBuildError
 from marl_core.spaces import sample_action, sample_action_for, snapshot
 
 logger = logging.getLogger(__name__)
@@ -144,31 +144,44 @@ def check_env(
     if seed < 0:  # gymnasium's seeding, and so reset(seed=...) of most envs, refuses them
         raise ConformanceError(f"seed must be at least 0, received {seed}")
     started = time.perf_counter()
-    target = resolve(env_or_factory)
-    if name is not None:
-        target.name = name
-    run = _Run(target, Collector(frozenset(skipped)), seed, episodes, max_steps)
+    collector = Collector(frozenset(skipped))
 
-    def report(stopped: str = "") -> ConformanceReport:
+    def report(target_name: str, via: str, steps: int, stopped: str = "") -> ConformanceReport:
         return ConformanceReport(
-            target=target.name,
-            via=target.via,
-            findings=run.collector.findings(),
+            target=target_name,
+            via=via,
+            findings=collector.findings(),
             seed=seed,
             episodes=episodes,
             max_steps=max_steps,
-            steps=run.steps,
+            steps=steps,
             seconds=time.perf_counter() - started,
             skipped=skipped,
-            skipped_exceptions=run.collector.skipped_exceptions,
+            skipped_exceptions=collector.skipped_exceptions,
             stopped=stopped,
         )
+
+    try:
+        target = resolve(env_or_factory)
+    except TargetBuildError as error:
+        # A foreign env built, then crashed in the reset its bridge makes (PettingZoo's bridges read
+        # the infos of one for action masks): a finding of the env, as any crash of its code.
+        if error.env_method != "reset" or not collector.wants("api.reset"):
+            raise
+        collector.add("api.reset", "reset() raised while bridges.wrap converted the env (a PettingZoo bridge "
+                      "resets it once to look for action masks in its infos); nothing else could be checked",
+                      step=0, error=error.__cause__, hint=_RAISED_HINT)
+        return report(name or name_of(env_or_factory), "bridges.wrap, which could not finish converting it", 0)
+    if name is not None:
+        target.name = name
+    run = _Run(target, collector, seed, episodes, max_steps)
 
     try:
         run.run()
     except (KeyboardInterrupt, CheckInterrupted) as stop:  # what was found until then goes with it
         what = "interrupted" if isinstance(stop, KeyboardInterrupt) else "stopped by its time limit"
-        stop.partial_report = report(f"{what} while {run.where}, after {run.steps} steps")  # type: ignore[union-attr]
+        stop.partial_report = report(  # type: ignore[union-attr]
+            target.name, target.via, run.steps, f"{what} while {run.where}, after {run.steps} steps")
         raise
     except BaseException as error:  # not an Exception (trio's Cancelled, say): the run cannot go on
         rule = "api.reset" if env_method_of(error) == "reset" else "api.step"
@@ -179,7 +192,7 @@ def check_env(
         run.collector.add(rule, message, error=error, key="base exception",
                           hint="Raise Exception subclasses from env code: other BaseExceptions pass through every "
                                "`except Exception`, RLlib's env runners' and this checker's included.")
-    return report()
+    return report(target.name, target.via, run.steps)
 
 
 class _Run:

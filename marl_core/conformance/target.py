@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
+import os
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -75,7 +77,7 @@ def _probe(obj: Any, name: str, missing: Any = None) -> Any:
         return True
 
 
-def _name_of(obj: Any) -> str:
+def name_of(obj: Any) -> str:
     """``module.QualName`` of a class, function or (the type of) an instance, plus a short ``str(obj)``
     for foreign instances that describe themselves (e.g. ``pyspiel.Game kuhn_poker()``)."""
     target = obj if inspect.isclass(obj) or inspect.isroutine(obj) else type(obj)
@@ -104,7 +106,7 @@ def _arguments(factory: Callable[..., Any]) -> tuple[Any, ...]:
         if accepts_config(factory):
             return ({},)
         error = TargetBuildError(
-            f"cannot call {_name_of(factory)}: it needs arguments (signature "
+            f"cannot call {name_of(factory)}: it needs arguments (signature "
             f"{inspect.signature(factory)}); pass a zero-argument factory, e.g. "
             f"`lambda: {getattr(factory, '__name__', 'make_env')}(...)`"
         )
@@ -129,23 +131,42 @@ def _wrap(obj: Any) -> Any:
 
         wrap = getattr(bridges, "wrap", None)
     except ImportError as error:
-        raise TargetBuildError(f"cannot load bridges.wrap to convert {_name_of(obj)}: {error}") from error
+        raise TargetBuildError(f"cannot load bridges.wrap to convert {name_of(obj)}: {error}") from error
     if wrap is None:
         raise TargetBuildError(
-            f"{_name_of(obj)} is not a multi-agent env{_lacking(obj, missing) or ' of ours'}, and "
+            f"{name_of(obj)} is not a multi-agent env{_lacking(obj, missing) or ' of ours'}, and "
             f"bridges.wrap (which converts PettingZoo, OpenSpiel, RLlib and Gymnasium envs) is not available"
         )
     try:
         wrapped = wrap(obj)
     except ENV_ERRORS as error:
+        method = _foreign_method_of(error)
+        if method is not None:  # the env is one bridges.wrap converts; its own code raised
+            failure = TargetBuildError(f"{name_of(obj)}: its {method}() raised {type(error).__name__} while "
+                                       f"bridges.wrap converted it: {error}")
+            failure.env_method = method
+            raise failure from error
         raise TargetBuildError(
-            f"{_name_of(obj)} is not a multi-agent env{_lacking(obj, missing)}, and bridges.wrap cannot convert it: "
+            f"{name_of(obj)} is not a multi-agent env{_lacking(obj, missing)}, and bridges.wrap cannot convert it: "
             f"{type(error).__name__}: {error}"
         ) from error
     still_missing = missing_protocol(wrapped)
     if still_missing:
-        raise TargetBuildError(f"bridges.wrap({_name_of(obj)}) returned an object lacking {', '.join(still_missing)}")
+        raise TargetBuildError(f"bridges.wrap({name_of(obj)}) returned an object lacking {', '.join(still_missing)}")
     return wrapped
+
+
+def _foreign_method_of(error: BaseException) -> str | None:
+    """The name of the first function outside this project in ``error``'s traceback (the env's
+    method that a bridge called, or a library wrapper's around it), if the error went through one."""
+    import bridges
+    import marl_core
+
+    ours = tuple(os.path.dirname(os.path.abspath(module.__file__)) + os.sep for module in (marl_core, bridges))
+    for frame in traceback.extract_tb(error.__traceback__):
+        if not os.path.abspath(frame.filename).startswith(ours):
+            return frame.name
+    return None
 
 
 def _look_alike(obj: Any) -> str | None:
@@ -185,7 +206,7 @@ def resolve(obj: Any) -> Target:
     """
     if _is_instance_like(obj) or not callable(obj):
         env = _wrap(obj)
-        return Target(env=env, name=_name_of(obj), factory=None, picklable=obj, via=_via(obj, env))
+        return Target(env=env, name=name_of(obj), factory=None, picklable=obj, via=_via(obj, env))
     arguments = _arguments(obj)
     try:
         built = obj(*arguments)
@@ -197,7 +218,7 @@ def resolve(obj: Any) -> Target:
                      f"classes; if it needs other arguments, pass a zero-argument factory, e.g. "
                      f"`lambda: {getattr(obj, '__name__', 'make_env')}(...)`)")
         failure = TargetBuildError(
-            f"calling {_name_of(obj)} to build the env raised {type(error).__name__}: {error}{given}"
+            f"calling {name_of(obj)} to build the env raised {type(error).__name__}: {error}{given}"
         )
         failure.needs_arguments = bool(arguments)
         raise failure from error
@@ -208,7 +229,7 @@ def resolve(obj: Any) -> Target:
         fresh = _call_factory(obj)
         return _wrap(fresh) if wraps else fresh
 
-    return Target(env=env, name=_name_of(obj), factory=factory, picklable=obj, via=_via(built, env))
+    return Target(env=env, name=name_of(obj), factory=factory, picklable=obj, via=_via(built, env))
 
 
 def copier(snapshot: bytes | None, instance: Any) -> tuple[Callable[[], Any] | None, str | None]:

@@ -7,9 +7,12 @@ from typing import Any
 import gymnasium as gym
 import pytest
 from gymnasium.envs.classic_control import CartPoleEnv
+from pettingzoo import ParallelEnv
+from pettingzoo.classic.connect_four import connect_four
 
 import bridges
 from marl_core.conformance import check_env
+from marl_core.conformance.cli import main
 from marl_core.errors import TargetBuildError
 from tests.fixtures.broken_envs import Duel
 
@@ -199,3 +202,72 @@ def test_real_bridges_wrap_accepts_foreign_envs(make_target: Any) -> None:
     report = check_env(make_target(), episodes=2)
     assert report.findings == (), str(report)
     assert report.steps > 0
+
+
+
+class ResetFailsParallel(ParallelEnv):
+    """A PettingZoo parallel env whose reset() raises (as pettingzoo 1.27's ``agent_selector``,
+    a module now, does when a reset calls it)."""
+
+    metadata = {"name": "reset_fails_parallel"}
+
+    def __init__(self) -> None:
+        self.possible_agents = ["a", "b"]
+        self.agents: list[str] = []
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return gym.spaces.Discrete(2)
+
+    def action_space(self, agent: str) -> gym.Space:
+        return gym.spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Any:
+        raise KeyError("typo in reset")
+
+    def step(self, actions: dict) -> Any:
+        raise AssertionError("a check whose first reset failed steps nothing")
+
+
+class ResetFailsAEC(connect_four.raw_env):
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        raise KeyError("typo in reset")
+
+
+@pytest.mark.parametrize("target", [ResetFailsParallel, ResetFailsAEC])
+def test_a_foreign_env_whose_reset_raises_in_its_bridge_is_an_api_reset_finding(target: Any) -> None:
+    # It was a TargetBuildError, "... is not a multi-agent env, and bridges.wrap cannot convert
+    # it: KeyError", and marl-check exited with 2 (a target that cannot be built).
+    report = check_env(target)
+    assert not report.ok and report.steps == 0
+    assert [finding.rule for finding in report.findings] == ["api.reset"]
+    finding = report.findings[0]
+    assert finding.message == ("reset() raised while bridges.wrap converted the env (a PettingZoo bridge resets it "
+                               "once to look for action masks in its infos); nothing else could be checked: KeyError: "
+                               "'typo in reset'")
+    assert 'raise KeyError("typo in reset")' in finding.traceback
+    assert report.via == "bridges.wrap, which could not finish converting it"
+    assert main([f"{__name__}:{target.__name__}", "--episodes", "1"]) == 1
+    # Skipping the rule must not turn a check that never ran into a pass.
+    with pytest.raises(TargetBuildError, match=r"its reset\(\) raised KeyError while bridges.wrap converted it: "
+                                               r"'typo in reset'"):
+        check_env(target, skip=["api.reset"])
+
+
+class NoSpaces(ParallelEnv):
+    metadata = {"name": "no_spaces"}
+    possible_agents = ["a"]
+
+    def reset(self, seed=None, options=None):
+        return {"a": 0}, {"a": {}}
+
+    def observation_space(self, agent):
+        return self.observation_spaces[agent]  # never set
+
+
+def test_a_foreign_env_that_cannot_be_converted_is_named_with_the_method_that_raised() -> None:
+    # It was "... is not a multi-agent env, and bridges.wrap cannot convert it", for a PettingZoo env.
+    with pytest.raises(TargetBuildError) as raised:
+        check_env(NoSpaces)
+    assert raised.value.env_method == "observation_space"
+    assert str(raised.value) == (f"{__name__}.NoSpaces no_spaces: its observation_space() raised AttributeError while "
+                                 "bridges.wrap converted it: 'NoSpaces' object has no attribute 'observation_spaces'")
