@@ -293,10 +293,7 @@ class RLlibEnv(MultiAgentEnv):
         truncateds = self._convert(result[3], "truncateds", ALL)
         infos = self._convert(result[4], "infos", COMMON)
         if ALL not in terminateds:
-            raise EnvContractError(
-                f"{type(self.env).__name__}.step() returned terminateds without '__all__' "
-                f"(keys: {sorted(map(str, terminateds))}); RLlib requires it"
-            )
+            raise _without_all(self.env, terminateds, "RLlib requires it")
         truncateds.setdefault(ALL, False)
         ended = {a for a in (*terminateds, *truncateds) if a not in _SPECIAL and (terminateds.get(a) or truncateds.get(a))}
         if not (terminateds[ALL] or truncateds[ALL]):
@@ -373,10 +370,7 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
         obs, rewards, terminateds, truncateds, infos = self.env.step(dict(action_dict))
         terminateds, truncateds = dict(terminateds), dict(truncateds)
         if ALL not in terminateds:
-            raise EnvContractError(
-                f"{type(self.env).__name__}.step() returned terminateds without '__all__' "
-                f"(keys: {sorted(map(str, terminateds))}); the contract requires it"
-            )
+            raise _without_all(self.env, terminateds, "the contract requires it")
         truncateds.setdefault(ALL, False)  # missing means False (DESIGN.md); RLlib needs the key
         obs, rewards, infos = dict(obs), dict(rewards), dict(infos)
         self._last_obs.update(obs)
@@ -444,6 +438,14 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
 
     def __str__(self) -> str:
         return f"<{type(self).__name__}{self.env}>"
+
+
+def _without_all(env: Any, terminateds: Mapping[Any, Any], why: str) -> EnvContractError:
+    """The error for a step of ``env`` whose terminateds lack ``"__all__"`` (the checker's ``api.all-key``)."""
+    error = EnvContractError(f"{type(env).__name__}.step() returned terminateds without '__all__' "
+                             f"(keys: {sorted(map(str, terminateds))}); {why}")
+    error.rule = "api.all-key"
+    return error
 
 
 def _flagged(flags: Mapping[AgentID, Any], but: Container[AgentID]) -> list[AgentID]:

@@ -177,7 +177,14 @@ class GroupingError(MultiAgentEnvError):
 
 
 class EnvContractError(MultiAgentEnvError):
-    """A multi-agent env returned something that breaks the contract (see DESIGN.md)."""
+    """A multi-agent env returned something that breaks the contract (see DESIGN.md).
+
+    Attributes:
+        rule: the conformance rule id it breaks, where the code that raised knows it (a bridge
+            refusing what the env it wraps returned); ``check_env`` files the finding there.
+    """
+
+    rule: str | None = None
 
 
 class EnvRunnerError(MultiAgentEnvError):

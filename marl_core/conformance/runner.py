@@ -402,13 +402,16 @@ class _Run:
                 hint = _RAISED_HINT if not unmasked else (
                     f"{_RAISED_HINT} Except for {names(unmasked)}: its action mask is unsound (the masks.valid "
                     "finding says why), so its action was drawn from the whole space, which the env may refuse.")
+                # A bridge refusing what the env it wraps returned may name the rule broken.
+                rule = getattr(error, "rule", None)
                 self.collector.add(
-                    "api.step",
+                    rule if rule in RULES else "api.step",
                     f"step() raised at step {step} of {label} with actions {shown(actions, 120)}",
                     step=step,
                     error=error,
-                    hint=hint,
+                    hint=hint if rule not in RULES else None,
                     key=f"raised {type(error).__name__}",
+                    cut_short=True,
                 )
                 break
             after = global_rng_state()

@@ -178,6 +178,16 @@ def test_contract_breaks_of_the_rllib_env_are_named() -> None:
         from_rllib(_CollidingIds())
 
 
+def test_check_env_files_a_missing_all_flag_of_an_rllib_env_under_api_all_key() -> None:
+    # It was an api.step finding ("step() raised"), which --skip api.all-key did not silence,
+    # while the same bug in one of our envs is api.all-key.
+    report = check_env(lambda: from_rllib(_NoAllFlag({})), episodes=1)
+    assert report.rules == {"api.all-key"}
+    assert "step() returned terminateds without '__all__'" in report.errors[0].message
+    skipped = check_env(lambda: from_rllib(_NoAllFlag({})), episodes=1, skip=["api.all-key"])
+    assert skipped.findings == () and skipped.skipped_exceptions == 1  # the report says episodes were cut
+
+
 class _VectorReward(RLlibRPS):
     """Broken on purpose: a multi-objective reward vector for player2."""
 
