@@ -546,7 +546,9 @@ class PPO:
     # Checkpoints and lifetime -------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        """Write a checkpoint directory atomically (see :mod:`marl_core.ppo.checkpoint`)."""
+        """Write a checkpoint directory atomically (see :mod:`marl_core.ppo.checkpoint`): ``path``
+        is new, empty or an earlier checkpoint, which it replaces; anything else raises
+        :class:`~marl_core.errors.CheckpointError` naming what is there."""
         from marl_core.ppo.checkpoint import save_checkpoint
 
         return save_checkpoint(self, Path(path))

@@ -6,7 +6,8 @@ policies, the iteration and step counters, recent episode returns and the RNG st
 with ``torch.load(..., weights_only=True)``. The directory is written under a temporary name and
 renamed into place, so a crash never leaves a half-written checkpoint under the final name.
 Replacing a checkpoint renames the old one aside first: if the process dies between the two
-renames, the next load (or save) under that name puts the old checkpoint back.
+renames, the next load (or save) under that name puts the old checkpoint back. A path holding
+anything but a checkpoint (a file, a directory with other files) is refused, never replaced.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _recover(path)
+        _check_replaceable(path)
         tmp.mkdir()
         config = algo.config.to_json_dict()
         if config["policy_mapping_fn"] is None:
@@ -97,7 +99,7 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             os.replace(old, path)  # interrupted between the two renames: the old checkpoint stays
         # A full disk, a directory that went read-only, ...
         if isinstance(error, OSError) or (writing_state and isinstance(error, RuntimeError)):
-            kept = " (the previous checkpoint there is kept)" if path.exists() else ""
+            kept = " (the previous checkpoint there is kept)" if (path / "state.pt").exists() else ""
             hint = " (is the disk full?)" if isinstance(error, RuntimeError) else ""
             raise CheckpointError(f"cannot write the checkpoint {path}{kept}: {type(error).__name__}: "
                                   f"{error}{hint}") from error
@@ -129,6 +131,25 @@ def _warn_once(message: str) -> None:
     if message:
         logger.log(logging.INFO if message in _warned else logging.WARNING, "%s", message)
         _warned.add(message)
+
+
+_CHECKPOINT_FILES = frozenset({"config.json", "state.pt"})
+
+
+def _check_replaceable(path: Path) -> None:
+    """Raise unless ``path`` may become a checkpoint: missing, an empty directory or a checkpoint
+    (replaced whole): saving never deletes what is not a checkpoint's."""
+    if not os.path.lexists(path):
+        return
+    if not path.is_dir():
+        raise CheckpointError(f"cannot write the checkpoint {path}: it is a file, not a directory; "
+                              "pass a new or empty directory, or an earlier checkpoint to replace")
+    others = sorted(name for name in os.listdir(path) if name not in _CHECKPOINT_FILES)
+    if others:
+        shown = ", ".join(others[:5]) + (f", ... ({len(others)} in all)" if len(others) > 5 else "")
+        raise CheckpointError(f"cannot write the checkpoint {path}: it holds files that are not a checkpoint's "
+                              f"({shown}), which replacing it would delete; pass a new or empty directory, or "
+                              "an earlier checkpoint to replace")
 
 
 def _aside(path: Path) -> list[Path]:

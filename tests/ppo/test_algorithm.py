@@ -481,6 +481,30 @@ def test_checkpoint_is_replaced_atomically_and_bad_paths_fail(tmp_path):
         PPO.from_checkpoint(tmp_path / "missing")
 
 
+def test_save_never_deletes_what_is_not_a_checkpoints(tmp_path):
+    # save() replaced the whole directory: a user's files in it, even a project's sources, were gone.
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "train.py").write_text("print('mine')")
+    (project / "notes.txt").write_text("mine")
+    (tmp_path / "a_file").write_text("mine")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with _rps_config().build() as algo:
+        algo.train()
+        with pytest.raises(CheckpointError, match=re.escape(
+                f"cannot write the checkpoint {project}: it holds files that are not a checkpoint's (notes.txt, src), "
+                "which replacing it would delete; pass a new or empty directory, or an earlier checkpoint to replace")):
+            algo.save(project)
+        with pytest.raises(CheckpointError, match=re.escape(
+                f"cannot write the checkpoint {tmp_path / 'a_file'}: it is a file, not a directory")):
+            algo.save(tmp_path / "a_file")
+        assert algo.save(empty) == empty and PPO.from_checkpoint(empty).iteration == 1
+        algo.save(empty)  # a checkpoint now: replaced
+    assert (project / "src" / "train.py").read_text() == "print('mine')" and (tmp_path / "a_file").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "empty", "project"]
+
+
 def test_a_damaged_state_is_named_as_such_and_paths_that_are_not_checkpoints_say_what_they_are(tmp_path):
     import shutil
 
