@@ -30,7 +30,7 @@ from marl_core.errors import (
 )
 from marl_core.ppo.actions import name_stuck_rows
 from marl_core.ppo.batching import concat_obs, listed, stack_obs, unfit_descriptions
-from marl_core.ppo.config import PolicySpec, PPOConfig, checked_mapping_fn, map_agent
+from marl_core.ppo.config import PolicySpec, PPOConfig, checked_mapping_fn, map_agent, policy_entry
 from marl_core.ppo.learner import Learner
 from marl_core.ppo.model import TorchPolicy
 from marl_core.ppo.rollout import Episode, LearnedSpec, Sampler
@@ -216,12 +216,11 @@ class PPO:
 
     def _install(self, policy_id: PolicyID, entry: Any, weights_from: str | None = None,
                  mapping_fn: Callable[..., PolicyID] | None = None) -> None:
-        if entry is not None and not isinstance(entry, PolicySpec) and callable(entry):
+        entry = policy_entry(policy_id, entry)
+        if entry is not None and not isinstance(entry, PolicySpec):  # a fixed policy
             self.policies[policy_id] = entry
             self._specs[policy_id] = None
             return
-        if entry is not None and not isinstance(entry, PolicySpec):
-            raise ConfigError(f"policy {policy_id!r}: expected None, a PolicySpec or a callable, received {entry!r}")
         obs_space, act_space = self._spaces_for(policy_id, entry, weights_from, mapping_fn)
         self.config.for_policy(entry, policy_id)  # a restored config's model keys stay as saved
         if self.config.seed is not None:
@@ -277,6 +276,7 @@ class PPO:
             raise ConfigError(f"policy ids are strings, received {policy_id!r}")
         if policy_id in self.policies:
             raise ConfigError(f"policy {policy_id!r} exists already; policies: {sorted(self.policies)}")
+        policy = policy_entry(policy_id, policy)
         if policy is None or isinstance(policy, PolicySpec):  # its own settings (a restored config's stay as saved)
             self.config.check_policy(policy_id, policy, model_keys=policy.model if policy is not None else ())
         elif weights_from is not None:  # a fixed policy has no weights to take: it would be ignored

@@ -179,7 +179,7 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "seed": ("None or an integer of at least 0", _optional(_int_at_least(0))),
     "log_level": ("a logging level (a number, or a name such as 'WARNING' or 'INFO')", _log_level),
     "env_config": ("a dict", lambda v: isinstance(v, Mapping)),
-    "policies": ("a dict of policy id (a string) to None, a PolicySpec or a callable",
+    "policies": ("a dict of policy id (a string) to None, a PolicySpec (or RLlib's) or a callable",
                  lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
     "policy_mapping_fn": ("a function (or its 'module:name' import path)", callable),
     "policies_to_train": ("None or a list of policy ids", _optional(lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v))),
@@ -229,6 +229,33 @@ def _check_fields(values: Mapping[str, Any], where: str = "", rules: Mapping[str
         rule = rules.get(name)
         if rule is not None and not rule[1](value):
             raise ConfigError(f"{where}{name} must be {rule[0]}, received {value!r}")
+
+
+_RLLIB_SPEC_FIELDS = ("policy_class", "observation_space", "action_space", "config")
+
+
+def policy_entry(policy_id: PolicyID, entry: Any) -> PolicyEntry:
+    """``entry`` as a policy entry: None, a PolicySpec or a callable (a fixed policy) as it is;
+    RLlib's forms, its ``PolicySpec`` or a ``(policy_class, observation_space, action_space,
+    config)`` tuple, with no policy class (this trainer's PPO learns the policy), as a PolicySpec.
+
+    Raises:
+        ConfigError: anything else, by policy id.
+    """
+    if entry is None or isinstance(entry, PolicySpec) or callable(entry):
+        return entry
+    parts: tuple[Any, ...] | None = None
+    if isinstance(entry, (tuple, list)) and len(entry) == len(_RLLIB_SPEC_FIELDS):
+        parts = tuple(entry)
+    elif all(hasattr(entry, name) for name in _RLLIB_SPEC_FIELDS):
+        parts = tuple(getattr(entry, name) for name in _RLLIB_SPEC_FIELDS)
+    if parts is not None and parts[0] is None and (parts[3] is None or isinstance(parts[3], Mapping)):
+        return PolicySpec(parts[1], parts[2], dict(parts[3] or {}))
+    hint = ""
+    if parts is not None and parts[0] is not None:
+        hint = (f" (RLlib's policy class {parts[0]!r} does not run here: this trainer's PPO learns every "
+                "learned policy; give None as the class)")
+    raise ConfigError(f"policy {policy_id!r}: expected None, a PolicySpec or a callable, received {entry!r}{hint}")
 
 
 def _is_collection(value: Any) -> bool:
@@ -496,6 +523,8 @@ class PPOConfig:
             setattr(self, name, _normalized(name, getattr(self, name)))
         _check_fields({name: getattr(self, name) for name in names})
         named = set(names)
+        if "policies" in named:
+            self.policies = {policy_id: policy_entry(policy_id, entry) for policy_id, entry in self.policies.items()}
         if not {"policies", "model", *PER_POLICY_FIELDS} & named:
             return
         models = bool({"policies", "model"} & named)  # a training override leaves the saved models be

@@ -798,7 +798,14 @@ def test_a_checkpoint_keeps_the_spaces_of_policies_no_agent_maps_to_any_more(tmp
         (lambda c: c.multi_agent(policies_to_train="learned"),
          "policies_to_train must be None or a list of policy ids, received 'learned'"),
         (lambda c: c.multi_agent(policies="learned"),
-         "policies must be a dict of policy id (a string) to None, a PolicySpec or a callable, received 'learned'"),
+         "policies must be a dict of policy id (a string) to None, a PolicySpec (or RLlib's) or a callable, "
+         "received 'learned'"),
+        (lambda c: c.multi_agent(policies={"learned": 3, "beat_last": beat_last_move}),
+         "policy 'learned': expected None, a PolicySpec or a callable, received 3"),
+        (lambda c: c.multi_agent(policies={"learned": (dict, None, None, {}), "beat_last": beat_last_move}),
+         "policy 'learned': expected None, a PolicySpec or a callable, received (<class 'dict'>, None, None, {}) "
+         "(RLlib's policy class <class 'dict'> does not run here: this trainer's PPO learns every learned policy; "
+         "give None as the class)"),
         (lambda c: c.multi_agent(policies={0: None}), "policies must be a dict of policy id (a string)"),
         (lambda c: c.multi_agent(policies_to_train=lambda policy_id, batch=None: True),  # RLlib's callable form
          "policies_to_train must be None or a list of policy ids, received <function"),
@@ -811,6 +818,23 @@ def test_values_of_the_wrong_type_are_refused_by_name(build, message):
     # Each was a raw TypeError or AttributeError, or taken and misread.
     with pytest.raises(ConfigError, match=re.escape(message)):
         build(_rps_config()).build()
+
+
+def test_rllibs_policy_specs_and_their_tuples_are_taken(tmp_path):
+    # Refused at build(): "expected None, a PolicySpec or a callable, received (None, ...)".
+    from ray.rllib.policy.policy import PolicySpec as RLlibPolicySpec
+
+    space = gym.spaces.Discrete(3)
+    for learned in ((None, space, space, {"gamma": 0.5}), RLlibPolicySpec(None, space, space, {"gamma": 0.5})):
+        config = _rps_config().multi_agent(policies={"learned": learned, "beat_last": beat_last_move})
+        with config.build() as algo:
+            assert config.policies["learned"] == PolicySpec(space, space, {"gamma": 0.5})
+            assert algo.train()["training_iteration"] == 1
+            algo.add_policy("learned_v2", (None, None, None, {"lr": 1e-3}))
+            assert algo.config.policies["learned_v2"] == PolicySpec(None, None, {"lr": 1e-3})
+            algo.save(tmp_path / "ck")
+        with PPO.from_checkpoint(tmp_path / "ck") as restored:
+            assert restored.config.policies["learned"] == PolicySpec(space, space, {"gamma": 0.5})
 
 
 def test_a_model_module_given_by_import_path_is_imported(tmp_path):
