@@ -112,7 +112,8 @@ def _parser() -> _Parser:
         default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help=f"stop when the check takes longer, e.g. an env call that hangs, and report what it found until "
-             f"then (status 1 with errors, else 2; default {DEFAULT_TIMEOUT:.0f}; 0: never)",
+             f"then (status 1 with errors, else 2; default {DEFAULT_TIMEOUT:.0f}; 0: never); an env that catches "
+             f"the stop has the command exit with 2 and no report {STUCK_GRACE_S:g} s later",
     )
     arguments = parser.add_mutually_exclusive_group()
     arguments.add_argument(
@@ -184,6 +185,8 @@ def _with_arguments(obj: Any, args: argparse.Namespace) -> Any:
 
 
 DEFAULT_TIMEOUT = 900.0
+# How long past --timeout the command waits for the check to stop before it exits without a report.
+STUCK_GRACE_S = 10.0
 
 
 @contextlib.contextmanager
@@ -211,6 +214,41 @@ def _time_limit(seconds: float) -> Iterator[None]:
         if previous_delay > 0:
             left = max(previous_delay - (time.monotonic() - started), 1e-3)
             signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
+
+
+@contextlib.contextmanager
+def _exit_if_stuck(args: argparse.Namespace) -> Iterator[None]:
+    """Exit the process with status 2 when the check has not stopped :data:`STUCK_GRACE_S`
+    seconds after ``--timeout``: an env that catches every exception in a loop (a bare
+    ``except:``) swallows the stops :func:`_time_limit` raises, and the command would hang."""
+    if not 0 < args.timeout < math.inf:
+        yield
+        return
+    try:
+        stdout = os.dup(1)  # the JSON goes where stdout was, whatever the env did with it since
+    except OSError:
+        stdout = None
+
+    def give_up() -> None:
+        message = (f"the check did not stop within {STUCK_GRACE_S:g} s after --timeout {args.timeout:g} s: the env's "
+                   "code catches the stop (a bare `except:` or `except BaseException` in a loop, say); exiting "
+                   "without a report")
+        try:
+            os.write(2, f"marl-check: {message}\n".encode())
+            if args.json and stdout is not None:
+                os.write(stdout, (json.dumps(_failure(args.target, message), indent=2) + "\n").encode())
+        finally:
+            os._exit(2)
+
+    watchdog = threading.Timer(args.timeout + STUCK_GRACE_S, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        yield
+    finally:
+        watchdog.cancel()
+        if stdout is not None:
+            os.close(stdout)
 
 
 def load_target(spec: str) -> Any:
@@ -378,7 +416,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(catalog_markdown(), end="")
         return 0
-    status = _check(args)
+    with _exit_if_stuck(args) if as_command else contextlib.nullcontext():
+        status = _check(args)
     if args.json and as_command:
         _stdout_to_stderr_from_now()  # the env's __del__ and atexit prints come after the report
     return status

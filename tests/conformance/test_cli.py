@@ -297,6 +297,31 @@ def test_json_stays_alone_on_stdout_after_the_report_too(tmp_path: Path) -> None
     assert "says_goodbye: bye" in done.stderr and "Farewell released" in done.stderr
 
 
+@pytest.mark.slow  # waits out --timeout and the grace after it: about 12 s
+def test_an_env_that_swallows_the_timeout_still_ends_the_command(tmp_path: Path) -> None:
+    # Its bare `except:` caught every stop --timeout raised: the command ran on for good.
+    (tmp_path / "swallows.py").write_text(textwrap.dedent("""
+        import time
+        from tests.fixtures.broken_envs import Duel
+
+        class Swallows(Duel):
+            def step(self, action_dict):
+                while True:
+                    try:
+                        time.sleep(0.05)
+                    except:  # noqa: E722
+                        pass
+    """))
+    done = subprocess.run([str(Path(sys.executable).parent / "marl-check"), "swallows:Swallows", "--json", "--timeout",
+                           "1"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    message = ("the check did not stop within 10 s after --timeout 1 s: the env's code catches the stop (a bare "
+               "`except:` or `except BaseException` in a loop, say); exiting without a report")
+    assert json.loads(done.stdout) == {"target": "swallows:Swallows", "ok": False, "error": message, "findings": []}
+    assert f"marl-check: {message}" in done.stderr
+
+
 def test_a_crash_of_the_checker_itself_is_no_report(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # Exit status 1 would say "errors found"; the checker failing says nothing about the env.
     import marl_core.conformance.cli as cli
