@@ -58,7 +58,7 @@ from marl_core.conformance.determinism import (
 )
 from marl_core.conformance.report import ConformanceReport
 from marl_core.conformance.rules import RULES
-from marl_core.conformance.target import Target, copier, name_of, resolve
+from marl_core.conformance.target import Target, copier, name_of, old_api_agent_ids, resolve
 from marl_core.errors import ConformanceError, TargetBuildError
 from marl_core.spaces import sample_action, sample_action_for, snapshot
 
@@ -73,14 +73,6 @@ DEFAULT_MAX_STEPS = 1000
 _GONE = object()  # a key missing from a dict returned earlier
 _POSSIBLE_HINT = "Set self.possible_agents in __init__ to the list of every agent id that may ever appear."
 
-
-def _probe_agent_ids(env: Any) -> list[Any]:
-    """The agent ids an env names in ``_agent_ids`` (RLlib's old API stack), sorted; [] if none."""
-    try:
-        ids = getattr(env, "_agent_ids", None)
-        return sorted(ids, key=repr) if isinstance(ids, (set, frozenset, list, tuple)) else []
-    except ENV_ERRORS:
-        return []
 
 _RAISED_HINT = (
     "Fix the exception shown in the traceback: the checker calls reset(seed=..., options=None) and sends "
@@ -260,7 +252,7 @@ class _Run:
             self.collector.add("ids.agents-attr", "reading possible_agents raised", error=error, hint=_POSSIBLE_HINT)
             return []
         if not isinstance(possible, (list, tuple)) or not possible:
-            old_api = _probe_agent_ids(self.env)
+            old_api = old_api_agent_ids(self.env)
             self.collector.add(
                 "ids.agents-attr",
                 f"possible_agents is {shown(possible)}; expected a non-empty list of every agent id that may appear"

@@ -146,9 +146,14 @@ def _wrap(obj: Any) -> Any:
                                        f"bridges.wrap converted it: {error}")
             failure.env_method = method
             raise failure from error
+        old_api = ""
+        if "possible_agents" in missing and old_api_agent_ids(obj):
+            old_api = ("; it names its agents in _agent_ids, as envs of RLlib's old API stack do: subclass RLlib's "
+                       "MultiAgentEnv (bridges.wrap reads _agent_ids and single spaces), or set possible_agents "
+                       "and per-agent spaces (observation_spaces, action_spaces)")
         raise TargetBuildError(
             f"{name_of(obj)} is not a multi-agent env{_lacking(obj, missing)}, and bridges.wrap cannot convert it: "
-            f"{type(error).__name__}: {error}"
+            f"{type(error).__name__}: {error}{old_api}"
         ) from error
     still_missing = missing_protocol(wrapped)
     if still_missing:
@@ -167,6 +172,15 @@ def _foreign_method_of(error: BaseException) -> str | None:
         if not os.path.abspath(frame.filename).startswith(ours):
             return frame.name
     return None
+
+
+def old_api_agent_ids(env: Any) -> list[Any]:
+    """The agent ids an env names in ``_agent_ids`` (RLlib's old API stack), sorted; [] if none."""
+    try:
+        ids = getattr(env, "_agent_ids", None)
+        return sorted(ids, key=repr) if isinstance(ids, (set, frozenset, list, tuple)) else []
+    except ENV_ERRORS:
+        return []
 
 
 def _look_alike(obj: Any) -> str | None:

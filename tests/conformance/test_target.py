@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -271,3 +272,26 @@ def test_a_foreign_env_that_cannot_be_converted_is_named_with_the_method_that_ra
     assert raised.value.env_method == "observation_space"
     assert str(raised.value) == (f"{__name__}.NoSpaces no_spaces: its observation_space() raised AttributeError while "
                                  "bridges.wrap converted it: 'NoSpaces' object has no attribute 'observation_spaces'")
+
+
+class OldApiDuck:
+    """RLlib's old API stack without RLlib's class: agents in _agent_ids, one space for all."""
+
+    def __init__(self) -> None:
+        self._agent_ids = {"a", "b"}
+        self.observation_space = self.action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return {"a": 0, "b": 0}, {}
+
+    def step(self, action_dict):
+        return {"a": 0, "b": 0}, {"a": 0.0, "b": 0.0}, {"__all__": True}, {"__all__": False}, {}
+
+
+def test_an_old_api_env_outside_rllibs_class_is_told_how_to_be_checked() -> None:
+    # The README promises that marl-check says how; the refusal only listed what it lacks.
+    with pytest.raises(TargetBuildError, match=re.escape(
+            "; it names its agents in _agent_ids, as envs of RLlib's old API stack do: subclass RLlib's MultiAgentEnv "
+            "(bridges.wrap reads _agent_ids and single spaces), or set possible_agents and per-agent spaces "
+            "(observation_spaces, action_spaces)")):
+        check_env(OldApiDuck)
