@@ -319,13 +319,20 @@ class _Run:
                                hint=_POSSIBLE_HINT)
             return
         now_text = names(list(now)) if isinstance(now, (list, tuple)) else shown(now)
+        try:
+            shared = isinstance(now, list) and getattr(self.env, "agents", None) is now
+        except ENV_ERRORS:
+            shared = False
         self.collector.add(
             "ids.agents-attr",
             f"possible_agents changed after {reset_in(label)}: {names(first)} before the first reset, "
             f"{now_text} now; it lists every agent that may ever appear and stays the same for the "
-            "env's life (the checker goes on with the first list)",
+            "env's life (the checker goes on with the first list)"
+            + ("; agents and possible_agents are one list object, so changing agents in place changes both"
+               if shared else ""),
             key="changed",
-            hint=_POSSIBLE_HINT,
+            hint=_POSSIBLE_HINT + (" Give agents a list of its own in reset(): self.agents = list(self.possible_agents)."
+                                   if shared else ""),
         )
 
     def _spaces_kept(self, label: str) -> None:

@@ -430,6 +430,25 @@ def test_possible_agents_changed_by_reset_is_named_with_both_lists() -> None:
     ), finding.message
 
 
+class _OneListForBoth(RockPaperScissors):
+    """The README's ``self.agents = self.possible_agents = [...]``; a player leaves with ``agents.remove``."""
+
+    def step(self, action_dict):
+        result = super().step(action_dict)
+        if result[2]["__all__"]:
+            self.agents.remove("player2")
+        return result
+
+
+def test_possible_agents_changed_through_agents_says_they_are_one_list() -> None:
+    # It said the list changed, one reset late, with no word of why.
+    report = check_env(_OneListForBoth, episodes=2)
+    finding = next(f for f in report.findings if f.message.startswith("possible_agents changed"))
+    assert finding.message.endswith("; agents and possible_agents are one list object, so changing agents in place "
+                                    "changes both"), finding.message
+    assert finding.hint.endswith("Give agents a list of its own in reset(): self.agents = list(self.possible_agents).")
+
+
 class _OldApiStackOfOurs(MultiAgentEnv):
     """RLlib's old API stack (agents in ``_agent_ids``, Dict spaces) on our MultiAgentEnv, whose
     ``possible_agents`` stays empty: RLlib's class reads ``_agent_ids``, ours does not."""
