@@ -30,7 +30,14 @@ from marl_core.errors import (
 )
 from marl_core.ppo.actions import name_stuck_rows
 from marl_core.ppo.batching import concat_obs, listed, stack_obs, unfit_descriptions
-from marl_core.ppo.config import PolicySpec, PPOConfig, checked_mapping_fn, map_agent, policy_entry
+from marl_core.ppo.config import (
+    PolicySpec,
+    PPOConfig,
+    asked_to_train,
+    checked_mapping_fn,
+    map_agent,
+    policy_entry,
+)
 from marl_core.ppo.learner import Learner
 from marl_core.ppo.model import TorchPolicy
 from marl_core.ppo.rollout import Episode, LearnedSpec, Sampler
@@ -242,6 +249,8 @@ class PPO:
     def _check_to_train(self, to_train: Any, policies: Mapping[PolicyID, Any] | None = None) -> list[PolicyID]:
         """``to_train`` as a list, checked against ``policies`` (default: the algorithm's)."""
         policies = self.policies if policies is None else policies
+        if callable(to_train):  # RLlib's fn(policy_id, batch) -> bool
+            to_train = asked_to_train(to_train, [p for p, v in policies.items() if isinstance(v, TorchPolicy)])
         if isinstance(to_train, (str, bytes, Mapping)) or not isinstance(to_train, Iterable):
             raise ConfigError(f"policies_to_train must be a list of policy ids, received {to_train!r}")
         to_train = list(to_train)  # a set or a dict view too
@@ -265,7 +274,7 @@ class PPO:
 
     def add_policy(self, policy_id: PolicyID, policy: Any = None, *, weights_from: str | None = None,
                    policy_mapping_fn: Callable[..., PolicyID] | None = None,
-                   policies_to_train: list[PolicyID] | None = None) -> None:
+                   policies_to_train: list[PolicyID] | Callable[..., bool] | None = None) -> None:
         """Add a learned (None or PolicySpec) or fixed (callable) policy during training.
 
         ``add_policy("main_v3", weights_from="main")`` adds a frozen copy of ``"main"`` (it is not
@@ -298,7 +307,7 @@ class PPO:
         self._sync_state()
 
     def remove_policy(self, policy_id: PolicyID, *, policy_mapping_fn: Callable[..., PolicyID] | None = None,
-                      policies_to_train: list[PolicyID] | None = None) -> None:
+                      policies_to_train: list[PolicyID] | Callable[..., bool] | None = None) -> None:
         """Remove a policy; agents of ongoing episodes mapped to it are mapped again."""
         if policy_id not in self.policies:
             raise ConfigError(f"no policy {policy_id!r} to remove; policies: {sorted(self.policies)}")

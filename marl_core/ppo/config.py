@@ -258,6 +258,21 @@ def policy_entry(policy_id: PolicyID, entry: Any) -> PolicyEntry:
     raise ConfigError(f"policy {policy_id!r}: expected None, a PolicySpec or a callable, received {entry!r}{hint}")
 
 
+def asked_to_train(ask: Callable[..., Any], learned: Iterable[PolicyID]) -> list[PolicyID]:
+    """The ``learned`` policies that RLlib's callable form of ``policies_to_train`` accepts, each
+    asked ``ask(policy_id, None)`` once (there is no batch to show it)."""
+    chosen = []
+    for policy_id in learned:
+        try:
+            accepted = ask(policy_id, None)
+        except Exception as error:
+            raise ConfigError(f"policies_to_train {ask!r} raised {type(error).__name__} when asked "
+                              f"policies_to_train({policy_id!r}, None): {error}") from error
+        if accepted:
+            chosen.append(policy_id)
+    return chosen
+
+
 def _is_collection(value: Any) -> bool:
     """Whether ``value`` is a collection of ids: iterable, but not a string or a mapping."""
     return isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping))
@@ -306,7 +321,9 @@ class PPOConfig:
     policy_mapping_fn: Callable[..., PolicyID] = default_policy_mapping_fn
     """``fn(agent_id, episode, **kwargs) -> policy_id``, called when an agent first appears in an episode."""
     policies_to_train: list[PolicyID] | None = None
-    """Learned policies to update; None: every learned (non-callable) policy."""
+    """Learned policies to update; None: every learned (non-callable) policy. RLlib's callable
+    form, ``fn(policy_id, batch) -> bool``, is asked once per learned policy (``batch=None``)
+    when the config is validated, and replaced by the list of those it accepts."""
 
     # env runners
     num_env_runners: int = 0
@@ -400,9 +417,10 @@ class PPOConfig:
         *,
         policies: Mapping[PolicyID, PolicyEntry] | set[PolicyID] | list[PolicyID] | None = None,
         policy_mapping_fn: Callable[..., PolicyID] | None = None,
-        policies_to_train: list[PolicyID] | None = None,
+        policies_to_train: list[PolicyID] | Callable[..., bool] | None = None,
     ) -> PPOConfig:
-        """Set policies (a dict, or a set/list of ids meaning learned defaults) and their mapping."""
+        """Set policies (a dict, or a set/list of ids meaning learned defaults) and their mapping;
+        ``policies_to_train`` is a list of ids, or RLlib's ``fn(policy_id, batch) -> bool`` (see the field)."""
         # Collections of ids (a list, set or dict view) are taken; a string (which would be split into
         # characters), a callable or a number is left for validate() to refuse by name.
         if policies is not None:
@@ -521,6 +539,8 @@ class PPOConfig:
         names = [f.name for f in fields(self)] if names is None else list(names)
         for name in names:
             setattr(self, name, _normalized(name, getattr(self, name)))
+        if "policies_to_train" in names and callable(self.policies_to_train):
+            self.policies_to_train = self._asked_to_train(self.policies_to_train)
         _check_fields({name: getattr(self, name) for name in names})
         named = set(names)
         if "policies" in named:
@@ -531,6 +551,15 @@ class PPOConfig:
         for policy_id, entry in self.policy_entries().items():
             if entry is None or isinstance(entry, PolicySpec):  # a learned policy
                 self.check_policy(policy_id, entry, model_keys=None if models else ())
+
+    def _asked_to_train(self, ask: Callable[..., Any]) -> list[PolicyID] | Any:
+        """:func:`asked_to_train` over the learned policies; ``ask`` itself, for validation to
+        refuse, without a dict of policies."""
+        if not isinstance(self.policies, Mapping):
+            return ask
+        fixed = {p for p, entry in self.policy_entries().items()
+                 if entry is not None and not isinstance(entry, PolicySpec) and callable(entry)}
+        return asked_to_train(ask, [p for p in self.policy_entries() if p not in fixed])
 
     def check_policy(self, policy_id: PolicyID, spec: PolicySpec | None, *, model_keys: Iterable[str] | None = None) -> None:
         """Raise :class:`~marl_core.errors.ConfigError` unless the learned policy ``policy_id``'s

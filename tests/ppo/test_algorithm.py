@@ -807,8 +807,7 @@ def test_a_checkpoint_keeps_the_spaces_of_policies_no_agent_maps_to_any_more(tmp
          "(RLlib's policy class <class 'dict'> does not run here: this trainer's PPO learns every learned policy; "
          "give None as the class)"),
         (lambda c: c.multi_agent(policies={0: None}), "policies must be a dict of policy id (a string)"),
-        (lambda c: c.multi_agent(policies_to_train=lambda policy_id, batch=None: True),  # RLlib's callable form
-         "policies_to_train must be None or a list of policy ids, received <function"),
+        (lambda c: c.multi_agent(policies_to_train=5), "policies_to_train must be None or a list of policy ids, received 5"),
         (lambda c: c.environment(env_config=[1]), "env_config must be a dict, received [1]"),
         (lambda c: c.training(model={"module": 5}), "policy 'learned': model module must be a factory"),
         (lambda c: c.training(model={"module": "nowhere:factory"}), "model['module'] 'nowhere:factory' does not import"),
@@ -818,6 +817,35 @@ def test_values_of_the_wrong_type_are_refused_by_name(build, message):
     # Each was a raw TypeError or AttributeError, or taken and misread.
     with pytest.raises(ConfigError, match=re.escape(message)):
         build(_rps_config()).build()
+
+
+def test_rllibs_callable_policies_to_train_is_asked_once_per_learned_policy(tmp_path):
+    # Refused: "policies_to_train must be None or a list of policy ids, received <function ...>".
+    asked = []
+
+    def only_main(policy_id, batch):
+        asked.append((policy_id, batch))
+        return policy_id == "main"
+
+    config = _rps_config().multi_agent(
+        policies={"main": None, "main_v1": None, "beat_last": beat_last_move}, policies_to_train=only_main,
+        policy_mapping_fn=lambda agent_id, episode, **kwargs: {"player1": "main", "player2": "beat_last"}[agent_id])
+    with config.build() as algo:
+        assert asked == [("main", None), ("main_v1", None)] and list(algo.to_train) == ["main"]
+        assert config.policies_to_train == ["main"]
+        frozen = algo.get_weights(["main_v1"])["main_v1"]
+        algo.train()
+        for key, value in algo.get_weights(["main_v1"])["main_v1"].items():
+            np.testing.assert_array_equal(value, frozen[key])
+        algo.add_policy("main_v2", weights_from="main", policies_to_train=lambda policy_id, batch: policy_id != "main_v1")
+        assert sorted(algo.to_train) == ["main", "main_v2"] and algo.config.policies_to_train == ["main", "main_v2"]
+
+    def broken(policy_id, batch):
+        raise KeyError(policy_id)
+
+    with pytest.raises(ConfigError, match=re.escape("raised KeyError when asked policies_to_train('learned', None): "
+                                                    "'learned'")):
+        _rps_config().multi_agent(policies_to_train=broken).build()
 
 
 def test_rllibs_policy_specs_and_their_tuples_are_taken(tmp_path):
