@@ -195,8 +195,7 @@ def _time_limit(seconds: float) -> Iterator[None]:
     second after that until the check ends (an env's bare ``except:`` may swallow one); 0 or
     infinity: never. Where there is no interval timer (Windows) there is no limit. A timer the
     caller had armed is armed again afterwards, for the time it had left."""
-    if (not 0 < seconds < math.inf or not hasattr(signal, "setitimer")
-            or threading.current_thread() is not threading.main_thread()):
+    if not _can_limit(seconds):
         yield
         return
 
@@ -216,12 +215,20 @@ def _time_limit(seconds: float) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
 
 
+def _can_limit(seconds: float) -> bool:
+    """Whether :func:`_time_limit` arms a limit of ``seconds`` here (an interval timer, in the main thread)."""
+    return (0 < seconds < math.inf and hasattr(signal, "setitimer")
+            and threading.current_thread() is threading.main_thread())
+
+
 @contextlib.contextmanager
 def _exit_if_stuck(args: argparse.Namespace) -> Iterator[None]:
     """Exit the process with status 2 when the check has not stopped :data:`STUCK_GRACE_S`
     seconds after ``--timeout``: an env that catches every exception in a loop (a bare
-    ``except:``) swallows the stops :func:`_time_limit` raises, and the command would hang."""
-    if not 0 < args.timeout < math.inf:
+    ``except:``) swallows the stops :func:`_time_limit` raises, and the command would hang.
+    Only for the command (``args.as_command``), around the check alone (never its report), and
+    only where the limit is armed."""
+    if not (args.as_command and _can_limit(args.timeout)):
         yield
         return
     try:
@@ -231,8 +238,8 @@ def _exit_if_stuck(args: argparse.Namespace) -> Iterator[None]:
 
     def give_up() -> None:
         message = (f"the check did not stop within {STUCK_GRACE_S:g} s after --timeout {args.timeout:g} s: the env's "
-                   "code catches the stop (a bare `except:` or `except BaseException` in a loop, say); exiting "
-                   "without a report")
+                   "code catches the stop (a bare `except:` or `except BaseException` in a loop, say) or is stuck "
+                   "where Python cannot interrupt it; exiting without a report")
         try:
             os.write(2, f"marl-check: {message}\n".encode())
             if args.json and stdout is not None:
@@ -416,8 +423,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(catalog_markdown(), end="")
         return 0
-    with _exit_if_stuck(args) if as_command else contextlib.nullcontext():
-        status = _check(args)
+    args.as_command = as_command
+    status = _check(args)
     if args.json and as_command:
         _stdout_to_stderr_from_now()  # the env's __del__ and atexit prints come after the report
     return status
@@ -431,7 +438,9 @@ def _check(args: argparse.Namespace) -> int:
     if not args.timeout >= 0:
         return _fail(f"--timeout must be a number of seconds of at least 0, received {args.timeout}", args.json, None)
     try:
-        with _stdout_to_stderr() if args.json else contextlib.nullcontext(), _time_limit(args.timeout):
+        # The watchdog first: it keeps the stdout the JSON goes to before the env's prints are sent aside.
+        with (_exit_if_stuck(args), _stdout_to_stderr() if args.json else contextlib.nullcontext(),
+              _time_limit(args.timeout)):
             obj = _with_arguments(load_target(args.target), args)
             report = check_env(obj, seed=args.seed, episodes=args.episodes, max_steps=args.max_steps, skip=args.skip,
                                name=args.target)

@@ -163,14 +163,16 @@ def _wrap(obj: Any) -> Any:
 
 def _foreign_method_of(error: BaseException) -> str | None:
     """The name of the first function outside this project in ``error``'s traceback (the env's
-    method that a bridge called, or a library wrapper's around it), if the error went through one."""
+    method that a bridge called, or a library wrapper's around it, which keeps its name), if the
+    error went through one; None for special methods (``__getattr__``: an attribute read, not a
+    method of the env)."""
     import bridges
     import marl_core
 
     ours = tuple(os.path.dirname(os.path.abspath(module.__file__)) + os.sep for module in (marl_core, bridges))
     for frame in traceback.extract_tb(error.__traceback__):
         if not os.path.abspath(frame.filename).startswith(ours):
-            return frame.name
+            return None if frame.name.startswith("__") else frame.name
     return None
 
 

@@ -317,9 +317,38 @@ def test_an_env_that_swallows_the_timeout_still_ends_the_command(tmp_path: Path)
                           text=True, timeout=120, check=False)
     assert done.returncode == 2, done.stderr
     message = ("the check did not stop within 10 s after --timeout 1 s: the env's code catches the stop (a bare "
-               "`except:` or `except BaseException` in a loop, say); exiting without a report")
+               "`except:` or `except BaseException` in a loop, say) or is stuck where Python cannot interrupt it; "
+               "exiting without a report")
     assert json.loads(done.stdout) == {"target": "swallows:Swallows", "ok": False, "error": message, "findings": []}
     assert f"marl-check: {message}" in done.stderr
+
+
+@pytest.mark.slow  # a check of about 13 s, past --timeout and the grace after it
+def test_where_no_time_limit_can_be_armed_a_slow_check_is_not_cut(tmp_path: Path) -> None:
+    # Without an interval timer (Windows) --timeout arms nothing, but the watchdog killed the
+    # check 10 s after it, blaming a bare `except:`.
+    (tmp_path / "slow.py").write_text(textwrap.dedent("""
+        import signal
+        import sys
+        import time
+        from tests.fixtures.broken_envs import Duel
+        from marl_core.conformance.cli import main
+
+        class Slow(Duel):
+            def step(self, action_dict):
+                time.sleep(0.7)
+                return super().step(action_dict)
+
+        if __name__ == "__main__":
+            del signal.setitimer
+            sys.argv = ["marl-check", "slow:Slow", "--json", "--timeout", "1", "--episodes", "1"]
+            sys.exit(main())
+    """))
+    done = subprocess.run([sys.executable, "slow.py"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is True and report["seconds"] > 11
 
 
 def test_a_crash_of_the_checker_itself_is_no_report(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

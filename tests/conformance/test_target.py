@@ -10,6 +10,7 @@ import pytest
 from gymnasium.envs.classic_control import CartPoleEnv
 from pettingzoo import ParallelEnv
 from pettingzoo.classic.connect_four import connect_four
+from pettingzoo.utils import wrappers
 
 import bridges
 from marl_core.conformance import check_env
@@ -263,6 +264,20 @@ class NoSpaces(ParallelEnv):
 
     def observation_space(self, agent):
         return self.observation_spaces[agent]  # never set
+
+
+class ResetDropsInfos(connect_four.raw_env):
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        super().reset(seed=seed, options=options)
+        del self.infos
+
+
+def test_an_attribute_a_library_wrapper_cannot_read_is_not_called_a_method_of_the_env() -> None:
+    # "its __getattr__() raised AttributeError": PettingZoo's wrapper's, read by the bridge.
+    with pytest.raises(TargetBuildError) as raised:
+        check_env(lambda: wrappers.OrderEnforcingWrapper(ResetDropsInfos()))
+    assert raised.value.env_method is None
+    assert "is not a multi-agent env, and bridges.wrap cannot convert it: AttributeError: " in str(raised.value)
 
 
 def test_a_foreign_env_that_cannot_be_converted_is_named_with_the_method_that_raised() -> None:
