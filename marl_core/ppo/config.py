@@ -166,7 +166,7 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "num_epochs": ("an integer of at least 1", _int_at_least(1)),
     "minibatch_size": ("an integer of at least 1", _int_at_least(1)),
     "train_batch_size": ("an integer of at least 1", _int_at_least(1)),
-    "entropy_coeff": ("a number of at least 0", lambda v: _number(v) and v >= 0),  # as RLlib: no reward for certainty
+    "entropy_coeff": ("a number", _number),
     "vf_coeff": ("a number of at least 0", lambda v: _number(v) and v >= 0),
     "grad_clip": ("None or a number above 0 (inf: no clipping)", _clip),
     "normalize_advantages": ("true or false", lambda v: isinstance(v, bool)),

@@ -372,7 +372,6 @@ def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
         ("training.lr=fast", "lr must be a number above 0, received 'fast'"),
         ("training.lr=-1", "lr must be a number above 0, received -1"),
         ("training.gamma=1.5", "gamma must be a number from 0 to 1, received 1.5"),
-        ("training.entropy_coeff=-0.01", "entropy_coeff must be a number of at least 0, received -0.01"),
         ("training.num_epochs=2.5", "num_epochs must be an integer of at least 1, received 2.5"),
         ("training.minibatch_size=0", "minibatch_size must be an integer of at least 1, received 0"),
         ("num_envs_per_env_runner=0", "num_envs_per_env_runner must be an integer of at least 1, received 0"),
