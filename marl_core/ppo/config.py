@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import json
 import logging
 import math
@@ -242,6 +243,10 @@ def policy_entry(policy_id: PolicyID, entry: Any) -> PolicyEntry:
     Raises:
         ConfigError: anything else, by policy id.
     """
+    if inspect.isclass(entry):  # callable, but calling it with an observation builds an object
+        raise ConfigError(f"policy {policy_id!r}: expected None, a PolicySpec or a callable fn(observation) -> "
+                          f"action, received the class {entry!r} (RLlib's policy classes do not run here: this "
+                          "trainer's PPO learns every learned policy)")
     if entry is None or isinstance(entry, PolicySpec) or callable(entry):
         return entry
     parts: tuple[Any, ...] | None = None
@@ -249,13 +254,18 @@ def policy_entry(policy_id: PolicyID, entry: Any) -> PolicyEntry:
         parts = tuple(entry)
     elif all(hasattr(entry, name) for name in _RLLIB_SPEC_FIELDS):
         parts = tuple(getattr(entry, name) for name in _RLLIB_SPEC_FIELDS)
-    if parts is not None and parts[0] is None and (parts[3] is None or isinstance(parts[3], Mapping)):
-        return PolicySpec(parts[1], parts[2], dict(parts[3] or {}))
-    hint = ""
-    if parts is not None and parts[0] is not None:
-        hint = (f" (RLlib's policy class {parts[0]!r} does not run here: this trainer's PPO learns every "
-                "learned policy; give None as the class)")
-    raise ConfigError(f"policy {policy_id!r}: expected None, a PolicySpec or a callable, received {entry!r}{hint}")
+    if parts is None:
+        raise ConfigError(f"policy {policy_id!r}: expected None, a PolicySpec or a callable, received {entry!r}")
+    policy_class, observation_space, action_space, config = parts
+    if policy_class is not None:
+        raise ConfigError(f"policy {policy_id!r}: RLlib's policy class {policy_class!r} does not run here: this "
+                          "trainer's PPO learns every learned policy; give None as the class")
+    if config is not None and not isinstance(config, Mapping):  # an AlgorithmConfig, say
+        raise ConfigError(f"policy {policy_id!r}: the config of an RLlib PolicySpec must be a dict of training "
+                          f"settings here, received {a_type(config)}")
+    settings = dict(config or {})
+    model = settings.pop("model", None) or {}  # RLlib keeps the policy's model settings in its config
+    return PolicySpec(observation_space, action_space, settings, dict(model))
 
 
 def asked_to_train(ask: Callable[..., Any], learned: Iterable[PolicyID]) -> list[PolicyID]:

@@ -803,9 +803,14 @@ def test_a_checkpoint_keeps_the_spaces_of_policies_no_agent_maps_to_any_more(tmp
         (lambda c: c.multi_agent(policies={"learned": 3, "beat_last": beat_last_move}),
          "policy 'learned': expected None, a PolicySpec or a callable, received 3"),
         (lambda c: c.multi_agent(policies={"learned": (dict, None, None, {}), "beat_last": beat_last_move}),
-         "policy 'learned': expected None, a PolicySpec or a callable, received (<class 'dict'>, None, None, {}) "
-         "(RLlib's policy class <class 'dict'> does not run here: this trainer's PPO learns every learned policy; "
-         "give None as the class)"),
+         "policy 'learned': RLlib's policy class <class 'dict'> does not run here: this trainer's PPO learns every "
+         "learned policy; give None as the class"),
+        (lambda c: c.multi_agent(policies={"learned": dict, "beat_last": beat_last_move}),
+         "policy 'learned': expected None, a PolicySpec or a callable fn(observation) -> action, received the class "
+         "<class 'dict'>"),
+        (lambda c: c.multi_agent(policies={"learned": (None, None, None, PPOConfig()), "beat_last": beat_last_move}),
+         "policy 'learned': the config of an RLlib PolicySpec must be a dict of training settings here, received a "
+         "PPOConfig"),
         (lambda c: c.multi_agent(policies={0: None}), "policies must be a dict of policy id (a string)"),
         (lambda c: c.multi_agent(policies_to_train=5), "policies_to_train must be None or a list of policy ids, received 5"),
         (lambda c: c.environment(env_config=[1]), "env_config must be a dict, received [1]"),
@@ -858,8 +863,8 @@ def test_rllibs_policy_specs_and_their_tuples_are_taken(tmp_path):
         with config.build() as algo:
             assert config.policies["learned"] == PolicySpec(space, space, {"gamma": 0.5})
             assert algo.train()["training_iteration"] == 1
-            algo.add_policy("learned_v2", (None, None, None, {"lr": 1e-3}))
-            assert algo.config.policies["learned_v2"] == PolicySpec(None, None, {"lr": 1e-3})
+            algo.add_policy("learned_v2", (None, None, None, {"lr": 1e-3, "model": {"hiddens": [8]}}))
+            assert algo.config.policies["learned_v2"] == PolicySpec(None, None, {"lr": 1e-3}, {"hiddens": [8]})
             algo.save(tmp_path / "ck")
         with PPO.from_checkpoint(tmp_path / "ck") as restored:
             assert restored.config.policies["learned"] == PolicySpec(space, space, {"gamma": 0.5})
