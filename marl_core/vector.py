@@ -93,10 +93,12 @@ class VectorMultiAgentEnv:
         max_rebuild_attempts: ``on_error="rebuild"`` only: attempts at rebuilding one failed env
             within one call (a factory or first ``reset`` that raises again uses one) before the
             call raises ``VectorEnvError``.
-        copy: ``"sync"`` only: return copies of the dicts and arrays the envs returned (the
-            default), as ``"async"`` mode does, since its results travel pickled. With False a
-            sync vector returns the envs' own objects, a little faster, and an env that reuses
-            its buffers changes results returned earlier: use what you keep before the next call.
+        copy: ``"sync"`` only: ``reset()`` and ``step()`` return copies of the dicts and arrays
+            each env returned, made as soon as it returned them (the default), so that results
+            kept do not change when the envs step again, as in ``"async"`` mode, where results
+            travel pickled. With False a sync vector returns the envs' own objects, a little
+            faster, and an env that reuses its buffers changes results returned earlier: use
+            what you keep before the next call. ``call()`` returns what the envs return.
 
     Semantics:
         - ``reset(seed=s)`` resets env ``i`` with ``seed=s + i`` (``None`` stays ``None``) and

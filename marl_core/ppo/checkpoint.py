@@ -134,6 +134,7 @@ def _warn_once(message: str) -> None:
 
 
 _CHECKPOINT_FILES = frozenset({"config.json", "state.pt"})
+_OS_LITTER = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})  # file browsers' notes, rebuilt at will
 
 
 def _check_replaceable(path: Path) -> None:
@@ -142,9 +143,10 @@ def _check_replaceable(path: Path) -> None:
     if not os.path.lexists(path):
         return
     if not path.is_dir():
-        raise CheckpointError(f"cannot write the checkpoint {path}: it is a file, not a directory; "
+        what = "a link to nothing" if path.is_symlink() and not path.exists() else "a file"
+        raise CheckpointError(f"cannot write the checkpoint {path}: it is {what}, not a directory; "
                               "pass a new or empty directory, or an earlier checkpoint to replace")
-    others = sorted(name for name in os.listdir(path) if name not in _CHECKPOINT_FILES)
+    others = sorted(name for name in os.listdir(path) if name not in _CHECKPOINT_FILES and name not in _OS_LITTER)
     if others:
         shown = ", ".join(others[:5]) + (f", ... ({len(others)} in all)" if len(others) > 5 else "")
         raise CheckpointError(f"cannot write the checkpoint {path}: it holds files that are not a checkpoint's "

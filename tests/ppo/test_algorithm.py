@@ -499,8 +499,14 @@ def test_save_never_deletes_what_is_not_a_checkpoints(tmp_path):
         with pytest.raises(CheckpointError, match=re.escape(
                 f"cannot write the checkpoint {tmp_path / 'a_file'}: it is a file, not a directory")):
             algo.save(tmp_path / "a_file")
+        (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+        with pytest.raises(CheckpointError, match=re.escape(
+                f"cannot write the checkpoint {tmp_path / 'link'}: it is a link to nothing, not a directory")):
+            algo.save(tmp_path / "link")
+        (tmp_path / "link").unlink()
         assert algo.save(empty) == empty and PPO.from_checkpoint(empty).iteration == 1
-        algo.save(empty)  # a checkpoint now: replaced
+        (empty / ".DS_Store").write_text("a file browser's note")
+        algo.save(empty)  # a checkpoint now (with a file browser's note): replaced
     assert (project / "src" / "train.py").read_text() == "print('mine')" and (tmp_path / "a_file").read_text() == "mine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "empty", "project"]
 
