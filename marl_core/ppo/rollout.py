@@ -283,15 +283,16 @@ class Sampler:
                                        f"last error: {last_line}\n\n{text}")
         return failed
 
-    def policy_of(self, episode: Episode, agent_id: AgentID) -> PolicyID:
-        """The policy of ``agent_id`` in ``episode`` (the mapping fn is asked once per episode)."""
+    def policy_of(self, episode: Episode, agent_id: AgentID, acts: bool = True) -> PolicyID:
+        """The policy of ``agent_id`` in ``episode`` (the mapping fn is asked once per episode);
+        ``acts=False`` for an agent that only receives rewards, whose spaces need not fit the policy."""
         policy_id = episode.agent_to_policy.get(agent_id)
         if policy_id is None:
             policy_id = map_agent(self.mapping_fn, agent_id, episode)
             if policy_id not in self.policies:
                 raise ConfigError(f"policy_mapping_fn mapped agent {agent_id!r} to {policy_id!r}, which is not "
                                   f"a policy; policies: {sorted(self.policies)}")
-            if (agent_id, policy_id) not in self._fitting:
+            if acts and (agent_id, policy_id) not in self._fitting:
                 self._check_fit(agent_id, policy_id)
             episode.agent_to_policy[agent_id] = policy_id
         return policy_id
@@ -513,6 +514,8 @@ class Sampler:
             else:
                 self._ship(policy_id, trajectory, out, len(trajectory.rewards), trajectory.values[-1], False)
         if all_done:
+            for agent_id in episode.returns:  # paid, never asked to act: an agent-episode of no action
+                self.policy_of(episode, agent_id, acts=False)
             for agent_id, policy_id in episode.agent_to_policy.items():
                 finished.append({"episode_id": episode.id_, "policy_id": policy_id, "agent_id": agent_id,
                                  "return": episode.returns.get(agent_id, 0.0),

@@ -314,6 +314,33 @@ def test_a_final_observation_kept_until_the_episode_ends_is_a_copy():
     np.testing.assert_array_equal(final_obs, [1.0, 1.0])
 
 
+class _PaysTheBystander(MultiAgentEnv):
+    """``player`` acts once and wins +1; ``bystander`` is never asked to act but pays -1."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.possible_agents = ["player", "bystander"]
+        self.observation_spaces = {a: gym.spaces.Box(0.0, 1.0, (2,), np.float32) for a in self.possible_agents}
+        self.action_spaces = {a: gym.spaces.Discrete(2) for a in self.possible_agents}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.agents = ["player"]
+        return {"player": np.zeros(2, np.float32)}, {}
+
+    def step(self, action_dict):
+        self.agents = []
+        return {}, {"player": 1.0, "bystander": -1.0}, {ALL: True}, {ALL: False}, {}
+
+
+def test_an_agent_paid_but_never_asked_to_act_counts_in_the_episode_metrics():
+    # Its reward was left out of the finished episodes (zero-sum games read as positive-sum), while
+    # marl_core.rollout counts every agent rewarded.
+    episodes = _sampler(_PaysTheBystander, num_envs=1).sample(3)["episodes"]
+    assert {(e["agent_id"], e["return"], e["length"]) for e in episodes} == {("player", 1.0, 1), ("bystander", -1.0, 0)}
+    assert len(episodes) == 6 and {e["policy_id"] for e in episodes} == {"p"}
+
+
 class _BrokenModule(torch.nn.Module):
     def __init__(self, observation_space, action_space, config):
         super().__init__()
