@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/ and tests/ live at the root
 
 from marl_core import make_multi_agent, rollout
+from marl_core._cli import number_arg
 from marl_core.conformance import check_env
 from marl_core.conformance.runner import DEFAULT_EPISODES, DEFAULT_MAX_STEPS
 from marl_core.envs import RockPaperScissors
@@ -62,9 +63,9 @@ def plain_play(factory: Callable[[], Any], episodes: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per env (default 5)")
+    parser.add_argument("--rounds", type=number_arg(int), default=5, help="alternating rounds per env (default 5)")
     parser.add_argument("--no-pistonball", action="store_true", help="leave pistonball_v6 out")
-    parser.add_argument("--pistonball-rounds", type=int, default=1, help="rounds for pistonball_v6 (default 1: it is slow)")
+    parser.add_argument("--pistonball-rounds", type=number_arg(int), default=1, help="rounds for pistonball_v6 (default 1: it is slow)")
     args = parser.parse_args()
     cases: list[tuple[str, Callable[[], Any], int, float, int]] = [
         ("RockPaperScissors (seeds)", RockPaperScissors, 2, 1.0, args.rounds),

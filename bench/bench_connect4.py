@@ -36,17 +36,45 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from marl_core._cli import number_arg
 from marl_core.ppo import PPO
-from marl_core.ppo.evaluation import EvaluationPoint, evaluate, plot_history, save_history
+from marl_core.ppo.evaluation import (
+    EvaluationPoint,
+    OpponentSpecError,
+    evaluate,
+    parse_opponent,
+    plot_history,
+    save_history,
+)
 from marl_core.ppo.selfplay import MAIN, Position, connect4_preset, make_env
 
 
 def parse_games(text: str) -> list[tuple[str, int]]:
+    """``"random=100,mcts:25=50"`` as ``[("random", 100), ("mcts:25", 50)]`` (an argparse type:
+    a bad item is a usage error before any training, not a traceback after it)."""
     pairs = []
     for item in text.split(","):
         spec, _, games = item.partition("=")
-        pairs.append((spec.strip(), int(games)))
+        try:
+            parse_opponent(spec)
+            count = int(games)
+        except (OpponentSpecError, ValueError) as error:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected OPPONENT=GAMES, e.g. mcts:100=50 ({error})") from None
+        if count < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected at least 1 game")
+        pairs.append((spec.strip(), count))
     return pairs
+
+
+def parse_minutes(text: str) -> list[float]:
+    """``"1,2,5"`` as ``[1.0, 2.0, 5.0]`` (an argparse type)."""
+    try:
+        marks = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected minutes separated by commas, e.g. 1,2,5, received {text!r}") from None
+    if not all(0 < mark < float("inf") for mark in marks):
+        raise argparse.ArgumentTypeError(f"expected minutes above 0, received {text!r}")
+    return marks
 
 
 def parse_options(items: list[str]) -> dict[str, Any]:
@@ -115,19 +143,18 @@ def one_move_tactics(policy: Any, games: int, seed: int = 0) -> tuple[float, flo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=30.0, help="training budget (wall clock)")
-    parser.add_argument("--at", default="1,2,3,5,10,20,30", help="minutes at which to checkpoint")
-    parser.add_argument("--games", default="random=100,mcts:25=50,mcts:100=50,mcts:400=20",
+    parser.add_argument("--minutes", type=number_arg(float), default=30.0, help="training budget (wall clock)")
+    parser.add_argument("--at", type=parse_minutes, default="1,2,3,5,10,20,30", help="minutes at which to checkpoint")
+    parser.add_argument("--games", type=parse_games, default="random=100,mcts:25=50,mcts:100=50,mcts:400=20",
                         help="opponent=games evaluated per checkpoint")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-connect4"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tactics-games", type=int, default=200,
+    parser.add_argument("--tactics-games", type=number_arg(int, inclusive=True), default=200,
                         help="games per checkpoint for the one-move tactics columns (0: skip)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a keyword of connect4_preset / connect4_config, e.g. tactical=true (repeatable)")
     args = parser.parse_args(argv)
-    at = [float(x) for x in args.at.split(",")]
-    games = parse_games(args.games)
+    at, games = args.at, args.games
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"Connect-4 self-play, preset defaults, {args.minutes} min on {os.cpu_count()} CPUs "
           f"(load average at start: {os.getloadavg()[0]:.1f})")

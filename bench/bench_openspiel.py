@@ -38,6 +38,7 @@ import numpy as np
 import pyspiel
 
 from bridges import OpenSpielEnv
+from marl_core._cli import number_arg
 
 GAMES = ["connect_four", "tic_tac_toe", "kuhn_poker", "leduc_poker", "goofspiel"]
 Loop = Callable[[int, int], int]
@@ -156,8 +157,11 @@ def shimmy_loop(name: str) -> Loop:
                     env.step(None)
                     continue
                 legal = info["action_mask"].nonzero()[0]
+                before = env.game_state.move_number()
                 env.step(legal.item(int(rng.random() * len(legal))))
-                done_steps += 1
+                # One decision per joint action: at a simultaneous node Shimmy buffers the first
+                # players' actions and applies them all at the last player's step.
+                done_steps += env.game_state.move_number() != before
         return done_steps
 
     return run
@@ -198,8 +202,8 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=20_000, help="steps per loop per round (shimmy: a tenth)")
+    parser.add_argument("--rounds", type=number_arg(int), default=7)
+    parser.add_argument("--steps", type=number_arg(int), default=20_000, help="steps per loop per round (shimmy: a tenth)")
     parser.add_argument("--games", nargs="+", default=GAMES)
     parser.add_argument("--loops", nargs="+", default=list(LOOPS), choices=list(LOOPS), help="raw always runs")
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu", help="process CPU time or wall time")

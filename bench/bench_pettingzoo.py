@@ -46,6 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv
+from marl_core._cli import number_arg
 
 # name, defining module, kwargs, API, agent actions per timed run
 ENVS: list[tuple[str, str, dict[str, Any], str, int]] = [
@@ -298,8 +299,8 @@ def bench_env(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=9, help="timed rounds per env (median reported)")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply the steps per timed run")
+    parser.add_argument("--rounds", type=number_arg(int), default=9, help="timed rounds per env (median reported)")
+    parser.add_argument("--scale", type=number_arg(float), default=1.0, help="multiply the steps per timed run")
     parser.add_argument("--only", nargs="*", default=None, help="env names (substrings) to run")
     parser.add_argument("--control", action="store_true", help="add a second raw loop: the noise floor")
     parser.add_argument(

@@ -259,11 +259,13 @@ def measure(side: str, num_envs: int, seconds: float, torch_threads: int | None 
 
 
 def main() -> None:
+    from marl_core._cli import number_arg  # here: the RLlib side's child imports nothing of ours
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--side", nargs="+", default=SIDES, choices=SIDES)
-    parser.add_argument("--num-envs", nargs="+", type=int, default=[1, 8])
-    parser.add_argument("--seconds", type=float, default=60.0, help="run length per configuration")
-    parser.add_argument("--repeat", type=int, default=1, help="rounds of all configurations")
+    parser.add_argument("--num-envs", nargs="+", type=number_arg(int), default=[1, 8])
+    parser.add_argument("--seconds", type=number_arg(float), default=60.0, help="run length per configuration")
+    parser.add_argument("--repeat", type=number_arg(int), default=1, help="rounds of all configurations")
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="torch threads of our learner (default: torch's own, as RLlib's learner has)")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)

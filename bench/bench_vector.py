@@ -27,6 +27,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
+from marl_core._cli import number_arg
 from marl_core.env import MultiAgentEnv
 from marl_core.spaces import action_mask_of
 from marl_core.vector import VectorMultiAgentEnv
@@ -142,10 +143,10 @@ class Loop:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--envs", type=int, default=2, help="envs (and async workers) per vector")
-    parser.add_argument("--many", type=int, default=16, help="also run this many envs in --envs workers (0: skip)")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per loop")
-    parser.add_argument("--seconds", type=float, default=2.0, help="seconds per loop per round")
+    parser.add_argument("--envs", type=number_arg(int), default=2, help="envs (and async workers) per vector")
+    parser.add_argument("--many", type=number_arg(int, inclusive=True), default=16, help="also run this many envs in --envs workers (0: skip)")
+    parser.add_argument("--rounds", type=number_arg(int), default=5, help="alternating rounds per loop")
+    parser.add_argument("--seconds", type=number_arg(float), default=2.0, help="seconds per loop per round")
     parser.add_argument("--only", choices=["pistonball", "connect_four"], help="benchmark one env only")
     args = parser.parse_args()
     envs = {"pistonball_v6": pistonball, "connect_four_v3": connect_four}
