@@ -193,8 +193,13 @@ def run_case(case: Case) -> Row:
         raw_us="-" if raw_us is None else f"{raw_us:.1f}",
         bridged_us=f"{bridged_us:.1f}",
         overhead="-" if raw_us is None else f"{bridged_us / raw_us:.2f}x",
-        gap=(_short(gap, 240) or "-") + (f" (note: {case.notes})" if case.notes else ""),
+        gap=_with_notes(case, _short(gap, 240)),
     )
+
+
+def _with_notes(case: Case, gap: str) -> str:
+    """A row's gap cell: ``gap`` (``-``: none), then the case's notes."""
+    return (gap or "-") + (f" (note: {case.notes})" if case.notes else "")
 
 
 def _short(text: str, limit: int) -> str:
@@ -214,8 +219,8 @@ def _child(case: Case, connection: Any) -> None:
             row = run_case(case)
     except BaseException as error:
         last = traceback.extract_tb(error.__traceback__)[-1]
-        row = Row(case.id, case.source, gap=_short(
-            f"crashed: {type(error).__name__}: {error} (at {Path(last.filename).name}:{last.lineno})", 240))
+        row = Row(case.id, case.source, gap=_with_notes(case, _short(
+            f"crashed: {type(error).__name__}: {error} (at {Path(last.filename).name}:{last.lineno})", 240)))
     connection.send(asdict(row))
     connection.close()
 
@@ -339,9 +344,10 @@ def _run_rows(context: Any, pending: list[Case], running: dict[str, _Running],
             if process.is_alive() and time.monotonic() - run.started <= timeout:
                 continue
             if process.is_alive():
-                row = Row(case.id, case.source, gap=f"timeout: no result within {_seconds(timeout)} s")
+                row = Row(case.id, case.source, gap=_with_notes(case, f"timeout: no result within {_seconds(timeout)} s"))
             else:
-                row = Row(case.id, case.source, gap=f"crashed: the row's process exited with code {process.exitcode}")
+                row = Row(case.id, case.source,
+                          gap=_with_notes(case, f"crashed: the row's process exited with code {process.exitcode}"))
             _kill(process)
             process.join()
             finish(run, row)
@@ -462,7 +468,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only:
         cases = [case for case in cases if args.only in case.id]
     if not cases:
-        print(f"marl-matrix: no case id contains {args.only!r}; nothing run, {args.output} left as it is",
+        outside = bool(args.only) and args.subset == "fast" and any(args.only in case.id for case in all_cases)
+        where = " in the fast subset (drop --subset fast to run it)" if outside else ""
+        print(f"marl-matrix: no case id{where} contains {args.only!r}; nothing run, {args.output} left as it is",
               file=sys.stderr)
         return 2
     output = Path(args.output)

@@ -7,7 +7,8 @@ favour of ``pettingzoo.make``; the defining modules work on every supported vers
 
 ``kwargs`` shorten the long episodes (``max_cycles``, a 9x9 go board) so that every case plays whole
 episodes, dead steps included; ``max_steps`` caps the bridged steps where a random game may still
-run long. ``slow`` rows run in the slow tier only.
+run long, and raises the checker's budget of 500 where a whole episode takes more (pistonball's
+AEC API: 20 agents x 30 cycles). ``slow`` rows run in the slow tier only.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ _ENVS: list[tuple[str, str, dict, int | None, bool, bool, str]] = [
      "needs open_spiel; cooperative, chance"),
     ("butterfly/knights_archers_zombies_v11", f"{_BUTTERFLY}.knights_archers_zombies.knights_archers_zombies",
      {"max_cycles": 60}, None, True, True, "agents die mid-episode"),
-    ("butterfly/pistonball_v6", f"{_BUTTERFLY}.pistonball.pistonball", {"max_cycles": 30}, None, True, True,
+    ("butterfly/pistonball_v6", f"{_BUTTERFLY}.pistonball.pistonball", {"max_cycles": 30}, 700, True, True,
      "20 agents, image observations, Box actions"),
     ("butterfly/cooperative_pong_v6", f"{_BUTTERFLY}.cooperative_pong.cooperative_pong", {"max_cycles": 60},
      None, True, True, "image observations"),

@@ -91,14 +91,14 @@ def test_a_crash_or_a_hang_fails_only_its_own_row() -> None:
     cases = [
         Case("test/crash", "marl_core", "tests.bridges.test_matrix:crashing_env"),
         Case("test/good", "marl_core", "examples.rock_paper_scissors:RockPaperScissors", max_steps=20),
-        Case("test/hang", "marl_core", "tests.bridges.test_matrix:hanging_env"),
+        Case("test/hang", "marl_core", "tests.bridges.test_matrix:hanging_env", notes="waits forever"),
         Case("test/left", "marl_core", "nowhere:nothing", left_out="kept out on purpose"),
     ]
     started = time.monotonic()
     crash, good, hang, left = run_all(cases, jobs=2, timeout=5.0)
     assert time.monotonic() - started < 60
     assert crash.gap == "crashed: the row's process exited with code 3"
-    assert hang.gap == "timeout: no result within 5 s"
+    assert hang.gap == "timeout: no result within 5 s (note: waits forever)"  # the notes were dropped
     assert (good.bridge, good.errors, good.warnings, good.round_trip, good.raw_us) == (
         "RockPaperScissors", "0", "0", "-", "-")
     assert float(good.bridged_us) > 0
@@ -179,6 +179,10 @@ def test_a_partial_run_replaces_its_rows_and_keeps_the_others(tmp_path: Path, mo
     before = output.read_text(encoding="utf-8")
     assert main(["--only", "no_such_case", "--output", str(output)]) == 2
     assert "no case id contains 'no_such_case'" in capsys.readouterr().err
+    monkeypatch.setattr(matrix, "fast_subset", lambda cases: cases[:1])  # it said no case id contains 'second'
+    assert main(["--subset", "fast", "--only", "second", "--output", str(output)]) == 2
+    assert ("no case id in the fast subset (drop --subset fast to run it) contains 'second'"
+            in capsys.readouterr().err)
     assert output.read_text(encoding="utf-8") == before
     # An output that cannot be written is refused before any row runs (it failed after all of them).
     for unwritable, why in ((output.parent / "missing" / "m.md", "there is no folder"),
