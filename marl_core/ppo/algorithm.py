@@ -184,6 +184,8 @@ class PPO:
         learned = [pid for pid, p in self.policies.items() if isinstance(p, TorchPolicy)]
         to_train = learned if config.policies_to_train is None else config.policies_to_train
         self._set_to_train(to_train)
+        if callable(config.policies_to_train):  # RLlib's form: this config (a copy) and checkpoints hold the list
+            config.policies_to_train = list(self.to_train)
         self._returns: dict[PolicyID, deque] = {}
         self._lengths: dict[PolicyID, deque] = {}
         self._state_version = 0
@@ -313,7 +315,8 @@ class PPO:
             raise ConfigError(f"no policy {policy_id!r} to remove; policies: {sorted(self.policies)}")
         mapping_fn = None if policy_mapping_fn is None else checked_mapping_fn(policy_mapping_fn)
         kept = {p: v for p, v in self.policies.items() if p != policy_id}
-        to_train = self.to_train if policies_to_train is None else self._check_to_train(policies_to_train, self.policies)
+        asked = kept if callable(policies_to_train) else self.policies  # a callable is asked of the kept ones
+        to_train = self.to_train if policies_to_train is None else self._check_to_train(policies_to_train, asked)
         to_train = self._check_to_train([p for p in to_train if p != policy_id], kept)  # checked before any change
         del self.policies[policy_id]
         self._specs.pop(policy_id, None)

@@ -183,7 +183,8 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "policies": ("a dict of policy id (a string) to None, a PolicySpec (or RLlib's) or a callable",
                  lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
     "policy_mapping_fn": ("a function (or its 'module:name' import path)", callable),
-    "policies_to_train": ("None or a list of policy ids", _optional(lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v))),
+    "policies_to_train": ("None, a list of policy ids or RLlib's fn(policy_id, batch) -> bool",
+                          _optional(lambda v: callable(v) or (isinstance(v, list) and all(isinstance(p, str) for p in v)))),
     "model": ("a dict of model settings", lambda v: isinstance(v, Mapping)),
 }
 #: Each builder method -> the fields it sets; its name may prefix them in ``set("training.lr", ...)``.
@@ -265,6 +266,9 @@ def policy_entry(policy_id: PolicyID, entry: Any) -> PolicyEntry:
                           f"settings here, received {a_type(config)}")
     settings = dict(config or {})
     model = settings.pop("model", None) or {}  # RLlib keeps the policy's model settings in its config
+    if not isinstance(model, Mapping):
+        raise ConfigError(f"policy {policy_id!r}: the 'model' in its RLlib config must be a dict of model settings, "
+                          f"received {model!r}")
     return PolicySpec(observation_space, action_space, settings, dict(model))
 
 
@@ -330,10 +334,11 @@ class PPOConfig:
     """Policy id -> None, PolicySpec or fixed callable; empty means one ``"default_policy"``."""
     policy_mapping_fn: Callable[..., PolicyID] = default_policy_mapping_fn
     """``fn(agent_id, episode, **kwargs) -> policy_id``, called when an agent first appears in an episode."""
-    policies_to_train: list[PolicyID] | None = None
+    policies_to_train: list[PolicyID] | Callable[..., bool] | None = None
     """Learned policies to update; None: every learned (non-callable) policy. RLlib's callable
     form, ``fn(policy_id, batch) -> bool``, is asked once per learned policy (``batch=None``)
-    when the config is validated, and replaced by the list of those it accepts."""
+    when the algorithm is built; the algorithm's config and its checkpoints hold the list of
+    those it accepted, this config keeps the callable."""
 
     # env runners
     num_env_runners: int = 0
@@ -549,8 +554,6 @@ class PPOConfig:
         names = [f.name for f in fields(self)] if names is None else list(names)
         for name in names:
             setattr(self, name, _normalized(name, getattr(self, name)))
-        if "policies_to_train" in names and callable(self.policies_to_train):
-            self.policies_to_train = self._asked_to_train(self.policies_to_train)
         _check_fields({name: getattr(self, name) for name in names})
         named = set(names)
         if "policies" in named:
@@ -562,13 +565,12 @@ class PPOConfig:
             if entry is None or isinstance(entry, PolicySpec):  # a learned policy
                 self.check_policy(policy_id, entry, model_keys=None if models else ())
 
-    def _asked_to_train(self, ask: Callable[..., Any]) -> list[PolicyID] | Any:
-        """:func:`asked_to_train` over the learned policies; ``ask`` itself, for validation to
-        refuse, without a dict of policies."""
+    def _asked_to_train(self, ask: Callable[..., Any]) -> list[PolicyID] | None:
+        """:func:`asked_to_train` over the learned policies (None without a dict of policies)."""
         if not isinstance(self.policies, Mapping):
-            return ask
+            return None
         fixed = {p for p, entry in self.policy_entries().items()
-                 if entry is not None and not isinstance(entry, PolicySpec) and callable(entry)}
+                 if entry is not None and not isinstance(entry, PolicySpec) and callable(entry) and not inspect.isclass(entry)}
         return asked_to_train(ask, [p for p in self.policy_entries() if p not in fixed])
 
     def check_policy(self, policy_id: PolicyID, spec: PolicySpec | None, *, model_keys: Iterable[str] | None = None) -> None:
@@ -661,7 +663,9 @@ class PPOConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "policies":
-                value = {pid: _policy_to_json(entry) for pid, entry in value.items()}
+                value = {pid: _policy_to_json(policy_entry(pid, entry)) for pid, entry in value.items()}
+            elif f.name == "policies_to_train" and callable(value):  # RLlib's form: what it accepts
+                value = self._asked_to_train(value)
             elif f.name == "model" and "module" in value:
                 value = {**value, "module": reference_of(value["module"])}
             elif callable(value) or f.name == "env":

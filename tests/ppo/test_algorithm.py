@@ -802,7 +802,8 @@ def test_a_checkpoint_keeps_the_spaces_of_policies_no_agent_maps_to_any_more(tmp
     [
         # Split into characters: policies_to_train ['m', 'a', ...], policies {'m': None, ...}.
         (lambda c: c.multi_agent(policies_to_train="learned"),
-         "policies_to_train must be None or a list of policy ids, received 'learned'"),
+         "policies_to_train must be None, a list of policy ids or RLlib's fn(policy_id, batch) -> bool, received "
+         "'learned'"),
         (lambda c: c.multi_agent(policies="learned"),
          "policies must be a dict of policy id (a string) to None, a PolicySpec (or RLlib's) or a callable, "
          "received 'learned'"),
@@ -814,11 +815,14 @@ def test_a_checkpoint_keeps_the_spaces_of_policies_no_agent_maps_to_any_more(tmp
         (lambda c: c.multi_agent(policies={"learned": dict, "beat_last": beat_last_move}),
          "policy 'learned': expected None, a PolicySpec or a callable fn(observation) -> action, received the class "
          "<class 'dict'>"),
+        (lambda c: c.multi_agent(policies={"learned": (None, None, None, {"model": "x"}), "beat_last": beat_last_move}),
+         "policy 'learned': the 'model' in its RLlib config must be a dict of model settings, received 'x'"),
         (lambda c: c.multi_agent(policies={"learned": (None, None, None, PPOConfig()), "beat_last": beat_last_move}),
          "policy 'learned': the config of an RLlib PolicySpec must be a dict of training settings here, received a "
          "PPOConfig"),
         (lambda c: c.multi_agent(policies={0: None}), "policies must be a dict of policy id (a string)"),
-        (lambda c: c.multi_agent(policies_to_train=5), "policies_to_train must be None or a list of policy ids, received 5"),
+        (lambda c: c.multi_agent(policies_to_train=5),
+         "policies_to_train must be None, a list of policy ids or RLlib's fn(policy_id, batch) -> bool, received 5"),
         (lambda c: c.environment(env_config=[1]), "env_config must be a dict, received [1]"),
         (lambda c: c.training(model={"module": 5}), "policy 'learned': model module must be a factory"),
         (lambda c: c.training(model={"module": "nowhere:factory"}), "model['module'] 'nowhere:factory' does not import"),
@@ -841,15 +845,22 @@ def test_rllibs_callable_policies_to_train_is_asked_once_per_learned_policy(tmp_
     config = _rps_config().multi_agent(
         policies={"main": None, "main_v1": None, "beat_last": beat_last_move}, policies_to_train=only_main,
         policy_mapping_fn=lambda agent_id, episode, **kwargs: {"player1": "main", "player2": "beat_last"}[agent_id])
+    assert config.to_json_dict()["policies_to_train"] == ["main"]  # saved as what it accepts (a lambda: as None)
+    asked.clear()
     with config.build() as algo:
         assert asked == [("main", None), ("main_v1", None)] and list(algo.to_train) == ["main"]
-        assert config.policies_to_train == ["main"]
+        # The user's config keeps the callable (it replaced it, and a reuse with new policies failed);
+        # the algorithm's, which checkpoints save, holds the list.
+        assert config.policies_to_train is only_main and algo.config.policies_to_train == ["main"]
         frozen = algo.get_weights(["main_v1"])["main_v1"]
         algo.train()
         for key, value in algo.get_weights(["main_v1"])["main_v1"].items():
             np.testing.assert_array_equal(value, frozen[key])
         algo.add_policy("main_v2", weights_from="main", policies_to_train=lambda policy_id, batch: policy_id != "main_v1")
         assert sorted(algo.to_train) == ["main", "main_v2"] and algo.config.policies_to_train == ["main", "main_v2"]
+        # Asked of the policies kept only (this one raised KeyError when asked of the one removed).
+        algo.remove_policy("main_v1", policies_to_train=lambda policy_id, batch: {"main": True, "main_v2": False}[policy_id])
+        assert list(algo.to_train) == ["main"]
 
     def broken(policy_id, batch):
         raise KeyError(policy_id)

@@ -341,6 +341,55 @@ def test_an_agent_paid_but_never_asked_to_act_counts_in_the_episode_metrics():
     assert len(episodes) == 6 and {e["policy_id"] for e in episodes} == {"p"}
 
 
+class _PaysAReferee(_PaysTheBystander):
+    """Pays ``referee`` too, an id it never lists (an ``ids.known`` slip the checker reports)."""
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        return obs, {**rewards, "referee": 0.0}, terminateds, truncateds, infos
+
+
+def test_only_possible_agents_are_counted_for_rewards_alone():
+    # A dict-lookup mapping fn was asked about "referee" and stopped training with its KeyError.
+    mapping = {"player": "p", "bystander": "p"}
+    episodes = _sampler(_PaysAReferee, num_envs=1, mapping=lambda agent_id, episode: mapping[agent_id]).sample(2)
+    assert {e["agent_id"] for e in episodes["episodes"]} == {"player", "bystander"}
+
+
+class _OneMoveEach(MultiAgentEnv):
+    """``a`` moves, then ``b``, and the game ends: +1 for ``a``, -1 for ``b``."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        self.possible_agents = ["a", "b"]
+        self.observation_spaces = {x: gym.spaces.Box(0.0, 1.0, (2,), np.float32) for x in self.possible_agents}
+        self.action_spaces = {x: gym.spaces.Discrete(2) for x in self.possible_agents}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.agents = ["a"]
+        return {"a": np.zeros(2, np.float32)}, {}
+
+    def step(self, action_dict):
+        if "a" in action_dict:
+            self.agents = ["b"]
+            return {"b": np.zeros(2, np.float32)}, {}, {ALL: False}, {ALL: False}, {}
+        self.agents = []
+        return {}, {"a": 1.0, "b": -1.0}, {ALL: True}, {ALL: False}, {}
+
+
+def test_an_agent_whose_policy_was_removed_is_not_credited_to_another():
+    # Remapped at the episode's end as if it had never acted: the removed policy's game went to "new".
+    probe = _OneMoveEach()
+    spec = LearnedSpec(probe.get_observation_space("a"), probe.get_action_space("a"), dict(DEFAULT_MODEL), 1.0, 1.0)
+    sampler = Sampler(_OneMoveEach, {}, 1, seed=0)
+    install_policies(sampler, {"old": spec, "new": spec, "p": spec}, lambda a, e: "old" if a == "a" else "p", {"p"})
+    sampler.sample(1)  # "a" has moved under "old"
+    install_policies(sampler, {"new": spec, "p": spec}, lambda a, e: "new" if a == "a" else "p", {"p"})
+    episodes = sampler.sample(1)["episodes"]
+    assert [(e["agent_id"], e["policy_id"], e["return"]) for e in episodes] == [("b", "p", -1.0)]
+
+
 class _BrokenModule(torch.nn.Module):
     def __init__(self, observation_space, action_space, config):
         super().__init__()
