@@ -246,8 +246,8 @@ class CallChecker:
             self._dead_agents(frame, at)
             self._rewards(frame, at)
         self._observations(frame, at)
-        self._infos(frame, at)
         acting = [] if done else [a for a in frame.obs if a not in ending]
+        self._infos(frame, at, acting)
         # Agents ending in a step that ends the episode may stay listed: nobody acts on that list.
         self._agents_attr(frame, at, acting, set() if done else ending)
         for agent_id in ending:
@@ -372,7 +372,7 @@ class CallChecker:
                     key=_kind_of(reason),
                 )
 
-    def _infos(self, frame: Frame, at: str) -> None:
+    def _infos(self, frame: Frame, at: str, acting: list[Any]) -> None:
         for agent_id, info in frame.infos.items():
             if agent_id != COMMON and agent_id not in frame.obs and agent_id in self.possible:
                 self.collector.add(
@@ -391,7 +391,7 @@ class CallChecker:
                     step=frame.step,
                     key="not a dict",
                 )
-            elif MASK_KEY in info and not has_mask(frame.obs.get(agent_id)) and agent_id in frame.obs:
+            elif MASK_KEY in info and agent_id in acting and not has_mask(frame.obs.get(agent_id)):
                 self.collector.add(
                     "masks.in-info",
                     f"agent {shown(agent_id)} {at} has an action_mask in its info, beside an observation without "

@@ -601,3 +601,23 @@ def test_possible_agents_that_stop_being_a_list_after_reset_are_named(after: obj
         assert finding.message.startswith(
             "possible_agents changed after reset() without arguments: ['a', 'b', 'c'] before the first reset"
         ), finding.message
+
+
+class _MaskInInfoOfTheLastObservationOnly(broken_envs.MaskInInfo):
+    """Plain observations; a mask in the infos of the final observations only, when nobody acts."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {}
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if not (terminateds["__all__"] or truncateds["__all__"]):
+            infos = {}
+        return obs, rewards, terminateds, truncateds, infos
+
+
+def test_a_mask_in_the_infos_of_agents_that_do_not_act_is_no_finding() -> None:
+    # masks.in-info warned at the episode's last step, where no agent acts on any mask.
+    report = check_env(_MaskInInfoOfTheLastObservationOnly, episodes=2)
+    assert report.findings == (), str(report)
