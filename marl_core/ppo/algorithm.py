@@ -402,7 +402,8 @@ class PPO:
         RLlib's per-module metrics do: a policy shared by two agents of one episode counts two,
         ``episode_return_*`` are single agents' returns (over the last 100 agent-episodes) and
         ``episode_len_mean`` is the number of actions the agent took (an agent paid but never
-        asked to act has an agent-episode of length 0: its return counts, as ``rollout`` counts it).
+        asked to act has an agent-episode of length 0: its return counts, as ``rollout`` counts it,
+        unless the mapping fn refuses its id).
         """
         if self.sampler is None and self.runners is None:
             raise EnvRunnerError("train() after stop(): the env runners and their envs are closed; build the "

@@ -184,7 +184,8 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
                  lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
     "policy_mapping_fn": ("a function (or its 'module:name' import path)", callable),
     "policies_to_train": ("None, a list of policy ids or RLlib's fn(policy_id, batch) -> bool",
-                          _optional(lambda v: callable(v) or (isinstance(v, list) and all(isinstance(p, str) for p in v)))),
+                          _optional(lambda v: (callable(v) and not inspect.isclass(v))
+                                    or (isinstance(v, list) and all(isinstance(p, str) for p in v)))),
     "model": ("a dict of model settings", lambda v: isinstance(v, Mapping)),
 }
 #: Each builder method -> the fields it sets; its name may prefix them in ``set("training.lr", ...)``.
@@ -265,7 +266,8 @@ def policy_entry(policy_id: PolicyID, entry: Any) -> PolicyEntry:
         raise ConfigError(f"policy {policy_id!r}: the config of an RLlib PolicySpec must be a dict of training "
                           f"settings here, received {a_type(config)}")
     settings = dict(config or {})
-    model = settings.pop("model", None) or {}  # RLlib keeps the policy's model settings in its config
+    model = settings.pop("model", None)  # RLlib keeps the policy's model settings in its config
+    model = {} if model is None else model
     if not isinstance(model, Mapping):
         raise ConfigError(f"policy {policy_id!r}: the 'model' in its RLlib config must be a dict of model settings, "
                           f"received {model!r}")
@@ -577,6 +579,10 @@ class PPOConfig:
         """Raise :class:`~marl_core.errors.ConfigError` unless the learned policy ``policy_id``'s
         training overrides and model settings (with this config's) are valid; ``model_keys``:
         check only these model keys (None: all)."""
+        for name in ("config", "model"):
+            value = getattr(spec, name, {})
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"policy {policy_id!r}: PolicySpec.{name} must be a dict, received {value!r}")
         self.for_policy(spec, policy_id)
         model = self.model_for(spec)
         factory = model.get("module")

@@ -21,6 +21,7 @@ raises after an episode ended keeps that episode, and the rebuilt env starts the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -190,7 +191,6 @@ class Sampler:
         self._failures_in_a_row = [0] * num_envs  # failures since the env last finished an episode
         self._first_error: str | None = None  # the first failure of the current sample() call
         self._started = False
-        self._possible: frozenset[AgentID] = frozenset()
         self._fitting: set[tuple[AgentID, PolicyID]] = set()  # (agent, policy) pairs whose spaces fit
         self._fixed_spaces: dict[AgentID, Any] = {}  # action spaces of agents that fixed policies act for
         self._env_names = [f"env {index} of runner {worker_index}" for index in range(num_envs)]  # for messages
@@ -256,7 +256,6 @@ class Sampler:
         seed = None if self.seed is None else self.seed + 1000 * self.worker_index + STREAM_SEED_STEP * self.stream
         obs_list, _ = self.vector.reset(seed=seed)
         self._count_failures()
-        self._possible = frozenset(self.vector.possible_agents)  # who may be paid without acting (not "referee")
         for index, obs in enumerate(obs_list):
             self._new_episode(index)
             self.obs[index] = obs
@@ -517,8 +516,10 @@ class Sampler:
                 self._ship(policy_id, trajectory, out, len(trajectory.rewards), trajectory.values[-1], False)
         if all_done:
             for agent_id in episode.returns:  # paid, never asked to act: an agent-episode of no action
-                if agent_id not in episode.lengths and agent_id in self._possible:
-                    self.policy_of(episode, agent_id, acts=False)
+                if agent_id not in episode.lengths and agent_id not in episode.agent_to_policy:
+                    # An id the mapping fn refuses (a dict lookup, say) is not one of the user's agents.
+                    with contextlib.suppress(ConfigError):
+                        self.policy_of(episode, agent_id, acts=False)
             for agent_id, policy_id in episode.agent_to_policy.items():
                 finished.append({"episode_id": episode.id_, "policy_id": policy_id, "agent_id": agent_id,
                                  "return": episode.returns.get(agent_id, 0.0),

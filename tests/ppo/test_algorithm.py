@@ -817,6 +817,13 @@ def test_a_checkpoint_keeps_the_spaces_of_policies_no_agent_maps_to_any_more(tmp
          "<class 'dict'>"),
         (lambda c: c.multi_agent(policies={"learned": (None, None, None, {"model": "x"}), "beat_last": beat_last_move}),
          "policy 'learned': the 'model' in its RLlib config must be a dict of model settings, received 'x'"),
+        (lambda c: c.multi_agent(policies={"learned": (None, None, None, {"model": []}), "beat_last": beat_last_move}),
+         "policy 'learned': the 'model' in its RLlib config must be a dict of model settings, received []"),
+        (lambda c: c.multi_agent(policies={"learned": PolicySpec(model="x"), "beat_last": beat_last_move}),
+         "policy 'learned': PolicySpec.model must be a dict, received 'x'"),  # a raw ValueError
+        (lambda c: c.multi_agent(policies_to_train=list),  # callable, but a class: refused at build only
+         "policies_to_train must be None, a list of policy ids or RLlib's fn(policy_id, batch) -> bool, received "
+         "<class 'list'>"),
         (lambda c: c.multi_agent(policies={"learned": (None, None, None, PPOConfig()), "beat_last": beat_last_move}),
          "policy 'learned': the config of an RLlib PolicySpec must be a dict of training settings here, received a "
          "PPOConfig"),

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from marl_core import rollout
 from marl_core.env import ALL, MultiAgentEnv
 from marl_core.errors import ConfigError, EnvContractError
 from marl_core.ppo.config import DEFAULT_MODEL
@@ -349,11 +350,13 @@ class _PaysAReferee(_PaysTheBystander):
         return obs, {**rewards, "referee": 0.0}, terminateds, truncateds, infos
 
 
-def test_only_possible_agents_are_counted_for_rewards_alone():
+def test_a_paid_id_the_mapping_fn_refuses_is_left_out_and_others_count_as_rollout_counts_them():
     # A dict-lookup mapping fn was asked about "referee" and stopped training with its KeyError.
     mapping = {"player": "p", "bystander": "p"}
     episodes = _sampler(_PaysAReferee, num_envs=1, mapping=lambda agent_id, episode: mapping[agent_id]).sample(2)
     assert {e["agent_id"] for e in episodes["episodes"]} == {"player", "bystander"}
+    episodes = _sampler(_PaysAReferee, num_envs=1).sample(2)["episodes"]  # a mapping fn that takes any id
+    assert {e["agent_id"] for e in episodes} == set(rollout(_PaysAReferee(), seed=0).returns)
 
 
 class _OneMoveEach(MultiAgentEnv):
