@@ -175,6 +175,7 @@ class CallChecker:
                 f"{reset_in(self.label)} returned {shape_of(result)}; expected a tuple (obs, infos) of two dicts",
                 step=0,
                 key="shape",
+                cut_short=True,
             )
             return None
         bad = [name for name, part in zip(("obs", "infos"), result, strict=True) if not isinstance(part, dict)]
@@ -186,6 +187,7 @@ class CallChecker:
                 "expected dicts keyed by agent id",
                 step=0,
                 key="types",
+                cut_short=True,
             )
             return None
         plain = self._plain(result, ("obs", "infos"), "api.reset", "reset()", 0)
@@ -200,6 +202,7 @@ class CallChecker:
                 f"(obs, rewards, terminateds, truncateds, infos) of five dicts",
                 step=step,
                 key="shape",
+                cut_short=True,
             )
             return None
         bad = [f"{name} as {a_type(part)}" for name, part in zip(_RESULT_NAMES, result, strict=True) if not isinstance(part, dict)]
@@ -209,6 +212,7 @@ class CallChecker:
                 f"step() returned {', '.join(bad)} at step {step} of {self.label}; expected dicts keyed by agent id",
                 step=step,
                 key="types " + " ".join(bad),
+                cut_short=True,
             )
             return None
         plain = self._plain(result, _RESULT_NAMES, "api.step", "step()", step)
@@ -230,7 +234,7 @@ class CallChecker:
                     originals[name], part = part, dict(part.items())
                 except ENV_ERRORS as error:
                     self.collector.add(rule, f"reading the {name} dict that {call} returned in {self.label} raised",
-                                       step=step, error=error, key="unreadable " + name)
+                                       step=step, error=error, key="unreadable " + name, cut_short=True)
                     return None
             plain.append(part)
         return plain, originals
@@ -265,6 +269,7 @@ class CallChecker:
                 what,
                 step=frame.step,
                 key="reset" if frame.step == 0 else "step",
+                cut_short=True,
             )
             return Verdict([], {}, False, stalled=True)
         masks: dict[Any, np.ndarray | SlotMasks] = {}
@@ -492,7 +497,8 @@ class CallChecker:
         also = f"; it also has {form}" if form is not None and type(observation) is not tuple else ""
         self.collector.add("masks.valid", f"agent {shown(agent_id)} must act {at} and has {problem}{also}",
                            agent=agent_id, step=step, key=problem[:30],
-                           hint=None if hint is None else f"{RULES['masks.valid'].fix} {hint}")
+                           hint=None if hint is None else f"{RULES['masks.valid'].fix} {hint}",
+                           cut_short=problem.startswith(_ALLOWS_NOTHING))
         return _NO_LEGAL_ACTION if problem.startswith(_ALLOWS_NOTHING) else None
 
 

@@ -89,9 +89,9 @@ class Collector:
         skip: rule ids whose findings are dropped (the caller asked not to check them).
 
     Attributes:
-        skipped_exceptions: how many dropped findings carried an exception raised by env code
-            that cut an episode short (``api.reset``, ``api.step``, and an action space whose
-            sampling raised): the report says so.
+        skipped_exceptions: how many dropped findings cut an episode short: an exception raised
+            by env code (``api.reset``, ``api.step``, an action space whose sampling raised), or
+            results play cannot go on from (added with ``cut_short``): the report says so.
     """
 
     def __init__(self, skip: frozenset[str] = frozenset()) -> None:
@@ -122,10 +122,10 @@ class Collector:
         cut_short: bool = False,
     ) -> None:
         """Record one violation of ``rule`` (ignored when the rule is skipped, but counted when
-        it carries an exception that ended the episode: ``api.reset`` and ``api.step`` findings,
+        it ended the episode: ``api.reset`` and ``api.step`` findings that carry an exception,
         and those added with ``cut_short``)."""
         if rule in self.skip:
-            self.skipped_exceptions += error is not None and (cut_short or rule in _CUT_SHORT_BY_EXCEPTIONS)
+            self.skipped_exceptions += cut_short or (error is not None and rule in _CUT_SHORT_BY_EXCEPTIONS)
             return
         if rule not in RULES:  # a checker bug, not the user's: never hide it behind a finding
             raise KeyError(f"unknown rule id {rule!r}")

@@ -88,9 +88,11 @@ class ConformanceReport:
         steps: how many ``step()`` calls the checker made in all.
         seconds: how long the check took.
         skipped: the rule ids that were not checked.
-        skipped_exceptions: exceptions of the env's code that only skipped rules would have
-            reported (``api.reset``, ``api.step``; ``spaces.defined`` for an action space whose
-            sampling raised): each cut an episode short, so less was checked than it seems.
+        skipped_exceptions: findings of skipped rules that cut an episode short: exceptions of
+            the env's code (``api.reset``, ``api.step``; ``spaces.defined`` for an action space
+            whose sampling raised), or results play could not go on from (a malformed reset or
+            step, an acting agent without an action space or a legal action, nobody to act):
+            less was checked than it seems.
         stopped: why the check stopped before its end, and where (a partial report: Ctrl-C, or
             ``marl-check --timeout``); empty when it finished.
         via: how ``bridges.wrap`` made the target a multi-agent env, and why (e.g. a
@@ -178,7 +180,7 @@ class ConformanceReport:
         if self.skipped:
             hid = self.skipped_exceptions
             parts.append(f"skipped rules: {', '.join(self.skipped)}" + (
-                f" (they hid {hid} exception{'s' * (hid != 1)} raised by the env's code, each of which cut an episode "
-                "short: less was checked than the counts say)" if hid else ""))
+                f" (they hid {hid} finding{'s' * (hid != 1)} that cut an episode short, an exception raised by the "
+                "env's code or results play could not go on from: less was checked than the counts say)" if hid else ""))
         parts += [str(f) for f in self.findings]
         return "\n\n".join(parts)

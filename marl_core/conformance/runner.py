@@ -462,6 +462,7 @@ class _Run:
                     agent=agent_id,
                     step=step,
                     key="acting without space",
+                    cut_short=True,
                 )
                 return None
             try:

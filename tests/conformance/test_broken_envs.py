@@ -51,7 +51,8 @@ def test_skipping_a_rule_that_reports_crashes_says_how_many_it_hid() -> None:
     # episode to pass as if it had been checked.
     report = check_env(broken_envs.StepRaises, skip=["api.step"])
     assert report.ok and report.skipped_exceptions == report.episodes == 3  # one in each episode explored
-    assert "skipped rules: api.step (they hid 3 exceptions raised by the env's code, each of which cut" in str(report)
+    assert "skipped rules: api.step (they hid 3 findings that cut an episode short, an exception raised by the " \
+           "env's code or results play could not go on from: less was checked" in str(report)
     assert report.to_dict()["skipped_exceptions"] == 3
     clean = check_env(broken_envs.Duel, skip=["api.step"])
     assert clean.skipped_exceptions == 0 and "hid" not in str(clean)
@@ -60,7 +61,22 @@ def test_skipping_a_rule_that_reports_crashes_says_how_many_it_hid() -> None:
     # An action space whose sampling raises ends every episode at its first step: counted too.
     report = check_env(UnsampledActions, skip=["spaces.defined"])
     assert report.ok and report.steps == 0 and report.skipped_exceptions == 3
-    assert "skipped rules: spaces.defined (they hid 3 exceptions raised by the env's code" in str(report)
+    assert "skipped rules: spaces.defined (they hid 3 findings that cut an episode short" in str(report)
+
+
+@pytest.mark.parametrize(("rule", "target"), [
+    ("api.reset", broken_envs.ResetReturnsObsOnly),
+    ("api.step", broken_envs.StepReturnsFourTuple),
+    ("spaces.defined", broken_envs.MissingActionSpace),
+    ("masks.valid", broken_envs.NoLegalAction),
+    ("lifecycle.no-actor", broken_envs.NobodyActs),
+])
+def test_skipping_a_rule_whose_finding_stops_play_says_so_too(rule: str, target: object) -> None:
+    # Results play cannot go on from (a 4-tuple, an acting agent without an action space or a
+    # legal action, nobody to act) passed as checked when their rule was skipped: nothing said so.
+    report = check_env(target, skip=[rule])
+    assert report.ok and report.skipped_exceptions > 0, str(report)
+    assert "findings that cut an episode short" in str(report) or "finding that cut an episode short" in str(report)
 
 
 class _Unsampled(spaces.Space):
