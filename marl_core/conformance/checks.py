@@ -280,6 +280,8 @@ class CallChecker:
                 stuck = True
             elif mask is not None:
                 masks[agent_id] = mask
+        if stuck:  # once per stopped episode, however many agents have no legal action
+            self.collector.cut_short("masks.valid")
         return Verdict(acting, masks, done, stalled=stuck)
 
     def _known(self, frame: Frame, at: str) -> None:
@@ -497,8 +499,7 @@ class CallChecker:
         also = f"; it also has {form}" if form is not None and type(observation) is not tuple else ""
         self.collector.add("masks.valid", f"agent {shown(agent_id)} must act {at} and has {problem}{also}",
                            agent=agent_id, step=step, key=problem[:30],
-                           hint=None if hint is None else f"{RULES['masks.valid'].fix} {hint}",
-                           cut_short=problem.startswith(_ALLOWS_NOTHING))
+                           hint=None if hint is None else f"{RULES['masks.valid'].fix} {hint}")
         return _NO_LEGAL_ACTION if problem.startswith(_ALLOWS_NOTHING) else None
 
 

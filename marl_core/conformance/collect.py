@@ -101,6 +101,11 @@ class Collector:
         self._per_rule: dict[str, int] = {}
         self._overflow: dict[str, dict[tuple[str, Any, str], int]] = {}
 
+    def cut_short(self, rule: str) -> None:
+        """Count an episode that a finding of ``rule`` stopped, when ``rule`` is skipped (its
+        findings, added without ``cut_short``, are dropped)."""
+        self.skipped_exceptions += rule in self.skip
+
     def wants(self, rule: str) -> bool:
         """Whether ``rule`` is being checked."""
         return rule not in self.skip

@@ -284,6 +284,13 @@ class _Run:
         return possible
 
     def _reset_without_arguments(self) -> None:
+        counted = self.collector.skipped_exceptions
+        try:
+            self._check_reset_without_arguments()
+        finally:  # no play starts from this reset: nothing it finds cut an episode short
+            self.collector.skipped_exceptions = counted
+
+    def _check_reset_without_arguments(self) -> None:
         self.checker.start_episode(NO_ARGUMENTS)
         try:
             result = self.env.reset()

@@ -21,7 +21,6 @@ raises after an episode ended keeps that episode, and the rebuilt env starts the
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
@@ -191,6 +190,7 @@ class Sampler:
         self._failures_in_a_row = [0] * num_envs  # failures since the env last finished an episode
         self._first_error: str | None = None  # the first failure of the current sample() call
         self._started = False
+        self._unmapped: set[AgentID] = set()  # paid-only ids the mapping fn raised for (warned once)
         self._fitting: set[tuple[AgentID, PolicyID]] = set()  # (agent, policy) pairs whose spaces fit
         self._fixed_spaces: dict[AgentID, Any] = {}  # action spaces of agents that fixed policies act for
         self._env_names = [f"env {index} of runner {worker_index}" for index in range(num_envs)]  # for messages
@@ -284,12 +284,22 @@ class Sampler:
                                        f"last error: {last_line}\n\n{text}")
         return failed
 
-    def policy_of(self, episode: Episode, agent_id: AgentID, acts: bool = True) -> PolicyID:
+    def policy_of(self, episode: Episode, agent_id: AgentID, acts: bool = True) -> PolicyID | None:
         """The policy of ``agent_id`` in ``episode`` (the mapping fn is asked once per episode);
-        ``acts=False`` for an agent that only receives rewards, whose spaces need not fit the policy."""
+        ``acts=False`` for an agent that only receives rewards, whose spaces need not fit the
+        policy: None, with a warning once per id, when the mapping fn raises for it."""
         policy_id = episode.agent_to_policy.get(agent_id)
         if policy_id is None:
-            policy_id = map_agent(self.mapping_fn, agent_id, episode)
+            try:
+                policy_id = map_agent(self.mapping_fn, agent_id, episode)
+            except ConfigError as error:
+                if acts:
+                    raise
+                if agent_id not in self._unmapped:
+                    self._unmapped.add(agent_id)
+                    logger.warning("%s; agent %r was paid but never asked to act: its rewards are left out of "
+                                   "the episode metrics", error, agent_id)
+                return None
             if policy_id not in self.policies:
                 raise ConfigError(f"policy_mapping_fn mapped agent {agent_id!r} to {policy_id!r}, which is not "
                                   f"a policy; policies: {sorted(self.policies)}")
@@ -517,9 +527,7 @@ class Sampler:
         if all_done:
             for agent_id in episode.returns:  # paid, never asked to act: an agent-episode of no action
                 if agent_id not in episode.lengths and agent_id not in episode.agent_to_policy:
-                    # An id the mapping fn refuses (a dict lookup, say) is not one of the user's agents.
-                    with contextlib.suppress(ConfigError):
-                        self.policy_of(episode, agent_id, acts=False)
+                    self.policy_of(episode, agent_id, acts=False)
             for agent_id, policy_id in episode.agent_to_policy.items():
                 finished.append({"episode_id": episode.id_, "policy_id": policy_id, "agent_id": agent_id,
                                  "return": episode.returns.get(agent_id, 0.0),

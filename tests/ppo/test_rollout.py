@@ -359,6 +359,16 @@ def test_a_paid_id_the_mapping_fn_refuses_is_left_out_and_others_count_as_rollou
     assert {e["agent_id"] for e in episodes} == set(rollout(_PaysAReferee(), seed=0).returns)
 
 
+def test_a_paid_only_agent_the_mapping_fn_refuses_is_named_once_and_a_wrong_policy_id_still_raises(caplog):
+    mapping = {"player": "p"}  # a typo'd table: "bystander" missing
+    with caplog.at_level("WARNING", logger="marl_core.ppo.rollout"):
+        _sampler(_PaysTheBystander, num_envs=1, mapping=lambda agent_id, episode: mapping[agent_id]).sample(3)
+    assert caplog.text.count("agent 'bystander' was paid but never asked to act: its rewards are left out") == 1
+    with pytest.raises(ConfigError, match="mapped agent 'bystander' to 'q', which is not a policy"):
+        _sampler(_PaysTheBystander, num_envs=1, mapping=lambda agent_id, episode: {"player": "p"}.get(agent_id, "q")
+                 ).sample(2)
+
+
 class _OneMoveEach(MultiAgentEnv):
     """``a`` moves, then ``b``, and the game ends: +1 for ``a``, -1 for ``b``."""
 
