@@ -315,19 +315,27 @@ def test_a_final_observation_kept_until_the_episode_ends_is_a_copy():
     np.testing.assert_array_equal(final_obs, [1.0, 1.0])
 
 
-class _PaysTheBystander(MultiAgentEnv):
-    """``player`` acts once and wins +1; ``bystander`` is never asked to act but pays -1."""
+class _FirstActs(MultiAgentEnv):
+    """Two agents with Box observations and Discrete(2) actions; the first in ``AGENTS`` acts first."""
+
+    AGENTS: tuple[str, str] = ("a", "b")
 
     def __init__(self, config=None):
         super().__init__()
-        self.possible_agents = ["player", "bystander"]
+        self.possible_agents = list(self.AGENTS)
         self.observation_spaces = {a: gym.spaces.Box(0.0, 1.0, (2,), np.float32) for a in self.possible_agents}
         self.action_spaces = {a: gym.spaces.Discrete(2) for a in self.possible_agents}
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        self.agents = ["player"]
-        return {"player": np.zeros(2, np.float32)}, {}
+        self.agents = [self.AGENTS[0]]
+        return {self.AGENTS[0]: np.zeros(2, np.float32)}, {}
+
+
+class _PaysTheBystander(_FirstActs):
+    """``player`` acts once and wins +1; ``bystander`` is never asked to act but pays -1."""
+
+    AGENTS = ("player", "bystander")
 
     def step(self, action_dict):
         self.agents = []
@@ -369,19 +377,8 @@ def test_a_paid_only_agent_the_mapping_fn_refuses_is_named_once_and_a_wrong_poli
                  ).sample(2)
 
 
-class _OneMoveEach(MultiAgentEnv):
+class _OneMoveEach(_FirstActs):
     """``a`` moves, then ``b``, and the game ends: +1 for ``a``, -1 for ``b``."""
-
-    def __init__(self, config=None):
-        super().__init__()
-        self.possible_agents = ["a", "b"]
-        self.observation_spaces = {x: gym.spaces.Box(0.0, 1.0, (2,), np.float32) for x in self.possible_agents}
-        self.action_spaces = {x: gym.spaces.Discrete(2) for x in self.possible_agents}
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.agents = ["a"]
-        return {"a": np.zeros(2, np.float32)}, {}
 
     def step(self, action_dict):
         if "a" in action_dict:
