@@ -107,7 +107,10 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
           rewards), so nothing is lost when members are paid between the group's turns. Rewards
           paid after the group has ended count in the group's reward only: an ended group gets
           no more infos.
-          ``infos[group]["member_infos"]`` holds the members' latest info dicts.
+          ``infos[group]["member_infos"]`` holds the members' latest info dicts. RLlib's keys
+          are there too, as lists in member order: ``"_group_rewards"`` (the
+          ``individual_rewards`` values) and ``"_group_info"`` (each member's latest info
+          dict, ``{}`` for a member without one).
         - **Dead agents:** the group ends when all its members have ended: truncated if any
           member was truncated (and not terminated), terminated otherwise. A group whose last
           members end without final observations gets its final observation (its members'
@@ -381,9 +384,14 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
             if agent_id not in self._group_of:
                 out_infos[agent_id] = info
         for group in asked_now:
+            members = self.groups[group]
+            member_rewards, member_infos = self._pending_rewards[group], self._pending_infos[group]
             out_infos[group] = {
-                "individual_rewards": self._pending_rewards[group],
-                "member_infos": self._pending_infos[group],
+                "individual_rewards": member_rewards,
+                "member_infos": member_infos,
+                # RLlib's with_agent_groups keys: lists in member order, for code written against it
+                "_group_rewards": [member_rewards[member] for member in members],
+                "_group_info": [member_infos.get(member, {}) for member in members],
             }
             self._pending_rewards[group] = dict.fromkeys(self.groups[group], 0.0)
             self._pending_infos[group] = {}

@@ -637,3 +637,25 @@ def test_reserved_ids_outside_their_dicts_are_contract_breaks() -> None:
     env.reset(seed=0)
     with pytest.raises(EnvContractError, match=r"reserved key '__all__' in its infos; only '__common__' belongs there"):
         env.step({"player1": 0, "player2": 1})
+
+
+class RPSWithInfos(RLlibRPS):
+    """RLlib's rock-paper-scissors, telling each player in its info what it played."""
+
+    def step(self, action_dict: dict) -> tuple:
+        obs, rewards, terminateds, truncateds, _ = super().step(action_dict)
+        return obs, rewards, terminateds, truncateds, {agent: {"played": int(action_dict[agent])} for agent in obs}
+
+
+def test_group_infos_carry_rllibs_group_keys_with_the_values_rllibs_grouping_gives() -> None:
+    rllib_grouped = RPSWithInfos({}).with_agent_groups({"team": ["player1", "player2"]})
+    ours = from_rllib(RPSWithInfos({})).with_agent_groups({"team": ["player1", "player2"]})
+    rllib_grouped.reset(seed=3)
+    ours.reset(seed=3)
+    for actions in [(0, 1), (2, 1), (1, 1), (0, 2)]:
+        _, rllib_rewards, _, _, rllib_infos = rllib_grouped.step({"team": list(actions)})
+        _, rewards, _, _, infos = ours.step({"team": actions})
+        assert rewards == rllib_rewards
+        assert infos["team"]["_group_rewards"] == rllib_infos["team"]["_group_rewards"]
+        assert infos["team"]["_group_info"] == rllib_infos["team"]["_group_info"]
+        assert infos["team"]["_group_info"] == [{"played": actions[0]}, {"played": actions[1]}]

@@ -158,11 +158,13 @@ def test_simultaneous_group_sums_rewards_and_reports_individual_ones() -> None:
     env = RockPaperScissors().with_agent_groups({"team": ["player1", "player2"]})
     obs, infos = env.reset(seed=0)
     assert obs == {"team": (0, 0)} and env.agents == ["team"]
-    assert infos == {"team": {"individual_rewards": {"player1": 0.0, "player2": 0.0}, "member_infos": {}}}
+    assert infos == {"team": {"individual_rewards": {"player1": 0.0, "player2": 0.0}, "member_infos": {},
+                              "_group_rewards": [0.0, 0.0], "_group_info": [{}, {}]}}
     obs, rewards, terminateds, truncateds, infos = env.step({"team": (2, 1)})
     assert obs == {"team": (1, 2)}
     assert rewards == {"team": 0.0}
     assert infos["team"]["individual_rewards"] == {"player1": 1.0, "player2": -1.0}
+    assert infos["team"]["_group_rewards"] == [1.0, -1.0]  # RLlib's key, in member order
     assert terminateds == {"team": False, ALL: False} and truncateds == {"team": False, ALL: False}
     for _ in range(9):
         obs, rewards, terminateds, truncateds, infos = env.step({"team": [0, 0]})
@@ -343,7 +345,8 @@ def test_a_group_whose_last_members_end_by_flags_alone_gets_its_final_entry(apar
     assert rewards["team"] == (1.0 if apart else 3.0)
     assert terminateds["team"] is True and terminateds[ALL] is False and env.agents == ["c"]
     individual = {"a": 1.0, "b": 0.0} if apart else {"a": 1.0, "b": 2.0}
-    assert infos["team"] == {"individual_rewards": individual, "member_infos": {}}
+    assert infos["team"] == {"individual_rewards": individual, "member_infos": {},
+                             "_group_rewards": list(individual.values()), "_group_info": [{}, {}]}
     obs, _, terminateds, _, infos = env.step({"c": 0})
     assert obs == {"c": 2} and "team" not in terminateds and "team" not in infos
 
@@ -415,6 +418,7 @@ def test_members_that_join_late_and_end_early() -> None:
     np.testing.assert_array_equal(obs["team"][0], scout_start + 1)
     obs, _, _, _, infos = env.step({"team": (1, 0)})  # step 2: the runner joins
     assert infos["team"]["member_infos"] == {"runner": {"joined": 2}}
+    assert infos["team"]["_group_info"] == [{}, {"joined": 2}]  # RLlib's key: member order, {} if none
     obs, *_ = env.step({"team": (1, 2)})
     assert set(obs) == {"team", "keeper"} and env.agents == ["team", "keeper"]
     obs, _, terminateds, truncateds, _ = env.step({"team": (0, 2), "keeper": 1})  # step 4: scout ends
