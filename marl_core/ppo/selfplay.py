@@ -321,13 +321,14 @@ class SelfPlayLeague:
             the next (at least the trainer's 100-episode return window, so that every member's
             window holds only games played since).
         max_snapshots: the oldest snapshot leaves the league beyond this many.
-        seed: seed of the opponent draw.
+        seed: seed of the opponent draw; ``None`` (the default): the algorithm's ``seed``, so
+            that runs with different seeds draw different opponents.
     """
 
     threshold: float = 0.85
     min_episodes: int = 100
     max_snapshots: int = 8
-    seed: int = 0
+    seed: int | None = None
     fixed: tuple[str, ...] = (RANDOM,)
     snapshots: list[str] = field(default_factory=list)
     next_version: int = 1
@@ -364,10 +365,16 @@ class SelfPlayLeague:
         players = tuple(pid for pid in (RANDOM, TACTICAL, MCTS) if pid in algo.policies)
         # The fixed players the algorithm holds, and main's own places (once: this runs every iteration).
         fixed = (*players, *(MAIN,) * self.fixed.count(MAIN)) if players else self.fixed
-        if [pid for _, pid in found] != self.snapshots or fixed != self.fixed:
+        drawn_with = _draw_seed_of(algo.config.policy_mapping_fn)
+        if ([pid for _, pid in found] != self.snapshots or fixed != self.fixed
+                or (drawn_with is not None and drawn_with != self._draw_seed(algo))):
             self.snapshots, self.fixed = [pid for _, pid in found], fixed
             self.next_version = max([v for v, _ in found], default=0) + 1
-            algo.set_policy_mapping_fn(LeagueMapping(self.opponents(), self.seed))
+            algo.set_policy_mapping_fn(LeagueMapping(self.opponents(), self._draw_seed(algo)))
+
+    def _draw_seed(self, algo: PPO) -> int:
+        """The seed of the opponent draw: :attr:`seed`, or the algorithm's."""
+        return int(self.seed if self.seed is not None else (algo.config.seed or 0))
 
     def __call__(self, algo: PPO, result: dict[str, Any]) -> None:
         """After every iteration: maybe add a snapshot; report the league under ``result["league"]``."""
@@ -386,10 +393,10 @@ class SelfPlayLeague:
             self.next_version += 1
             self.snapshots.append(added)
             algo.add_policy(added, algo.config.policy_entries()[MAIN], weights_from=MAIN, policies_to_train=[MAIN],
-                            policy_mapping_fn=LeagueMapping(self.opponents(), self.seed))
+                            policy_mapping_fn=LeagueMapping(self.opponents(), self._draw_seed(algo)))
             while len(self.snapshots) > self.max_snapshots:
                 oldest = self.snapshots.pop(0)
-                algo.remove_policy(oldest, policy_mapping_fn=LeagueMapping(self.opponents(), self.seed),
+                algo.remove_policy(oldest, policy_mapping_fn=LeagueMapping(self.opponents(), self._draw_seed(algo)),
                                    policies_to_train=[MAIN])
             self.games_since_snapshot = {}
             logger.info("main scored %.3f against the league: added %s (league: %s)", score, added,
@@ -603,6 +610,14 @@ below every one of the README's runs without snapshots (78-95%)."""
 
 FIRST_MAPPINGS = {"random": main_vs_random, "tactical": main_vs_fixed, "mcts": main_vs_fixed_mcts,
                   "self": main_vs_fixed_self}
+
+
+def _draw_seed_of(mapping: Any) -> int | None:
+    """The seed a league's mapping draws opponents with (the first mappings' draw is seed 0's);
+    ``None`` for a mapping that draws none (``main_vs_random``, a user's own)."""
+    if isinstance(mapping, LeagueMapping):
+        return mapping.seed
+    return 0 if mapping in (main_vs_fixed, main_vs_fixed_mcts, main_vs_fixed_self) else None
 
 
 def connect4_config(*, num_envs: int = 16, seed: int = 0, lr: float = 1e-3, network: str = "mlp",

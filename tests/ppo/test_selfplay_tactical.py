@@ -15,6 +15,7 @@ from marl_core.ppo.connect4_model import tactical_planes
 from marl_core.ppo.evaluation import play_match
 from marl_core.ppo.rollout import Episode
 from marl_core.ppo.selfplay import (
+    FIXED_PLAYERS,
     MAIN,
     RANDOM,
     TACTICAL,
@@ -210,6 +211,36 @@ def test_self_league_plays_main_against_itself_and_trains_both_seats():
         league = SelfPlayLeague(fixed=(RANDOM, TACTICAL, MAIN), threshold=-1.0, min_episodes=0)
         league(algo, result)
         assert algo.config.policy_mapping_fn == LeagueMapping((RANDOM, TACTICAL, MAIN, "main_v1"), 0)
+    finally:
+        algo.stop()
+
+
+def test_the_league_draws_opponents_with_the_trainers_seed():
+    from marl_core.ppo.selfplay import main_vs_fixed_self
+
+    def draws(mapping):
+        return [mapping("player_0", Episode(i, 0, 0)) + mapping("player_1", Episode(i, 0, 0)) for i in range(40)]
+
+    for seed in (0, 7):
+        algo = connect4_config(num_envs=2, league="self", seed=seed).build()
+        try:
+            league = SelfPlayLeague(fixed=FIXED_PLAYERS["self"], threshold=float("inf"))
+            league.attach(algo)  # marl-train's start: --seed set the config's seed
+            mapping = algo.config.policy_mapping_fn
+            if seed == 0:  # the first mapping already draws with seed 0: kept as it is
+                assert mapping is main_vs_fixed_self
+            else:
+                assert mapping == LeagueMapping(FIXED_PLAYERS["self"], 7)
+                assert draws(mapping) != draws(main_vs_fixed_self)
+            league.attach(algo)
+            assert algo.config.policy_mapping_fn == mapping  # stable from one iteration to the next
+        finally:
+            algo.stop()
+    # A seed given to the league itself wins over the trainer's.
+    algo = connect4_config(num_envs=2, league="self", seed=7).build()
+    try:
+        SelfPlayLeague(fixed=FIXED_PLAYERS["self"], seed=0).attach(algo)
+        assert algo.config.policy_mapping_fn is main_vs_fixed_self
     finally:
         algo.stop()
 
