@@ -52,7 +52,7 @@ from marl_core.errors import (
     UnsupportedEnvError,
     shape_of,
 )
-from marl_core.spaces import MASK_KEY, OBS_KEY, check_action, check_action_dict, masked_space
+from marl_core.spaces import MASK_KEY, OBS_KEY, check_action, check_action_dict, mask_from_info, masked_space
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,8 @@ class GymnasiumEnv(MultiAgentEnv):
           exactly when the env's do; the bridge draws no random numbers of its own, and its
           ``np_random`` is seeded with ``s`` too.
         - **Masks:** only with ``mask_info_key``: the mask moves from ``info`` into the
-          observation (int8, 1 = legal) and stays in ``info`` too.
+          observation (int8, 1 = legal) and stays in ``info`` too; a mask that is not one 0/1
+          entry per action is an :class:`~marl_core.errors.EnvContractError`.
         - **Errors:** an action outside the action space, masked out (with ``check_legal``), for
           another agent, or missing raises a :class:`~marl_core.errors.MultiAgentEnvError` before
           the env is stepped.
@@ -134,15 +135,16 @@ class GymnasiumEnv(MultiAgentEnv):
                 f"agent {self.agent_id!r}: expected an action mask under info[{self.mask_info_key!r}], "
                 f"received info keys {sorted(map(str, info))}"
             )
-        mask = self._mask = np.asarray(info[self.mask_info_key], dtype=np.int8)
+        mask = self._mask = mask_from_info(self.agent_id, info[self.mask_info_key], int(self.env.action_space.n))
         return {OBS_KEY: observation, MASK_KEY: mask.copy()}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[ObsDict, MultiAgentDict]:
+        seed = seed_value(seed)  # refused before anything is seeded; numpy ints become Python ints
         super().reset(seed=seed)
         self.agents = []  # until the env's reset has gone through
-        result = self.env.reset(seed=seed_value(seed), options=options)  # no numpy ints
+        result = self.env.reset(seed=seed, options=options)
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping)):
             raise EnvContractError(f"{self.env}.reset() returned {shape_of(result)}; expected (observation, info) "
                                    "with info a dict, as Gymnasium's API has it since 0.26")
@@ -161,7 +163,11 @@ class GymnasiumEnv(MultiAgentEnv):
             check_action(self.agent_id, self.env.action_space, action_dict[self.agent_id], self._mask)
         agent_id = self.agent_id
         self.agents = []  # until the step has gone through: a failed one needs a reset
-        result = self.env.step(action_dict[agent_id])
+        try:
+            result = self.env.step(action_dict[agent_id])
+        except InvalidActionError:  # our own bridge underneath refused it before stepping: the episode goes on
+            self.agents = [agent_id]
+            raise
         if not (isinstance(result, tuple) and len(result) == 5 and isinstance(result[4], Mapping)):
             raise EnvContractError(f"{self.env}.step() returned {shape_of(result)}; expected (observation, reward, "
                                    "terminated, truncated, info) with info a dict, as Gymnasium's API has it since 0.26")
@@ -246,8 +252,8 @@ class SingleAgentEnv(gym.Env):
           :class:`~marl_core.errors.InvalidActionError` before the env is stepped; one the env
           refuses itself (a masked action) leaves the episode going, as the env left it.
         - **Round trip:** over a :class:`GymnasiumEnv` (``to_gymnasium(from_gymnasium(e,
-          agent_id))``), ``spec`` is ``e``'s, and ``get_wrapper_attr`` / ``set_wrapper_attr``
-          reach ``e``'s attributes that this env lacks, as Gymnasium's wrappers do.
+          agent_id))``), ``spec`` is ``e``'s, and ``get_wrapper_attr`` / ``has_wrapper_attr`` /
+          ``set_wrapper_attr`` reach ``e``'s attributes that this env lacks, as Gymnasium's wrappers do.
     """
 
     def __init__(self, env: MultiAgentEnv) -> None:
@@ -275,6 +281,10 @@ class SingleAgentEnv(gym.Env):
             return getattr(self, name)
         return self._gym_env.get_wrapper_attr(name)
 
+    def has_wrapper_attr(self, name: str) -> bool:
+        """Whether :meth:`get_wrapper_attr` finds ``name``."""
+        return hasattr(self, name) or (self._gym_env is not None and self._gym_env.has_wrapper_attr(name))
+
     def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
         """Set ``name`` where :meth:`get_wrapper_attr` finds it: on this env, or else on the Gymnasium
         env under a :class:`GymnasiumEnv` it wraps if that has it; on this env with ``force``."""
@@ -298,6 +308,7 @@ class SingleAgentEnv(gym.Env):
         return info
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        seed = seed_value(seed)  # a bad seed is refused before anything is seeded; numpy ints are taken
         super().reset(seed=seed)
         obs, infos = self.env.reset(seed=seed, options=options)
         self._unexpected(obs, "observations")

@@ -56,6 +56,7 @@ from marl_core.spaces import (
     action_mask_size,
     check_acting,
     is_masked,
+    mask_from_info,
     masked_space,
 )
 
@@ -91,14 +92,15 @@ def _masked_info_agents(
 
 
 def _with_mask(
-    observation: Any, info: Any, size: int
+    agent_id: AgentID, observation: Any, info: Any, size: int
 ) -> tuple[dict[str, Any], Any]:
     """The canonical masked observation and the info without its ``"action_mask"`` (a new dict).
 
-    An info that carries no mask means that every action is legal.
+    An info that carries no mask means that every action is legal; one that is not a 0/1 entry
+    per action is an :class:`EnvContractError`.
     """
     if isinstance(info, Mapping) and MASK_KEY in info:
-        mask = np.asarray(info[MASK_KEY], dtype=np.int8)
+        mask = mask_from_info(agent_id, info[MASK_KEY], size)
         info = {key: value for key, value in info.items() if key != MASK_KEY}
     else:
         mask = np.ones(size, dtype=np.int8)
@@ -421,7 +423,7 @@ class PettingZooEnv(_PettingZooBase):
                     infos[COMMON] = merge_common_infos(infos.get(COMMON), {agent_id: info})
             else:
                 if info_masks and agent_id in info_masks:
-                    observation, info = _with_mask(observation, info, info_masks[agent_id])
+                    observation, info = _with_mask(agent_id, observation, info, info_masks[agent_id])
                 obs[agent_id] = observation
                 infos[agent_id] = info
             terminateds[agent_id] = terminated
@@ -684,7 +686,7 @@ class ParallelPettingZooEnv(_PettingZooBase):
             if size is None:
                 new_obs[agent_id] = observation
                 continue
-            new_obs[agent_id], info = _with_mask(observation, infos.get(agent_id), size)
+            new_obs[agent_id], info = _with_mask(agent_id, observation, infos.get(agent_id), size)
             if agent_id in infos:
                 new_infos[agent_id] = info
         return new_obs, new_infos

@@ -17,6 +17,7 @@ from gymnasium import spaces
 
 from marl_core.errors import (
     ActionDictError,
+    EnvContractError,
     IllegalActionError,
     InvalidActionError,
     MissingActionError,
@@ -119,6 +120,27 @@ def mask_from_legal(legal: Iterable[int], size: int) -> np.ndarray:
     mask = np.zeros(size, dtype=np.int8)
     mask[list(legal)] = 1
     return mask
+
+
+def mask_from_info(agent_id: AgentID, value: Any, size: int) -> np.ndarray:
+    """A new int8 array of the action mask an env put in ``agent_id``'s info (a bridge moves it
+    into the observation and checks actions against it: it must not share the env's array).
+
+    Raises:
+        EnvContractError: ``value`` is not a flat mask of ``size`` entries, each 0 or 1 (cast
+            as it is, it would allow or forbid other actions than the env means).
+    """
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):  # a ragged list, say
+        array = None
+    if (array is None or array.ndim != 1 or len(array) != size or array.dtype.kind not in "biuf"
+            or not np.isin(array, (0, 1)).all()):
+        raise EnvContractError(
+            f"agent {agent_id!r}: expected an action mask of {size} entries, each 0 or 1 (one per action), "
+            f"in its info; received {_short(value)}"
+        )
+    return array.astype(np.int8)
 
 
 # Membership with a diagnosis ----------------------------------------------------------------

@@ -47,7 +47,15 @@ class Leaf:
 
 
 def leaves(space: spaces.Space) -> list[Leaf]:
-    """The factors of ``space``'s distribution, in row order."""
+    """The factors of ``space``'s distribution, in row order.
+
+    Raises:
+        SpaceError: no distribution fits ``space``, or it (or a part of it) holds no action to
+            choose: an empty Tuple, MultiDiscrete or Box.
+    """
+    if isinstance(space, (spaces.Tuple, spaces.MultiDiscrete, spaces.Box)) and not (
+            space.spaces if isinstance(space, spaces.Tuple) else int(np.prod(space.shape))):
+        raise SpaceError(f"{space} holds no action to choose (it is empty); give every acting agent at least one")
     if isinstance(space, spaces.Discrete):
         return [Leaf("cat", int(space.n), space)]
     if isinstance(space, spaces.MultiDiscrete):

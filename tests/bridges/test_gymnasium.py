@@ -21,6 +21,7 @@ from marl_core.errors import (
     MissingActionError,
     MultiAgentEnvError,
     ResetNeededError,
+    SeedError,
     SpaceError,
     UnexpectedActionError,
 )
@@ -134,11 +135,39 @@ def test_masked_out_actions_raise_before_the_env_steps_unless_allowed() -> None:
     obs["agent_0"]["action_mask"][:] = 1  # the caller's copy: the check keeps its own
     with pytest.raises(IllegalActionError):
         env.step({"agent_0": illegal})
+    _, infos = env.reset(seed=1)
+    infos["agent_0"]["action_mask"][:] = 1  # Taxi's own int8 array: the check kept it as its own
+    with pytest.raises(IllegalActionError):
+        env.step({"agent_0": illegal})
     env.step({"agent_0": legal})
     permissive = from_gymnasium(gym.make("Taxi-v3"), mask_info_key="action_mask", check_legal=False)
     obs, _ = permissive.reset(seed=1)
     _, rewards, _, _, _ = permissive.step({"agent_0": illegal})  # Taxi itself answers an illegal move
     assert rewards["agent_0"] in (-1.0, -10.0)
+
+
+class InfoMaskOf(gym.Wrapper):
+    """Gives ``info["action_mask"]`` the value ``mask``."""
+
+    def __init__(self, env: gym.Env, mask: Any) -> None:
+        super().__init__(env)
+        self.mask = mask
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        observation, info = self.env.reset(**kwargs)
+        return observation, {**info, "action_mask": self.mask}
+
+
+@pytest.mark.parametrize("mask", [np.ones(3, np.int8), np.array([1, 0, 1, 1], np.uint8), np.array([1, 255], np.uint8),
+                                  [0.5, 1.0], [[1, 1]], "11", [1, [0]]])
+def test_an_info_mask_that_is_not_one_0_or_1_per_action_is_named(mask: Any) -> None:
+    # Cast as it was, [1, 255] became [1, -1] and a mask of the wrong size was taken and not applied.
+    env = from_gymnasium(InfoMaskOf(gym.make("CartPole-v1"), mask), agent_id="cart", mask_info_key="action_mask")
+    with pytest.raises(EnvContractError, match=r"agent 'cart': expected an action mask of 2 entries, each 0 or 1"):
+        env.reset(seed=0)
+    fine = from_gymnasium(InfoMaskOf(gym.make("CartPole-v1"), np.array([True, False])), mask_info_key="action_mask")
+    obs, _ = fine.reset(seed=0)
+    assert obs["agent_0"]["action_mask"].tolist() == [1, 0] and obs["agent_0"]["action_mask"].dtype == np.int8
 
 
 def test_mask_needs_a_discrete_action_space_and_the_info_key() -> None:
@@ -287,6 +316,30 @@ def test_to_gymnasium_goes_on_after_a_masked_action_its_env_refused() -> None:
     with pytest.raises(IllegalActionError):
         single.step(int(np.flatnonzero(mask == 0)[0]))
     single.step(int(np.flatnonzero(mask)[0]))
+
+
+def test_a_masked_action_refused_inside_nested_bridges_leaves_every_level_going() -> None:
+    # The outer GymnasiumEnv gave up its agent before stepping: the refusal underneath ended its episode.
+    inner = from_gymnasium(gym.make("Taxi-v3"), agent_id="taxi", mask_info_key="action_mask")
+    outer = from_gymnasium(to_gymnasium(inner), agent_id="driver")
+    obs, _ = outer.reset(seed=0)
+    mask = obs["driver"]["action_mask"]
+    with pytest.raises(IllegalActionError):
+        outer.step({"driver": int(np.flatnonzero(mask == 0)[0])})
+    assert outer.agents == ["driver"]
+    outer.step({"driver": int(np.flatnonzero(mask)[0])})
+
+
+def test_a_refused_seed_leaves_to_gymnasiums_generator_as_it_was() -> None:
+    single, twin = (to_gymnasium(from_gymnasium(gym.make("CartPole-v1"), agent_id="cart")) for _ in range(2))
+    single.reset(seed=5)
+    twin.reset(seed=5)
+    with pytest.raises(SeedError):
+        single.reset(seed=True)
+    assert single.np_random_seed == 5 and single.np_random.random() == twin.np_random.random()
+    # numpy's integers are seeds, as everywhere else in the bridges (Gymnasium refused them here).
+    assert np.array_equal(single.reset(seed=np.int64(3))[0], twin.reset(seed=3)[0])
+    assert single.np_random_seed == 3
 
 
 def _check_env_warnings(env: gym.Env) -> set[str]:
@@ -531,6 +584,8 @@ def test_the_two_directions_undo_each_other() -> None:
     back = to_gymnasium(cart)
     assert back.spec is not None and back.spec.id == "CartPole-v1"
     assert back.get_wrapper_attr("gravity") == 9.8 and back.get_wrapper_attr("agent_id") == "cart"
+    assert back.has_wrapper_attr("gravity") and back.has_wrapper_attr("agent_id")  # gymnasium.utils.play asks
+    assert not back.has_wrapper_attr("nothing_here")
     with pytest.raises(AttributeError, match="nothing_here"):
         back.get_wrapper_attr("nothing_here")
     assert back.set_wrapper_attr("gravity", 1.0) and back.get_wrapper_attr("gravity") == 1.0

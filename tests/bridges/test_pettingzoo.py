@@ -22,6 +22,7 @@ from bridges.pettingzoo import ParallelPettingZooEnv, PettingZooEnv, to_aec
 from marl_core.conformance import check_env
 from marl_core.env import ALL, COMMON
 from marl_core.errors import (
+    EnvContractError,
     IllegalActionError,
     InvalidActionError,
     MissingActionError,
@@ -212,6 +213,26 @@ def test_masks_move_from_info_into_the_observation_and_rewards_keep_their_sums()
         assert data_equivalence(trace, raw_trace)
         assert returns == pytest.approx(raw_returns)
     assert "action_mask" in env.env.infos.get("bob_0", {"action_mask": 1})  # the env's own infos untouched
+
+
+class TurnsWithAWrongSizedMask(TurnsWithInfoMasks):
+    """Bob's info mask has one entry more than his 3 actions."""
+
+    def _mask(self, agent: str) -> np.ndarray:
+        return np.ones(5 if agent == "bob_0" else 4, dtype=np.int8)
+
+
+def test_an_info_mask_that_is_not_one_0_or_1_per_action_is_named_and_masks_are_the_bridges_own():
+    # Taken as it was, the mask left Bob's observation outside its space and no action was checked.
+    env = PettingZooEnv(TurnsWithAWrongSizedMask())
+    env.reset(seed=0)
+    with pytest.raises(EnvContractError, match=r"agent 'bob_0': expected an action mask of 3 entries, each 0 or 1"):
+        env.step({"alice_0": 0})
+    # A well-formed mask is copied: writing into the observation's leaves the env's info as it was.
+    env = PettingZooEnv(TurnsWithInfoMasks())
+    obs, _ = env.reset(seed=0)
+    obs["alice_0"]["action_mask"][:] = 7
+    assert set(env.env.infos["alice_0"]["action_mask"].tolist()) == {0, 1}
 
 
 def _play(env: Any, seed: int) -> list:

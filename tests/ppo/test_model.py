@@ -180,6 +180,12 @@ def test_custom_module_factory():
 def test_unsupported_spaces_raise_clear_errors():
     with pytest.raises(SpaceError, match="no action distribution"):
         ActionLayout(gym.spaces.Box(0, 3, (2,), np.int64))
+    # Empty spaces were taken, then failed inside numpy while sampling ("need at least one array").
+    empty = [gym.spaces.Tuple(()), gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Tuple(()))),
+             gym.spaces.MultiDiscrete(np.zeros(0, np.int64)), gym.spaces.Box(0.0, 1.0, (0,), np.float32)]
+    for space in empty:
+        with pytest.raises(SpaceError, match="holds no action to choose"):
+            ActionLayout(space)
     with pytest.raises(SpaceError, match="action_mask of shape"):
         _policy(masked_space(BOX, 4), gym.spaces.Discrete(5))
 
