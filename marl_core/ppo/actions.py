@@ -71,6 +71,11 @@ def leaves(space: spaces.Space) -> list[Leaf]:
 class ActionLayout:
     """How one action space maps to flat rows and dist inputs; numpy sampling.
 
+    Args:
+        space: the action space.
+        normalize_actions: rows hold a float Box bounded in every entry in [-1, 1], mapped
+            linearly onto its bounds in :meth:`to_env` (RLlib's ``normalize_actions``).
+
     Attributes:
         leaves: the distribution's factors in row order.
         num_inputs: width of ``dist_inputs`` (logits, Gaussian means and log standard deviations).
@@ -78,8 +83,9 @@ class ActionLayout:
         mask_size: width of the action mask the space admits (None: no mask possible).
     """
 
-    def __init__(self, space: spaces.Space) -> None:
+    def __init__(self, space: spaces.Space, normalize_actions: bool = False) -> None:
         self.space = space
+        self.normalize_actions = normalize_actions
         self.leaves = leaves(space)
         self.num_inputs = sum(leaf.size * (2 if leaf.kind == "gauss" else 1) for leaf in self.leaves)
         self.num_columns = sum(1 if leaf.kind == "cat" else leaf.size for leaf in self.leaves)
@@ -140,14 +146,15 @@ class ActionLayout:
         return np.concatenate(columns, axis=1), logp
 
     def to_env(self, rows: np.ndarray) -> list[Any]:
-        """Flat action rows -> actions in the env's format (Box actions clipped to the bounds)."""
+        """Flat action rows -> actions in the env's format (Box actions mapped onto their bounds
+        with ``normalize_actions``, and clipped to them)."""
         if self.is_discrete:
             return list((rows[:, 0].astype(np.int64) + np.int64(self.space.start)).astype(self.space.dtype, copy=False))
-        return [_unflatten(self.space, row, [0])[0] for row in rows]
+        return [_unflatten(self.space, row, [0], self.normalize_actions)[0] for row in rows]
 
     def from_env(self, action: Any) -> np.ndarray:
-        """One env action -> its flat row (to record actions chosen by fixed policies)."""
-        return np.asarray(_flatten(self.space, action), dtype=np.float32)
+        """One env action -> its flat row (the inverse of :meth:`to_env` inside the bounds)."""
+        return np.asarray(_flatten(self.space, action, self.normalize_actions), dtype=np.float32)
 
 
 def name_stuck_rows(error: EnvContractError, names: Sequence[Any], what: str, policy_id: str) -> EnvContractError | None:
@@ -170,7 +177,13 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
 
 
-def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int]) -> tuple[Any]:
+def normalized_box(space: spaces.Space) -> bool:
+    """Whether ``normalize_actions`` maps ``space``: a float Box bounded in every entry (RLlib's rule)."""
+    return (isinstance(space, spaces.Box) and np.issubdtype(space.dtype, np.floating)
+            and bool(np.all(space.bounded_below) and np.all(space.bounded_above)))
+
+
+def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], normalize: bool) -> tuple[Any]:
     start = at[0]
     if isinstance(space, spaces.Discrete):
         at[0] += 1
@@ -181,19 +194,28 @@ def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int]) -> tuple[Any
         return (values.astype(space.dtype),)
     if isinstance(space, spaces.Box):
         at[0] += int(np.prod(space.shape))
-        value = np.clip(row[start : at[0]].reshape(space.shape), space.low, space.high)
+        value = row[start : at[0]].reshape(space.shape)
+        if normalize and normalized_box(space):  # float64: a wide float32 range would overflow
+            low, high = space.low.astype(np.float64), space.high.astype(np.float64)
+            value = low + (value + 1.0) * 0.5 * (high - low)
+        value = np.clip(value, space.low, space.high)
         return (np.asarray(value, dtype=space.dtype),)  # 0-d arrays for shape (): np.clip gives a scalar
-    return (tuple(_unflatten(sub, row, at)[0] for sub in space.spaces),)
+    return (tuple(_unflatten(sub, row, at, normalize)[0] for sub in space.spaces),)
 
 
-def _flatten(space: spaces.Space, action: Any) -> list[float]:
+def _flatten(space: spaces.Space, action: Any, normalize: bool) -> list[float]:
     if isinstance(space, spaces.Discrete):
         return [int(action) - int(space.start)]
     if isinstance(space, spaces.MultiDiscrete):
         return list((np.asarray(action) - space.start).reshape(-1))
     if isinstance(space, spaces.Box):
-        return list(np.asarray(action, dtype=np.float32).reshape(-1))
-    return [x for sub, a in zip(space.spaces, action, strict=True) for x in _flatten(sub, a)]
+        value = np.asarray(action, dtype=np.float64).reshape(-1)
+        if normalize and normalized_box(space):
+            low, high = space.low.astype(np.float64).reshape(-1), space.high.astype(np.float64).reshape(-1)
+            width = high - low
+            value = np.where(width > 0, 2.0 * (value - low) / np.where(width > 0, width, 1.0) - 1.0, 0.0)
+        return list(value.astype(np.float32))
+    return [x for sub, a in zip(space.spaces, action, strict=True) for x in _flatten(sub, a, normalize)]
 
 
 class ObservationMasks:

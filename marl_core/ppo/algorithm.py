@@ -235,7 +235,8 @@ class PPO:
         if self.config.seed is not None:
             torch.manual_seed(self.config.seed + zlib.crc32(policy_id.encode()))
         try:
-            policy = TorchPolicy(obs_space, act_space, self.config.model_for(entry), self.device)
+            policy = TorchPolicy(obs_space, act_space, self.config.model_for(entry), self.device,
+                                 normalize_actions=self.config.normalize_actions)
         except SpaceError as error:  # name the policy: its spaces came from an agent or a spec
             raise SpaceError(f"policy {policy_id!r}: {error}") from None
         policy.module.eval()
@@ -349,7 +350,7 @@ class PPO:
                 params = self.config.for_policy(self._specs[policy_id])
                 policies[policy_id] = LearnedSpec(policy.observation_space, policy.action_space,
                                                   self.config.model_for(self._specs[policy_id]),
-                                                  params["gamma"], params["lambda_"])
+                                                  params["gamma"], params["lambda_"], self.config.normalize_actions)
             else:
                 policies[policy_id] = policy
         return policies, self.config.policy_mapping_fn, set(self.to_train)

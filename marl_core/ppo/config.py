@@ -171,6 +171,7 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "vf_coeff": ("a number of at least 0", lambda v: _number(v) and v >= 0),
     "grad_clip": ("None or a number above 0 (inf: no clipping)", _clip),
     "normalize_advantages": ("true or false", lambda v: isinstance(v, bool)),
+    "normalize_actions": ("true or false", lambda v: isinstance(v, bool)),
     "num_cpus": ("None or an integer of at least 1", _optional(_int_at_least(1))),
     "ray_address": ("None or a string (host:port, ray://host:port, auto or local)", _optional(lambda v: isinstance(v, str))),
     "device": ("'auto', 'cpu', 'cuda' or 'cuda:N'",
@@ -190,7 +191,7 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
 }
 #: Each builder method -> the fields it sets; its name may prefix them in ``set("training.lr", ...)``.
 SECTIONS: dict[str, tuple[str, ...]] = {
-    "environment": ("env", "env_config"),
+    "environment": ("env", "env_config", "normalize_actions"),
     "multi_agent": ("policies", "policy_mapping_fn", "policies_to_train"),
     "env_runners": ("num_env_runners", "num_envs_per_env_runner", "rollout_fragment_length", "max_runner_restarts",
                     "sample_timeout_s", "max_env_errors_in_a_row", "vector_mode", "vector_num_workers"),
@@ -330,6 +331,12 @@ class PPOConfig:
     """A MultiAgentEnv class or ``creator(env_config) -> env``, or its ``"module:name"`` import path."""
     env_config: dict[str, Any] = field(default_factory=dict)
     """Passed to the env creator."""
+    normalize_actions: bool = True
+    """As RLlib's: learned policies act in [-1, 1] on a float Box action space bounded in every
+    entry, mapped linearly onto its bounds (then clipped to them) before the env gets the action,
+    so the Gaussian's start (mean 0, std 1) covers the space whatever its units. False, or a Box
+    with an unbounded entry: the Gaussian acts in the env's units, clipped to the bounds.
+    A checkpoint saved before this option existed loads with False, as its policies learned."""
 
     # multi-agent
     policies: dict[PolicyID, Any] = field(default_factory=dict)
@@ -416,8 +423,9 @@ class PPOConfig:
 
     # Builders ---------------------------------------------------------------------------------
 
-    def environment(self, env: Any = None, *, env_config: Mapping[str, Any] | None = None) -> PPOConfig:
-        """Set the env (class, creator or ``"module:name"``) and its config.
+    def environment(self, env: Any = None, *, env_config: Mapping[str, Any] | None = None,
+                    normalize_actions: bool | None = None) -> PPOConfig:
+        """Set the env (class, creator or ``"module:name"``), its config and ``normalize_actions``.
 
         The env is built as ``env(env_config)``, as RLlib builds it; an env taking no argument is
         built as ``env()``, and then a non-empty ``env_config`` is refused when the algorithm is
@@ -427,6 +435,8 @@ class PPOConfig:
             self.env = env
         if env_config is not None:
             self.env_config = dict(env_config) if isinstance(env_config, Mapping) else env_config  # else refused by validate()
+        if normalize_actions is not None:
+            self.normalize_actions = normalize_actions
         return self
 
     def multi_agent(
@@ -701,6 +711,8 @@ class PPOConfig:
         """The fields of ``data`` that come back, and what keeps the others from coming back
         (with ``require_env``, as for a checkpoint: an env saved without a name, too)."""
         config = cls()
+        if "normalize_actions" not in data:  # saved before the option: its policies act in the env's units
+            config.normalize_actions = False
         names = {f.name for f in fields(cls)}
         problems: list[str] = []
         for key, value in data.items():

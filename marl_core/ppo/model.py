@@ -7,9 +7,10 @@ mask sets masked logits to a large negative number, so a masked action is never 
 grouped agent's Tuple of member observations with masks in its slots reads as that form too
 (:class:`marl_core.ppo.actions.ObservationMasks`).
 
-Actions: Discrete, MultiDiscrete (one categorical per dimension), Box (a Gaussian with a free,
-state-independent log standard deviation; actions sent to the env are clipped to the bounds) and
-Tuple (a product of its members, as for grouped agents). Inside the trainer every action is one
+Actions: Discrete, MultiDiscrete (one categorical per dimension), float Box (a Gaussian with a
+free, state-independent log standard deviation; with the config's ``normalize_actions``, RLlib's
+default, it acts in [-1, 1] mapped onto a Box bounded in every entry; actions sent to the env are
+clipped to the bounds) and Tuple (a product of its members, as for grouped agents). Inside the trainer every action is one
 row of float32 columns (:mod:`marl_core.ppo.actions`), where sampling happens in numpy; env
 runners evaluate this module's default model with :mod:`marl_core.ppo.numpy_policy`.
 """
@@ -104,8 +105,8 @@ class ActionDist:
     Sampling happens in numpy, in :meth:`marl_core.ppo.actions.ActionLayout.sample`, on the same layout.
     """
 
-    def __init__(self, space: spaces.Space) -> None:
-        self.layout = ActionLayout(space)
+    def __init__(self, space: spaces.Space, normalize_actions: bool = False) -> None:
+        self.layout = ActionLayout(space, normalize_actions)
 
     def logp_entropy(
         self, inputs: torch.Tensor, mask: torch.Tensor | None, actions: torch.Tensor
@@ -230,14 +231,16 @@ ModuleFactory = Callable[[spaces.Space, spaces.Space, dict], nn.Module]
 class TorchPolicy:
     """A learned policy: its module, its action distribution and the observation plumbing.
 
-    Used on the learner (on its device) and in env runners (CPU, inference only).
+    Used on the learner (on its device) and in env runners (CPU, inference only);
+    ``normalize_actions`` as :class:`~marl_core.ppo.actions.ActionLayout` takes it.
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
-                 model_config: dict[str, Any], device: str | torch.device = "cpu") -> None:
+                 model_config: dict[str, Any], device: str | torch.device = "cpu", *,
+                 normalize_actions: bool = False) -> None:
         self.observation_space = observation_space
         self.action_space = action_space
-        self.dist = ActionDist(action_space)
+        self.dist = ActionDist(action_space, normalize_actions)
         self.layout = self.dist.layout
         self.masks = ObservationMasks(observation_space, self.layout)
         factory: ModuleFactory = model_config.get("module") or ActorCritic

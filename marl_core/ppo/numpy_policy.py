@@ -51,11 +51,11 @@ class NumpyPolicy:
     """
 
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
-                 model_config: Mapping[str, Any]) -> None:
+                 model_config: Mapping[str, Any], *, normalize_actions: bool = False) -> None:
         if not runs_in_numpy(model_config):
             raise SpaceError("a custom torch module runs in TorchPolicy, not NumpyPolicy")
         self.observation_space = observation_space
-        self.layout = ActionLayout(action_space)
+        self.layout = ActionLayout(action_space, normalize_actions)
         self.masks = ObservationMasks(observation_space, self.layout)
         self._inner = self.masks.inner_space
         self._activation = _ACTIVATIONS[model_config["activation"]]

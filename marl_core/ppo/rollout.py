@@ -66,6 +66,7 @@ class LearnedSpec:
     model_config: dict[str, Any]
     gamma: float
     lambda_: float
+    normalize_actions: bool = False
 
 
 @dataclass
@@ -112,14 +113,16 @@ def runner_policy(spec: LearnedSpec, torch_threads: int | None = None) -> Any:
     ``torch_threads`` is None, limited to that many threads.
     """
     if runs_in_numpy(spec.model_config):
-        return NumpyPolicy(spec.observation_space, spec.action_space, spec.model_config)
+        return NumpyPolicy(spec.observation_space, spec.action_space, spec.model_config,
+                           normalize_actions=spec.normalize_actions)
     import torch
 
     from marl_core.ppo.model import TorchPolicy
 
     if torch_threads is not None:
         torch.set_num_threads(torch_threads)
-    return TorchPolicy(spec.observation_space, spec.action_space, spec.model_config)
+    return TorchPolicy(spec.observation_space, spec.action_space, spec.model_config,
+                       normalize_actions=spec.normalize_actions)
 
 
 class Sampler:

@@ -171,3 +171,29 @@ class FloatObservationGame(TwoMoveGame):
         if "second" in obs and not terminateds.get("second"):
             obs = {"second": {**obs["second"], "observation": self.observation}}
         return obs, rewards, terminateds, truncateds, infos
+
+
+class WideBoxBandit(MultiAgentEnv):
+    """One agent, one step: an action in Box(0, 100) pays ``-|action - 70| / 100``.
+
+    Every action it receives is kept in the class's ``received`` list (the trainer builds the env).
+    """
+
+    received: list[float] = []
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.agents = self.possible_agents = ["agent"]
+        self.observation_spaces = {"agent": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
+        self.action_spaces = {"agent": gym.spaces.Box(0.0, 100.0, (1,), np.float32)}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        return {"agent": np.zeros(2, np.float32)}, {}
+
+    def step(self, action_dict):
+        check_action_dict(self, action_dict, ["agent"])
+        action = float(action_dict["agent"][0])
+        WideBoxBandit.received.append(action)
+        return ({"agent": np.zeros(2, np.float32)}, {"agent": -abs(action - 70.0) / 100.0},
+                {"agent": True, "__all__": True}, {"__all__": False}, {})

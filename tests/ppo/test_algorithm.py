@@ -23,7 +23,7 @@ from marl_core.ppo import PPO, PolicySpec, PPOConfig
 from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
 from marl_core.spaces import check_action_dict
 from tests.fixtures.envs import HeterogeneousSpacesEnv, JoinLeaveEnv, ManyAgentsEnv, TicTacToe
-from tests.ppo.helpers import CorruptingRockPaperScissors, TwoMoveGame
+from tests.ppo.helpers import CorruptingRockPaperScissors, TwoMoveGame, WideBoxBandit
 
 
 def _rps_config(**training):
@@ -1248,3 +1248,40 @@ def test_a_ray_address_where_nothing_answers_is_refused_at_once():
     config = _rps_config().env_runners(num_env_runners=1).resources(ray_address="127.0.0.1:1")
     with pytest.raises(ConfigError, match=r"cannot reach a Ray cluster at ray_address='127\.0\.0\.1:1': .*refused"):
         config.build()
+
+
+def _wide_box_config(**environment):
+    return (PPOConfig().environment(WideBoxBandit, **environment)
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=4)
+            .training(train_batch_size=200, minibatch_size=100, num_epochs=2).debugging(seed=0))
+
+
+def test_actions_are_normalized_as_rllib_does_unless_turned_off_and_old_checkpoints_keep_their_units(tmp_path):
+    assert PPOConfig().normalize_actions is True  # RLlib's default
+    assert PPOConfig().set("environment.normalize_actions", "false").normalize_actions is False
+    with pytest.raises(ConfigError, match="normalize_actions"):
+        _wide_box_config(normalize_actions="yes").build()
+    obs = {"agent": np.zeros(2, np.float32)}
+    for normalize in (True, False):
+        WideBoxBandit.received.clear()
+        with _wide_box_config(normalize_actions=normalize).build() as algo:
+            algo.train()
+            greedy = float(algo.compute_actions(obs)["agent"][0])
+            saved = algo.save(tmp_path / f"normalize-{normalize}")
+        sampled = np.array(WideBoxBandit.received)
+        if normalize:  # the sampler and compute_actions both map [-1, 1] onto [0, 100]
+            assert 30.0 < sampled.mean() < 70.0 and 30.0 < greedy < 70.0
+        else:  # a Gaussian at 0 in the env's units: half its draws clipped to 0
+            assert (sampled == 0.0).mean() > 0.3 and greedy < 5.0
+        with PPO.from_checkpoint(saved) as restored:
+            assert restored.config.normalize_actions is normalize
+            assert float(restored.compute_actions(obs)["agent"][0]) == pytest.approx(greedy)
+    # Saved before the option existed, its policy learned in the env's units: it loads with False
+    # (here the weights of a normalized run, so its greedy action, the Gaussian's mean, is near 0).
+    older = tmp_path / "normalize-True"
+    data = json.loads((older / "config.json").read_text())
+    del data["normalize_actions"]
+    (older / "config.json").write_text(json.dumps(data))
+    with PPO.from_checkpoint(older) as restored:
+        assert restored.config.normalize_actions is False
+        assert float(restored.compute_actions(obs)["agent"][0]) < 5.0

@@ -203,3 +203,39 @@ def test_discrete_actions_reach_the_env_in_the_spaces_dtype(space) -> None:
     for action in ActionLayout(space).to_env(rows):
         check_action("a", space, action)
         assert space.contains(action)
+
+
+def test_normalized_box_actions_map_minus_one_to_one_onto_the_bounds():
+    wide = gym.spaces.Box(np.array([0.0, -10.0], np.float32), np.array([100.0, 10.0], np.float32))
+    layout = ActionLayout(wide, normalize_actions=True)
+    rows = np.array([[-1.0, 0.0], [0.0, 0.5], [1.0, -1.0], [3.0, -7.0]], np.float32)
+    actions = layout.to_env(rows)
+    np.testing.assert_allclose(actions, [[0.0, 0.0], [50.0, 5.0], [100.0, -10.0], [100.0, -10.0]])  # then clipped
+    assert all(wide.contains(action) for action in actions)
+    for row in rows[:3]:
+        np.testing.assert_allclose(layout.from_env(layout.to_env(row[None])[0]), row, atol=1e-6)
+    # Without normalization, the rows are the env's units (clipped); a Box with an unbounded
+    # entry, an integer Box, and Discrete slots are never mapped (RLlib's rule).
+    np.testing.assert_allclose(ActionLayout(wide).to_env(rows[1:2])[0], [0.0, 0.5])
+    half = gym.spaces.Box(np.array([0.0, -np.inf], np.float32), np.array([100.0, np.inf], np.float32))
+    np.testing.assert_allclose(ActionLayout(half, normalize_actions=True).to_env(rows[1:2])[0], [0.0, 0.5])
+    grouped = gym.spaces.Tuple([gym.spaces.Discrete(3), wide])
+    action = ActionLayout(grouped, normalize_actions=True).to_env(np.array([[2.0, 0.0, 0.0]], np.float32))[0]
+    assert action[0] == 2 and np.allclose(action[1], [50.0, 0.0])
+    # float32's widest bounds: the mapping does not overflow to inf.
+    widest = gym.spaces.Box(np.finfo(np.float32).min, np.finfo(np.float32).max, (1,), np.float32)
+    mid = ActionLayout(widest, normalize_actions=True).to_env(np.array([[0.0], [1.0]], np.float32))
+    assert np.isfinite(mid).all() and mid[0][0] == 0.0 and mid[1][0] == np.finfo(np.float32).max
+
+
+def test_a_policy_with_normalized_actions_starts_in_the_middle_of_a_wide_box():
+    wide = gym.spaces.Box(0.0, 100.0, (2,), np.float32)
+    obs = np.zeros((64, 4), np.float32)
+    normalized = TorchPolicy(BOX, wide, dict(DEFAULT_MODEL), normalize_actions=True)
+    rows, _, _ = normalized.act(obs, explore=True, rng=np.random.default_rng(0))
+    actions = np.array(normalized.layout.to_env(rows))
+    # The Gaussian starts at mean 0, std 1: spread over the whole box, not piled on its lower bound.
+    assert 30.0 < actions.mean() < 70.0 and (actions <= 0.0).mean() < 0.3
+    plain = TorchPolicy(BOX, wide, dict(DEFAULT_MODEL))
+    rows, _, _ = plain.act(obs, explore=True, rng=np.random.default_rng(0))
+    assert (np.array(plain.layout.to_env(rows)) <= 0.0).mean() > 0.3
