@@ -9,7 +9,7 @@ table gives the greedy action's distance to the target at the end, as a fraction
 Usage::
 
     python bench/bench_box_actions.py                        # 4 widths x on/off x 3 seeds
-    python bench/bench_box_actions.py --iterations 30 --seeds 5
+    python bench/bench_box_actions.py --iterations 80 --seeds 5
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def train(bounds: tuple[float, float], normalize: bool, seed: int, iterations: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=number_arg(int), default=20, help="training iterations per run")
+    parser.add_argument("--iterations", type=number_arg(int), default=40, help="training iterations per run")
     parser.add_argument("--seeds", type=number_arg(int), default=3, help="seeds per configuration")
     args = parser.parse_args()
     start = time.monotonic()
