@@ -241,7 +241,11 @@ def to_openspiel(
         - **Errors**: an action outside a player's actions or not legal now, ``apply_action`` at
           a simultaneous node, ``apply_actions`` on a sequential game or at the chance node, and
           any action after the end raise a :class:`~marl_core.errors.MultiAgentEnvError` before
-          the env is stepped: the state and its history stay as they were.
+          the env is stepped: the state and its history stay as they were (pyspiel itself
+          refuses ``kInvalidAction``, -1, with its ``SpielError``, before the game sees it).
+        - **Pickling**: a game pickles as its export, and a state as its game and history, so
+          both unpickle in a process that never exported the game (pyspiel's own
+          ``serialize_game_and_state`` names the game only: load it by name there first).
     """
     if not isinstance(name, str) or _NAME.fullmatch(name) is None:
         raise UnsupportedEnvError(
@@ -416,6 +420,18 @@ def _exported_game_from(pickled_export: bytes) -> pyspiel.Game:
     """:func:`_exported_game` of an export pickled with cloudpickle; one game per pickle, so
     states deserialized again and again share their game."""
     return _exported_game(cloudpickle.loads(pickled_export))
+
+
+def _replayed_state(pickled_export: bytes, replay: Sequence[Any]) -> pyspiel.State:
+    """A state of the game :func:`_exported_game_from` gives, after the actions in ``replay``
+    (ints: chance outcomes and turns; lists: joint actions)."""
+    state = _exported_game_from(pickled_export).new_initial_state()
+    for applied in replay:
+        if isinstance(applied, list):
+            state.apply_actions(applied)
+        else:
+            state.apply_action(applied)
+    return state
 
 
 def _spec_from(pickled_export: bytes) -> _Spec:
@@ -658,6 +674,11 @@ class _EnvState(pyspiel.State):
     def __init__(self, game: _EnvGame, spec: _Spec) -> None:
         super().__init__(game)
         self._position = _Position(spec, game.get_type().dynamics == pyspiel.GameType.Dynamics.SEQUENTIAL)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pyspiel's own pickle of a state loads its game by name, which a fresh process has never
+        # exported: pickled as its game's export and its history instead, replayed when unpickled.
+        return _replayed_state, (cloudpickle.dumps(self._position.spec.export), list(self._position.replay))
 
     def current_player(self) -> int:
         """TERMINAL, CHANCE (choosing the seed), the one acting player, or SIMULTANEOUS."""

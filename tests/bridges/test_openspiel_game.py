@@ -602,6 +602,33 @@ def test_exported_games_pickle_deep_copy_and_load_in_another_process() -> None:
     assert pyspiel.load_game("test_pickled_reused_name").num_distinct_actions() == 9
 
 
+def test_states_of_exported_games_unpickle_in_a_fresh_interpreter() -> None:
+    # pyspiel's own state pickle loads the game by its name, which a fresh process never exported:
+    # "Unknown game". Multiprocessing and parallel search send bare states.
+    kuhn = to_openspiel(functools.partial(OpenSpielEnv, "kuhn_poker"), name="test_state_pickled_kuhn",
+                        seeds=(0, 1, 2, 3))
+    sequential = kuhn.new_initial_state()
+    for action in (2, 0):
+        sequential.apply_action(action)
+    rps = to_openspiel(RockPaperScissors, name="test_state_pickled_rps")
+    simultaneous = rps.new_initial_state()
+    simultaneous.apply_actions([0, 1])
+    script = (
+        "import pickle, sys\n"
+        "for state in pickle.load(sys.stdin.buffer):\n"
+        "    print(state.get_game().get_type().short_name, state.history(), state.legal_actions(0))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], input=pickle.dumps([sequential, simultaneous]),
+                          capture_output=True, timeout=120, cwd=Path(__file__).resolve().parents[2], check=False)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout.decode().splitlines() == [
+        f"test_state_pickled_kuhn {sequential.history()} {sequential.legal_actions(0)}",
+        f"test_state_pickled_rps {simultaneous.history()} {simultaneous.legal_actions(0)}",
+    ]
+    twin = pickle.loads(pickle.dumps(simultaneous))  # and here, with its game
+    assert twin.history() == simultaneous.history() and twin.legal_actions(1) == simultaneous.legal_actions(1)
+
+
 def test_the_utility_type_of_a_wrapped_game_carries_over_and_solvers_accept_it() -> None:
     from open_spiel.python import policy
     from open_spiel.python.algorithms import exploitability
