@@ -361,9 +361,10 @@ class PPOConfig:
     """Restarts of one runner allowed within one iteration before the iteration fails."""
     sample_timeout_s: float | None = None
     """Seconds one runner's sample call may take; a runner that takes longer is taken as hung (an
-    env whose step or reset never returns), killed and replaced, which counts as a restart. The
-    first call of a new runner includes its start (a few seconds). None: wait as long as it takes.
-    Runners only: with 0 runners the driver samples itself."""
+    env whose step or reset never returns), killed and replaced, which counts as a restart. A new
+    runner's start (its process, imports and envs) does not count: it may take up to
+    ``max(sample_timeout_s, 120)`` seconds before it is replaced too. None: wait as long as it
+    takes. Runners only: with 0 runners the driver samples itself."""
     max_env_errors_in_a_row: int = 10
     """Failures of one env without a finished episode in between before the run stops (an env that
     fails in every episode never trains anything)."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import os
 import re
 import socket
 import threading
@@ -28,15 +30,26 @@ logger = logging.getLogger(__name__)
 
 # ray.wait takes its timeout in int64 milliseconds: longer timeouts are waited for in steps of this.
 _LONGEST_WAIT_S = 3600.0
+# How long a new runner may take to start (its process, imports, envs) when sample_timeout_s is
+# set: its start does not count toward that timeout, but one that never starts must not hang the run.
+RUNNER_START_TIMEOUT_S = 120.0
 
 # The Ray this module started and how many runner groups use it: the last to stop shuts it down,
 # so one trainer's stop() never pulls Ray from under another's runners.
 _started_ray: dict[str, Any] = {"cluster": None, "users": 0, "generation": 0, "address": None}
 
 
+# A gRPC server (Ray's GCS, and its client server for ray://) answers HTTP/2's client preface with
+# a SETTINGS frame (type 4): a 9-byte frame header whose fourth byte is the type.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_PROBE_TIMEOUT_S = 10.0
+
+
 def _check_reachable(address: str) -> None:
     """Raise a :class:`ConfigError` when nothing answers at a ``host:port`` (or ``ray://host:port``)
-    Ray address: ``ray.init`` would retry for minutes before saying so. Other forms ("auto") are Ray's."""
+    Ray address, or what answers is not a gRPC server such as Ray's: ``ray.init`` would retry for
+    minutes before saying so. Other forms ("auto") are Ray's; with ``RAY_USE_TLS`` set, only the
+    connection is checked."""
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not (sep and host and port.isascii() and port.isdigit()):
         if address not in ("auto", "local") and "://" not in address:  # other schemes are Ray's to read
@@ -44,9 +57,28 @@ def _check_reachable(address: str) -> None:
                               f"received {address!r}")
         return
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+        connection = socket.create_connection((host.strip("[]"), int(port)), timeout=_PROBE_TIMEOUT_S)
     except OSError as error:
         raise ConfigError(f"cannot reach a Ray cluster at ray_address={address!r}: {error}") from None
+    with connection:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return
+        header = b""
+        with contextlib.suppress(OSError):  # a reset or a silent server: no answer
+            connection.sendall(_HTTP2_PREFACE)
+            while len(header) < 9 and (chunk := connection.recv(9 - len(header))):
+                header += chunk
+    if len(header) < 9 or header[3] != 0x04:
+        raise ConfigError(
+            f"ray_address={address!r}: something listens there, but it is not a Ray cluster (Ray's GCS, or its "
+            f"client server for ray://, answers in gRPC; this answered {header[:9]!r} within {_PROBE_TIMEOUT_S:g} s); "
+            "check the port (`ray status` on the head prints the address)"
+        )
+
+
+def _deadline(timeout: float | None) -> float:
+    """When a call sent now with ``timeout`` is overdue (never: infinity)."""
+    return math.inf if timeout is None else time.monotonic() + timeout
 
 
 class RunnerGroup:
@@ -104,6 +136,7 @@ class RunnerGroup:
             self.sample_timeout_s = sample_timeout_s
             self._next_worker_index = 1
             self.runners = [self._make() for _ in range(num_runners)]
+            self._starting = set(range(num_runners))  # runners not yet seen ready: their start is not sampling
             self.versions = [-1] * num_runners
             self.num_restarts = 0
         except BaseException:
@@ -129,7 +162,10 @@ class RunnerGroup:
 
     def sample(self, version: int, state_blob: bytes, weights: dict, steps_per_runner: int) -> list[dict]:
         """One sample call on every runner; a runner that dies, or takes longer than
-        ``sample_timeout_s``, is replaced and asked again (up to ``max_restarts`` times each)."""
+        ``sample_timeout_s`` to sample, is replaced and asked again (up to ``max_restarts`` times
+        each). A new runner's start does not count toward ``sample_timeout_s``; with it set, a
+        runner that has not started within ``max(sample_timeout_s, RUNNER_START_TIMEOUT_S)`` is
+        replaced too."""
         import ray
         from ray.exceptions import RayActorError
 
@@ -140,33 +176,44 @@ class RunnerGroup:
                                  "build the trainer again")
         for index, runner in enumerate(self.runners):  # slots left empty by a failed or interrupted call
             if runner is None:
-                self.runners[index], self.versions[index] = self._make(), -1
+                self._renew(index)
         weights_ref = ray.put(weights)
-        pending: dict[Any, tuple[int, float]] = {}  # the call -> its runner and when it was sent
+        pending: dict[Any, tuple[int, float, bool]] = {}  # the call -> its runner, its deadline, whether a start
+        timeout = self.sample_timeout_s
+        start_timeout = None if timeout is None else max(timeout, RUNNER_START_TIMEOUT_S)
 
         def submit(index: int) -> None:
-            pending[self._submit(index, version, state_blob, weights_ref, steps_per_runner)] = (index, time.monotonic())
+            if index in self._starting:  # its start first: the sampling clock runs from there
+                pending[self.runners[index].ping.remote()] = (index, _deadline(start_timeout), True)
+            else:
+                pending[self._submit(index, version, state_blob, weights_ref, steps_per_runner)] = (
+                    index, _deadline(timeout), False)
 
         restarts = [0] * len(self.runners)
-        timeout = self.sample_timeout_s
         results: dict[int, dict] = {}
         try:
             for index in range(len(self.runners)):
                 submit(index)
             while pending:
-                wait = None if timeout is None else min(
-                    _LONGEST_WAIT_S, max(0.0, min(sent for _, sent in pending.values()) + timeout - time.monotonic()))
+                first = min(deadline for _, deadline, _ in pending.values())
+                wait = None if math.isinf(first) else min(_LONGEST_WAIT_S, max(0.0, first - time.monotonic()))
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait)
-                if not ready:  # the oldest call (maybe others too) is overdue
+                if not ready:  # the call due first (maybe others too) is overdue
                     now = time.monotonic()
-                    for ref in [ref for ref, (_, sent) in pending.items() if now - sent >= timeout]:  # type: ignore[operator]
-                        index, _ = pending.pop(ref)
-                        self._replace(index, restarts, f"did not return its samples within sample_timeout_s={timeout:g} s")
+                    for ref in [ref for ref, (_, deadline, _) in pending.items() if now >= deadline]:
+                        index, _, starting = pending.pop(ref)
+                        self._replace(index, restarts, f"did not start within {start_timeout:g} s" if starting else
+                                      f"did not return its samples within sample_timeout_s={timeout:g} s")
                         submit(index)
                     continue
-                index, _ = pending.pop(ready[0])
+                index, _, starting = pending.pop(ready[0])
                 try:
-                    results[index] = ray.get(ready[0])
+                    outcome = ray.get(ready[0])
+                    if starting:
+                        self._starting.discard(index)
+                        submit(index)
+                        continue
+                    results[index] = outcome
                     self.versions[index] = version
                 except RayActorError as error:
                     if getattr(error, "_actor_init_failed", False):  # its __init__ raised: a restart would too
@@ -179,7 +226,7 @@ class RunnerGroup:
         except BaseException:
             # Ctrl-C, or a runner given up: the calls still running would hold their runners (and
             # their late results the next call's) after this one is gone, so those runners go.
-            for index, _ in pending.values():
+            for index, _, _ in pending.values():
                 self._drop(index)
             raise
         return [results[index] for index in range(len(self.runners))]  # in runner order: seeded runs repeat
@@ -195,7 +242,12 @@ class RunnerGroup:
             raise EnvRunnerError(f"env runner {index} {why} (failure {restarts[index]} of this iteration; "
                                  f"max_runner_restarts={self.max_restarts})") from error
         logger.warning("env runner %d %s; starting a replacement", index, why)
-        self.runners[index] = self._make()
+        self._renew(index)
+
+    def _renew(self, index: int) -> None:
+        """A new runner in slot ``index`` (its start is awaited before it is asked to sample)."""
+        self.runners[index], self.versions[index] = self._make(), -1
+        self._starting.add(index)
 
     def _drop(self, index: int) -> None:
         """Kill runner ``index`` and leave its slot empty (the next call fills it)."""

@@ -113,6 +113,23 @@ class FailsOutsideTheDriver(RockPaperScissors):
         super().__init__(config)
 
 
+class SlowStartRockPaperScissors(RockPaperScissors):
+    """Rock-paper-scissors whose first instance in a process other than ``config["driver_pid"]``
+    sleeps ``config["start_sleep"]`` seconds while it is built: an env runner slow to start."""
+
+    started_in: set[int] = set()
+
+    def __init__(self, config=None):
+        import os
+        import time
+
+        super().__init__(config)
+        config = config or {}
+        if os.getpid() != int(config["driver_pid"]) and os.getpid() not in SlowStartRockPaperScissors.started_in:
+            SlowStartRockPaperScissors.started_in.add(os.getpid())
+            time.sleep(float(config["start_sleep"]))
+
+
 class HangingRockPaperScissors(RockPaperScissors):
     """Rock-paper-scissors whose step never returns (a 1000 s sleep) once the file
     ``config["arm"]`` exists; with ``config["once"]`` (a path) only the first env to create that

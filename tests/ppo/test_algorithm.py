@@ -1250,6 +1250,39 @@ def test_a_ray_address_where_nothing_answers_is_refused_at_once():
         config.build()
 
 
+@pytest.mark.parametrize("answer", [b"HTTP/1.1 400 Bad Request\r\n\r\n", None], ids=["http", "silent"])
+def test_a_ray_address_where_something_else_answers_is_refused_at_once(answer, monkeypatch):
+    # A TCP connection was all it checked: ray.init then retried for minutes, printing GCS timeouts.
+    import socket
+    import threading
+
+    from marl_core.ppo import runners
+
+    monkeypatch.setattr(runners, "_PROBE_TIMEOUT_S", 1.0)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(64)
+            if answer is not None:
+                connection.sendall(answer)
+            else:
+                connection.recv(64)  # silent until the client gives up
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    config = _rps_config().env_runners(num_env_runners=1).resources(ray_address=f"127.0.0.1:{port}")
+    try:
+        with pytest.raises(ConfigError, match=rf"ray_address='127\.0\.0\.1:{port}': something listens there, but "
+                                              "it is not a Ray cluster"):
+            config.build()
+    finally:
+        server.join(timeout=10)
+        listener.close()
+
+
 def _wide_box_config(**environment):
     return (PPOConfig().environment(WideBoxBandit, **environment)
             .env_runners(num_env_runners=0, num_envs_per_env_runner=4)

@@ -11,7 +11,12 @@ import pytest
 from marl_core.ppo import PPOConfig
 from marl_core.ppo import runners as runners_module
 from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
-from tests.ppo.helpers import FlakyRockPaperScissors, HangingRockPaperScissors, SlowRockPaperScissors
+from tests.ppo.helpers import (
+    FlakyRockPaperScissors,
+    HangingRockPaperScissors,
+    SlowRockPaperScissors,
+    SlowStartRockPaperScissors,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]  # each starts Ray: 15-45 s on a busy 2-core machine
 
@@ -74,6 +79,25 @@ def test_a_hung_runner_is_replaced_after_sample_timeout_s(tmp_path):
         assert result["num_runner_restarts"] == 1
         assert result["num_env_steps_sampled"] == 400
         assert waited >= 15
+    finally:
+        algo.stop()
+    assert not ray.is_initialized()
+
+
+def test_a_runners_start_does_not_count_toward_sample_timeout_s():
+    # It did: a runner slower to start (4 s) than sample_timeout_s (2 s) was replaced at every
+    # attempt, so the first iteration, and every one after a runner died, failed for good.
+    import os
+
+    import ray
+
+    config = _config(SlowStartRockPaperScissors, {"driver_pid": os.getpid(), "start_sleep": 4.0}, runners=1)
+    algo = config.env_runners(sample_timeout_s=2, max_runner_restarts=1).build()
+    try:
+        assert algo.train()["num_runner_restarts"] == 0
+        ray.kill(algo.runners.runners[0])  # its replacement starts slowly too
+        result = algo.train()
+        assert result["num_runner_restarts"] == 1 and result["num_env_steps_sampled"] == 400
     finally:
         algo.stop()
     assert not ray.is_initialized()
