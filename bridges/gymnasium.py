@@ -135,7 +135,7 @@ class GymnasiumEnv(MultiAgentEnv):
                 f"agent {self.agent_id!r}: expected an action mask under info[{self.mask_info_key!r}], "
                 f"received info keys {sorted(map(str, info))}"
             )
-        mask = self._mask = mask_from_info(self.agent_id, info[self.mask_info_key], int(self.env.action_space.n))
+        mask = self._mask = mask_from_info(self.agent_id, info[self.mask_info_key], self.env.action_space)
         return {OBS_KEY: observation, MASK_KEY: mask.copy()}
 
     def reset(

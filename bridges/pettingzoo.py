@@ -81,18 +81,18 @@ def _reads_actions_only(env: Any) -> bool:
 
 def _masked_info_agents(
     possible: Iterable[AgentID], obs_space_of: Any, act_space_of: Any
-) -> dict[AgentID, int]:
-    """Agents whose mask must move from info into the observation, with their mask sizes."""
-    sizes = {}
+) -> dict[AgentID, gym.Space]:
+    """Agents whose mask must move from info into the observation, with their action spaces."""
+    masked = {}
     for agent_id in possible:
-        size = action_mask_size(act_space_of(agent_id))
-        if size is not None and not is_masked(obs_space_of(agent_id)):
-            sizes[agent_id] = size
-    return sizes
+        space = act_space_of(agent_id)
+        if action_mask_size(space) is not None and not is_masked(obs_space_of(agent_id)):
+            masked[agent_id] = space
+    return masked
 
 
 def _with_mask(
-    agent_id: AgentID, observation: Any, info: Any, size: int
+    agent_id: AgentID, observation: Any, info: Any, action_space: gym.Space
 ) -> tuple[dict[str, Any], Any]:
     """The canonical masked observation and the info without its ``"action_mask"`` (a new dict).
 
@@ -100,10 +100,10 @@ def _with_mask(
     per action is an :class:`EnvContractError`.
     """
     if isinstance(info, Mapping) and MASK_KEY in info:
-        mask = mask_from_info(agent_id, info[MASK_KEY], size)
+        mask = mask_from_info(agent_id, info[MASK_KEY], action_space)
         info = {key: value for key, value in info.items() if key != MASK_KEY}
     else:
-        mask = np.ones(size, dtype=np.int8)
+        mask = np.ones(action_mask_size(action_space), dtype=np.int8)
     return {OBS_KEY: observation, MASK_KEY: mask}, info
 
 
@@ -211,8 +211,8 @@ class _PettingZooBase(MultiAgentEnv):
 
     def _observation_space(self, agent_id: AgentID) -> gym.Space:
         space = self.env.observation_space(agent_id)
-        size = self._info_masks.get(agent_id)
-        return space if size is None else masked_space(space, size)
+        action_space = self._info_masks.get(agent_id)
+        return space if action_space is None else masked_space(space, action_mask_size(action_space))
 
     def get_observation_space(self, agent_id: AgentID) -> gym.Space:
         """The observation space of ``agent_id`` (masked when its mask comes from info).
@@ -677,16 +677,16 @@ class ParallelPettingZooEnv(_PettingZooBase):
 
     @staticmethod
     def _move_masks(
-        obs: Mapping[AgentID, Any], infos: Mapping[AgentID, Any], sizes: Mapping[AgentID, int]
+        obs: Mapping[AgentID, Any], infos: Mapping[AgentID, Any], action_spaces: Mapping[AgentID, gym.Space]
     ) -> tuple[ObsDict, MultiAgentDict]:
         new_obs: ObsDict = {}
         new_infos: MultiAgentDict = dict(infos)
         for agent_id, observation in obs.items():
-            size = sizes.get(agent_id)
-            if size is None:
+            action_space = action_spaces.get(agent_id)
+            if action_space is None:
                 new_obs[agent_id] = observation
                 continue
-            new_obs[agent_id], info = _with_mask(agent_id, observation, infos.get(agent_id), size)
+            new_obs[agent_id], info = _with_mask(agent_id, observation, infos.get(agent_id), action_space)
             if agent_id in infos:
                 new_infos[agent_id] = info
         return new_obs, new_infos

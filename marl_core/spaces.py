@@ -122,24 +122,32 @@ def mask_from_legal(legal: Iterable[int], size: int) -> np.ndarray:
     return mask
 
 
-def mask_from_info(agent_id: AgentID, value: Any, size: int) -> np.ndarray:
-    """A new int8 array of the action mask an env put in ``agent_id``'s info (a bridge moves it
-    into the observation and checks actions against it: it must not share the env's array).
+def mask_problem(mask: np.ndarray, size: int, space: spaces.Space) -> str | None:
+    """What keeps ``mask`` from being a flat action mask of ``size`` entries, each 0 or 1, for the
+    action space ``space`` (None: nothing)."""
+    if mask.shape != (size,):
+        return f"an action_mask of shape {mask.shape}, but its action space {space} needs ({size},)"
+    if mask.dtype.kind not in "biuf" or not np.isin(mask, (0, 1)).all():
+        return f"an action_mask with values other than 0 and 1 (dtype {mask.dtype})"
+    return None
+
+
+def mask_from_info(agent_id: AgentID, value: Any, space: spaces.Space) -> np.ndarray:
+    """A new int8 array of the action mask an env put in ``agent_id``'s info, for its Discrete
+    or MultiDiscrete action ``space`` (a bridge moves it into the observation and checks actions
+    against it: it must not share the env's array).
 
     Raises:
-        EnvContractError: ``value`` is not a flat mask of ``size`` entries, each 0 or 1 (cast
-            as it is, it would allow or forbid other actions than the env means).
+        EnvContractError: ``value`` is not a flat mask with one entry per action, each 0 or 1
+            (cast as it is, it would allow or forbid other actions than the env means).
     """
     try:
         array = np.asarray(value)
+        problem = mask_problem(array, int(action_mask_size(space) or 0), space)
     except (TypeError, ValueError):  # a ragged list, say
-        array = None
-    if (array is None or array.ndim != 1 or len(array) != size or array.dtype.kind not in "biuf"
-            or not np.isin(array, (0, 1)).all()):
-        raise EnvContractError(
-            f"agent {agent_id!r}: expected an action mask of {size} entries, each 0 or 1 (one per action), "
-            f"in its info; received {_short(value)}"
-        )
+        problem = "an action_mask that is not an array"
+    if problem:
+        raise EnvContractError(f"agent {agent_id!r} got {problem} in its info: {_short(value)}")
     return array.astype(np.int8)
 
 

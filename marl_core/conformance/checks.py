@@ -27,6 +27,7 @@ from marl_core.spaces import (
     action_mask_of,
     action_mask_size,
     action_masks_of,
+    mask_problem,
     why_not_contained,
 )
 
@@ -532,10 +533,9 @@ def _mask_problem(mask: np.ndarray, space: Any, may_be_empty: bool) -> str | Non
     size = action_mask_size(space)
     if size is None:
         return f"an action_mask, but its action space {space} is not Discrete or MultiDiscrete"
-    if mask.shape != (size,):
-        return f"an action_mask of shape {mask.shape}, but its action space {space} needs ({size},)"
-    if mask.dtype.kind not in "biuf" or not np.isin(mask, (0, 1)).all():
-        return f"an action_mask with values other than 0 and 1 (dtype {mask.dtype})"
+    problem = mask_problem(mask, size, space)
+    if problem:
+        return problem
     if may_be_empty and not mask.any():
         return None
     if isinstance(space, spaces.Discrete) and not mask.any():

@@ -183,6 +183,13 @@ def normalized_box(space: spaces.Space) -> bool:
             and bool(np.all(space.bounded_below) and np.all(space.bounded_above)))
 
 
+def _middle_and_half_width(space: spaces.Box) -> tuple[np.ndarray, np.ndarray]:
+    """The middle of a bounded Box and half its width, in float64, halved before they are added
+    or subtracted: ``high - low`` overflows for float64's widest bounds."""
+    low, high = space.low.astype(np.float64) / 2, space.high.astype(np.float64) / 2
+    return low + high, high - low
+
+
 def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], normalize: bool) -> tuple[Any]:
     start = at[0]
     if isinstance(space, spaces.Discrete):
@@ -195,9 +202,9 @@ def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], normalize: b
     if isinstance(space, spaces.Box):
         at[0] += int(np.prod(space.shape))
         value = row[start : at[0]].reshape(space.shape)
-        if normalize and normalized_box(space):  # float64: a wide float32 range would overflow
-            low, high = space.low.astype(np.float64), space.high.astype(np.float64)
-            value = low + (value + 1.0) * 0.5 * (high - low)
+        if normalize and normalized_box(space):
+            middle, half_width = _middle_and_half_width(space)
+            value = middle + value * half_width
         value = np.clip(value, space.low, space.high)
         return (np.asarray(value, dtype=space.dtype),)  # 0-d arrays for shape (): np.clip gives a scalar
     return (tuple(_unflatten(sub, row, at, normalize)[0] for sub in space.spaces),)
@@ -211,9 +218,8 @@ def _flatten(space: spaces.Space, action: Any, normalize: bool) -> list[float]:
     if isinstance(space, spaces.Box):
         value = np.asarray(action, dtype=np.float64).reshape(-1)
         if normalize and normalized_box(space):
-            low, high = space.low.astype(np.float64).reshape(-1), space.high.astype(np.float64).reshape(-1)
-            width = high - low
-            value = np.where(width > 0, 2.0 * (value - low) / np.where(width > 0, width, 1.0) - 1.0, 0.0)
+            middle, half_width = (part.reshape(-1) for part in _middle_and_half_width(space))
+            value = np.where(half_width > 0, (value - middle) / np.where(half_width > 0, half_width, 1.0), 0.0)
         return list(value.astype(np.float32))
     return [x for sub, a in zip(space.spaces, action, strict=True) for x in _flatten(sub, a, normalize)]
 

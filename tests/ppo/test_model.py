@@ -222,10 +222,13 @@ def test_normalized_box_actions_map_minus_one_to_one_onto_the_bounds():
     grouped = gym.spaces.Tuple([gym.spaces.Discrete(3), wide])
     action = ActionLayout(grouped, normalize_actions=True).to_env(np.array([[2.0, 0.0, 0.0]], np.float32))[0]
     assert action[0] == 2 and np.allclose(action[1], [50.0, 0.0])
-    # float32's widest bounds: the mapping does not overflow to inf.
-    widest = gym.spaces.Box(np.finfo(np.float32).min, np.finfo(np.float32).max, (1,), np.float32)
-    mid = ActionLayout(widest, normalize_actions=True).to_env(np.array([[0.0], [1.0]], np.float32))
-    assert np.isfinite(mid).all() and mid[0][0] == 0.0 and mid[1][0] == np.finfo(np.float32).max
+    # The widest bounds of float32 and float64: the mapping does not overflow (to inf, or NaN at -1).
+    for dtype in (np.float32, np.float64):
+        widest = gym.spaces.Box(np.finfo(dtype).min, np.finfo(dtype).max, (1,), dtype)
+        layout = ActionLayout(widest, normalize_actions=True)
+        ends = layout.to_env(np.array([[-1.0], [0.0], [1.0]], np.float32))
+        assert [end[0] for end in ends] == [np.finfo(dtype).min, 0.0, np.finfo(dtype).max]
+        np.testing.assert_allclose([layout.from_env(end)[0] for end in ends], [-1.0, 0.0, 1.0])
 
 
 def test_a_policy_with_normalized_actions_starts_in_the_middle_of_a_wide_box():
