@@ -309,7 +309,8 @@ class PettingZooEnv(_PettingZooBase):
           bridge draws no random numbers of its own, and its ``np_random`` is seeded with ``s``.
         - **Simultaneous moves:** none in the AEC API; use :class:`ParallelPettingZooEnv`.
         - **Masks:** masks in the observation stay as they are; masks in ``info`` move into a
-          ``Dict`` observation (see the module docstring) and out of the info.
+          ``Dict`` observation (see the module docstring) and out of the info, copied; one that
+          is not one 0/1 entry per action is an :class:`~marl_core.errors.EnvContractError`.
         - Different spaces per agent are kept as they are, without padding.
         - Infos are the env's ``infos`` of the agents in the observation dict. Around a
           MultiAgentEnv exported with :func:`to_aec`, its ``"__common__"`` infos come back under
@@ -465,7 +466,9 @@ class ParallelPettingZooEnv(_PettingZooBase):
           agent ending in that step was truncated and not terminated.
         - **Simultaneous moves:** the actions of one step go to the env together.
         - **Chance and seeding:** ``reset(seed=s)`` resets the wrapped env with ``seed=s``.
-        - **Masks:** masks in observations stay; masks in ``info`` move into a ``Dict`` observation.
+        - **Masks:** masks in observations stay; masks in ``info`` move into a ``Dict`` observation,
+          copied; one that is not one 0/1 entry per action is an
+          :class:`~marl_core.errors.EnvContractError`.
         - The dicts the env returned are never modified: ``"__all__"`` goes into new dicts, and
           infos of agents without an observation move under ``"__common__"`` in a new dict. When
           nothing needs to move, the env's own observation, reward and info dicts are returned.

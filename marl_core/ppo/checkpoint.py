@@ -247,7 +247,12 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                               f"{type(error).__name__}: {error}") from error
     if problems:
         raise restore_error(problems)
+    learned_with = config.normalize_actions  # what the saved policies learned with (False before the option)
     config = config._update("from_checkpoint", overrides)
+    if config.normalize_actions != learned_with:
+        logger.warning("the policies of %s learned with normalize_actions=%s and now act with %s: their Box "
+                       "actions reach the env in other units than they learned", path, learned_with,
+                       config.normalize_actions)
     try:
         config.validate(overrides)  # a bad override is the caller's: a ConfigError as such
     except MultiAgentEnvError:

@@ -370,11 +370,15 @@ class SelfPlayLeague:
                 or (drawn_with is not None and drawn_with != self._draw_seed(algo))):
             self.snapshots, self.fixed = [pid for _, pid in found], fixed
             self.next_version = max([v for v, _ in found], default=0) + 1
-            algo.set_policy_mapping_fn(LeagueMapping(self.opponents(), self._draw_seed(algo)))
+            algo.set_policy_mapping_fn(self._mapping(algo))
 
     def _draw_seed(self, algo: PPO) -> int:
         """The seed of the opponent draw: :attr:`seed`, or the algorithm's."""
         return int(self.seed if self.seed is not None else (algo.config.seed or 0))
+
+    def _mapping(self, algo: PPO) -> LeagueMapping:
+        """The mapping of the league as it is now."""
+        return LeagueMapping(self.opponents(), self._draw_seed(algo))
 
     def __call__(self, algo: PPO, result: dict[str, Any]) -> None:
         """After every iteration: maybe add a snapshot; report the league under ``result["league"]``."""
@@ -393,10 +397,10 @@ class SelfPlayLeague:
             self.next_version += 1
             self.snapshots.append(added)
             algo.add_policy(added, algo.config.policy_entries()[MAIN], weights_from=MAIN, policies_to_train=[MAIN],
-                            policy_mapping_fn=LeagueMapping(self.opponents(), self._draw_seed(algo)))
+                            policy_mapping_fn=self._mapping(algo))
             while len(self.snapshots) > self.max_snapshots:
                 oldest = self.snapshots.pop(0)
-                algo.remove_policy(oldest, policy_mapping_fn=LeagueMapping(self.opponents(), self._draw_seed(algo)),
+                algo.remove_policy(oldest, policy_mapping_fn=self._mapping(algo),
                                    policies_to_train=[MAIN])
             self.games_since_snapshot = {}
             logger.info("main scored %.3f against the league: added %s (league: %s)", score, added,

@@ -1289,7 +1289,7 @@ def _wide_box_config(**environment):
             .training(train_batch_size=200, minibatch_size=100, num_epochs=2).debugging(seed=0))
 
 
-def test_actions_are_normalized_as_rllib_does_unless_turned_off_and_old_checkpoints_keep_their_units(tmp_path):
+def test_actions_are_normalized_as_rllib_does_unless_turned_off_and_old_checkpoints_keep_their_units(tmp_path, caplog):
     assert PPOConfig().normalize_actions is True  # RLlib's default
     assert PPOConfig().set("environment.normalize_actions", "false").normalize_actions is False
     with pytest.raises(ConfigError, match="normalize_actions"):
@@ -1309,6 +1309,13 @@ def test_actions_are_normalized_as_rllib_does_unless_turned_off_and_old_checkpoi
         with PPO.from_checkpoint(saved) as restored:
             assert restored.config.normalize_actions is normalize
             assert float(restored.compute_actions(obs)["agent"][0]) == pytest.approx(greedy)
+    # Loaded the other way, its Box actions mean other values than it learned: said.
+    with caplog.at_level("WARNING", logger="marl_core.ppo.checkpoint"):
+        with PPO.from_checkpoint(tmp_path / "normalize-True"):
+            assert "normalize_actions" not in caplog.text
+        with PPO.from_checkpoint(tmp_path / "normalize-True", normalize_actions=False) as changed:
+            assert changed.config.normalize_actions is False
+    assert "learned with normalize_actions=True and now act with False" in caplog.text
     # Saved before the option existed, its policy learned in the env's units: it loads with False
     # (here the weights of a normalized run, so its greedy action, the Gaussian's mean, is near 0).
     older = tmp_path / "normalize-True"
