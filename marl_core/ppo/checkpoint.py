@@ -100,7 +100,10 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
         # A full disk, a directory that went read-only, ...
         if isinstance(error, OSError) or (writing_state and isinstance(error, RuntimeError)):
             kept = " (the previous checkpoint there is kept)" if (path / "state.pt").exists() else ""
-            hint = " (is the disk full?)" if isinstance(error, RuntimeError) else ""
+            # torch's stream writer says "inline_container" or "write" for a full disk; other
+            # RuntimeErrors (from inside the pickler, say) are not the disk's.
+            hint = " (is the disk full?)" if isinstance(error, RuntimeError) and (
+                "inline_container" in str(error) or "write" in str(error).lower()) else ""
             raise CheckpointError(f"cannot write the checkpoint {path}{kept}: {type(error).__name__}: "
                                   f"{error}{hint}") from error
         raise

@@ -481,6 +481,24 @@ def test_checkpoint_is_replaced_atomically_and_bad_paths_fail(tmp_path):
         PPO.from_checkpoint(tmp_path / "missing")
 
 
+@pytest.mark.parametrize(("raised", "hint"), [
+    ("[enforce fail at inline_container.cc:672] . unexpected pos 9728 vs 9620", True),
+    ("PytorchStreamWriter failed writing file data/0: file write failed", True),
+    ("boom from inside the pickler", False),
+])
+def test_only_torchs_writer_failing_is_taken_for_a_full_disk(tmp_path, monkeypatch, raised, hint):
+    from marl_core.ppo import checkpoint
+
+    def failing_save(*args, **kwargs):
+        raise RuntimeError(raised)
+
+    with _rps_config().build() as algo:
+        monkeypatch.setattr(checkpoint.torch, "save", failing_save)
+        with pytest.raises(CheckpointError, match="cannot write the checkpoint") as caught:
+            algo.save(tmp_path / "ck")
+    assert ("(is the disk full?)" in str(caught.value)) is hint and not (tmp_path / "ck").exists()
+
+
 def test_save_never_deletes_what_is_not_a_checkpoints(tmp_path):
     # save() replaced the whole directory: a user's files in it, even a project's sources, were gone.
     project = tmp_path / "project"
