@@ -426,12 +426,18 @@ def _replayed_state(pickled_export: bytes, replay: Sequence[Any]) -> pyspiel.Sta
     """A state of the game :func:`_exported_game_from` gives, after the actions in ``replay``
     (ints: chance outcomes and turns; lists: joint actions)."""
     state = _exported_game_from(pickled_export).new_initial_state()
+    _replay(replay, state.apply_action, state.apply_actions)
+    return state
+
+
+def _replay(replay: Sequence[Any], apply: Callable[[int], Any], apply_joint: Callable[[list[int]], Any]) -> None:
+    """Apply a recorded history: ints (chance outcomes, turns) with ``apply``, lists (joint
+    actions) with ``apply_joint``."""
     for applied in replay:
         if isinstance(applied, list):
-            state.apply_actions(applied)
+            apply_joint(applied)
         else:
-            state.apply_action(applied)
-    return state
+            apply(applied)
 
 
 def _spec_from(pickled_export: bytes) -> _Spec:
@@ -516,11 +522,7 @@ class _Position:
             replay, self.replay = self.replay, []
             if len(self.spec.seeds) == 1:
                 self._start(self.spec.seeds[0])
-            for applied in replay:
-                if isinstance(applied, list):
-                    self.apply_joint(applied)
-                else:
-                    self.apply(applied)
+            _replay(replay, self.apply, self.apply_joint)
         return self
 
     def _start(self, seed: int) -> None:
