@@ -11,7 +11,9 @@ Both undo the bridges of :mod:`bridges.pettingzoo`: ``to_aec(PettingZooEnv(env))
 
 Observations pass through unchanged. PettingZoo's ``api_test`` reads ``observation.dtype``, so it
 fails on envs that observe plain Python ints (a Discrete observation ``3`` rather than
-``np.int64(3)``); such envs work with the converters, but need numpy observations for that test.
+``np.int64(3)``) or tuples (a grouped agent's Tuple observation); such envs work with the
+converters, but need numpy observations for that test. Its random actions do not read masks
+inside a group's Tuple slots either, so on grouped envs with masks they are refused as illegal.
 
 Example:
     >>> from marl_core.envs import RockPaperScissors

@@ -180,6 +180,12 @@ def copied(command: str, result: Any) -> Any:
     return result
 
 
+def own_actions(command: str, payload: Any) -> Any:
+    """``payload`` with a copy of the actions a step sends: an env may keep them, and the caller
+    change its arrays after the call (actions reach an async vector's envs pickled)."""
+    return snapshot(payload) if command in ("step", "step_reset") else payload
+
+
 def call_text(command: str, payload: Any) -> str:
     """The env call that ``command`` makes, as error messages name it: ``step()``, ``reset()``..."""
     if command == "step":

@@ -7,6 +7,7 @@ One canonical action-mask form: a ``Dict`` observation with ``"observation"`` an
 
 from __future__ import annotations
 
+import collections
 import copy
 from collections.abc import Iterable, Mapping
 from functools import singledispatch
@@ -112,6 +113,10 @@ def snapshot(value: Any, depth: int = 0) -> Any:
     if isinstance(value, tuple):
         items = [snapshot(v, depth + 1) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a namedtuple stays one
+    if isinstance(value, collections.deque):
+        return collections.deque((snapshot(v, depth + 1) for v in value), maxlen=value.maxlen)
+    if isinstance(value, (set, bytearray)):  # a set's items are hashable: not changed in place
+        return copy.copy(value)
     return value
 
 

@@ -45,6 +45,7 @@ from marl_core._vector_workers import (
     error_text,
     exception_of,
     execute,
+    own_actions,
     rebuild,
     remote_error,
 )
@@ -93,12 +94,13 @@ class VectorMultiAgentEnv:
         max_rebuild_attempts: ``on_error="rebuild"`` only: attempts at rebuilding one failed env
             within one call (a factory or first ``reset`` that raises again uses one) before the
             call raises ``VectorEnvError``.
-        copy: ``"sync"`` only: ``reset()`` and ``step()`` return copies of the dicts and arrays
-            each env returned, made as soon as it returned them (the default), so that results
-            kept do not change when the envs step again, as in ``"async"`` mode, where results
-            travel pickled. With False a sync vector returns the envs' own objects, a little
-            faster, and an env that reuses its buffers changes results returned earlier: use
-            what you keep before the next call. ``call()`` returns what the envs return.
+        copy: ``"sync"`` only: ``reset()`` and ``step()`` return copies of the dicts, lists,
+            sets and arrays each env returned, made as soon as it returned them, and each env
+            steps with a copy of its actions (the default), so that results kept do not change
+            when the envs step again, and an env keeping an action does not see the caller
+            change it, as in ``"async"`` mode, where both travel pickled. With False a sync
+            vector hands over the objects themselves, a little faster: use what you keep before
+            the next call. ``call()`` returns what the envs return.
 
     Semantics:
         - ``reset(seed=s)`` resets env ``i`` with ``seed=s + i`` (``None`` stays ``None``) and
@@ -320,6 +322,11 @@ class VectorMultiAgentEnv:
         self.autoreset, self.reset_results = autoreset, reset_results
         return obs_out, rewards_out, terminateds_out, truncateds_out, infos_out
 
+    def __reduce__(self) -> Any:
+        # A copy would share the envs (sync) or hold no workers (async), and close neither.
+        raise VectorEnvError("a VectorMultiAgentEnv cannot be pickled or copied: its envs and worker processes "
+                             "belong to it; pickle the env factories and build another vector from them")
+
     def close(self) -> None:
         """Close every env and stop every worker process; safe to call more than once."""
         if self._closed:
@@ -436,7 +443,7 @@ class VectorMultiAgentEnv:
 
     def _sync_execute(self, index: int, command: str, payload: Any) -> Any:
         try:
-            result = execute(self._envs[index], command, payload)
+            result = execute(self._envs[index], command, own_actions(command, payload) if self._copy else payload)
             return copied(command, result) if self._copy else result
         except Exception as error:
             raise VectorEnvError(
@@ -541,7 +548,7 @@ class VectorMultiAgentEnv:
                     if command == "rebuild":
                         result = rebuild(self._envs, index, self._env_fns[index], payload)
                     else:
-                        result = execute(self._envs[index], command, payload)
+                        result = execute(self._envs[index], command, own_actions(command, payload) if self._copy else payload)
                     replies[index] = ("ok", copied(command, result) if self._copy else result)
                 except Exception:
                     replies[index] = ("error", traceback.format_exc())

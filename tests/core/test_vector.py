@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import collections
+import copy
 import functools
 import gc
 import importlib
 import logging
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -232,6 +234,58 @@ def test_a_rebuilt_sync_env_returns_copies_too() -> None:
         venv.step([{"a": 0}])  # the rebuilt env: its step 1... and step 2 fails again, rebuilt again
         venv.step([{"a": 0}])
     assert [float(result[0][0]["a"][0]) for result in kept] == [0.0, 1.0, 0.0]
+
+
+class KeepsActionsAndSets(MultiAgentEnv):
+    """Shows each step's action (the array it received, kept) at the next step, and returns one
+    set and one deque it keeps adding to in its infos."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.possible_agents = ["a"]
+        self.observation_spaces = {"a": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
+        self.action_spaces = {"a": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.agents, self.t, self.last = ["a"], 0, np.zeros(2, np.float32)
+        self.seen, self.history = set(), collections.deque(maxlen=5)
+        return {"a": self.last}, {"a": {"seen": self.seen, "history": self.history}}
+
+    def step(self, action_dict):
+        shown, self.last = self.last, action_dict["a"]  # kept as it came
+        self.t += 1
+        self.seen.add(self.t)
+        self.history.append(self.t)
+        return ({"a": shown}, {"a": 0.0}, {ALL: False}, {ALL: False},
+                {"a": {"seen": self.seen, "history": self.history}})
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_envs_keep_copies_of_their_actions_and_results_keep_their_sets(mode: str) -> None:
+    # Sync mode sent the caller's arrays and returned the env's sets: a caller reusing one action
+    # buffer changed what the env had kept, and kept infos changed with later steps (not in async).
+    with VectorMultiAgentEnv([KeepsActionsAndSets], mode) as venv:
+        _, kept_infos = venv.reset(seed=0)
+        action = np.zeros(2, np.float32)
+        shown = []
+        for value in (0.1, 0.2, 0.3):
+            action[:] = value  # one buffer, written again before every step
+            obs, *_ = venv.step([{"a": action}])
+            shown.append(float(obs[0]["a"][0]))
+        infos = venv.step([{"a": action}])[4]
+    assert shown == pytest.approx([0.0, 0.1, 0.2])
+    assert kept_infos[0]["a"]["seen"] == set() and list(kept_infos[0]["a"]["history"]) == []
+    assert infos[0]["a"]["seen"] == {1, 2, 3, 4} and infos[0]["a"]["history"].maxlen == 5
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_vector_refuses_to_be_pickled_or_copied(mode: str) -> None:
+    # A sync copy shared the envs and closed none of them; an async one failed inside multiprocessing.
+    with VectorMultiAgentEnv([KeepsActionsAndSets], mode) as venv:
+        for clone in (pickle.dumps, copy.deepcopy):
+            with pytest.raises(VectorEnvError, match="cannot be pickled or copied: its envs and worker processes"):
+                clone(venv)
 
 
 def test_a_sync_vector_without_copies_returns_the_envs_own_objects() -> None:
