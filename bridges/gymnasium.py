@@ -51,6 +51,7 @@ from marl_core.errors import (
     SpaceError,
     UnsupportedEnvError,
     shape_of,
+    type_name,
 )
 from marl_core.spaces import MASK_KEY, OBS_KEY, check_action, check_action_dict, mask_from_info, masked_space
 
@@ -97,7 +98,7 @@ class GymnasiumEnv(MultiAgentEnv):
     ) -> None:
         if not isinstance(env, gym.Env):
             raise SpaceError(
-                f"from_gymnasium needs a gymnasium.Env, received {type(env).__module__}.{type(env).__qualname__}"
+                f"from_gymnasium needs a gymnasium.Env, received {type_name(env)}"
             )
         _refuse_multi_agent(env)
         for kind in ("observation_space", "action_space"):

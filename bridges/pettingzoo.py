@@ -48,7 +48,13 @@ from marl_core.env import (
     StepResult,
     merge_common_infos,
 )
-from marl_core.errors import EnvContractError, ResetNeededError, UnknownAgentError, UnsupportedEnvError
+from marl_core.errors import (
+    EnvContractError,
+    ResetNeededError,
+    UnknownAgentError,
+    UnsupportedEnvError,
+    type_name,
+)
 from marl_core.spaces import (
     MASK_KEY,
     OBS_KEY,
@@ -127,7 +133,7 @@ def _check_kind(env: Any, wanted: str) -> None:
         else ("ParallelPettingZooEnv", "AEC", "PettingZooEnv")
     )
     kind = "AEC" if isinstance(env, AECEnv) else "parallel" if isinstance(env, ParallelEnv) else None
-    received = f"{type(env).__module__}.{type(env).__qualname__}"
+    received = type_name(env)
     if kind == other:
         raise UnsupportedEnvError(
             f"{bridge} takes a PettingZoo {wanted} env, received the {other} env {received}; "
@@ -135,9 +141,10 @@ def _check_kind(env: Any, wanted: str) -> None:
         )
     needs = ("reset", "step", "observation_space", "action_space") + (("observe",) if wanted == "AEC" else ())
     missing = [name for name in needs if not callable(getattr(env, name, None))]
-    if kind is None and missing:
+    if kind is None and (missing or isinstance(env, type)):  # a class has the methods, unbound
         raise UnsupportedEnvError(
-            f"{bridge} takes a PettingZoo {wanted} env, received {received}, which has no {', '.join(missing)}"
+            f"{bridge} takes a PettingZoo {wanted} env, received {received}"
+            + (f", which has no {', '.join(missing)}" if missing else "")
         )
 
 

@@ -50,6 +50,7 @@ from marl_core.errors import (
     ResetNeededError,
     SpaceError,
     UnknownAgentError,
+    type_name,
 )
 from marl_core.spaces import check_action_dict
 
@@ -486,7 +487,6 @@ def from_rllib(env: Any) -> MultiAgentEnv:
         return env.env
     if not isinstance(env, RLlibMultiAgentEnv):
         raise SpaceError(
-            f"from_rllib needs an instance of ray.rllib.env.multi_agent_env.MultiAgentEnv, received "
-            f"{type(env).__module__}.{type(env).__qualname__}"
+            f"from_rllib needs an instance of ray.rllib.env.multi_agent_env.MultiAgentEnv, received {type_name(env)}"
         )
     return RLlibEnv(env)

@@ -20,11 +20,12 @@ Example:
     >>> wrap(42)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    marl_core.errors.UnsupportedEnvError: cannot wrap int (builtins.int) as a MultiAgentEnv; supported: ...
+    marl_core.errors.UnsupportedEnvError: cannot wrap builtins.int as a MultiAgentEnv; supported: ...
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from typing import Any
 import gymnasium as gym
 
 from marl_core.env import MultiAgentEnv
-from marl_core.errors import NotOurEnvError, UnsupportedEnvError
+from marl_core.errors import NotOurEnvError, UnsupportedEnvError, type_name
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ def require_multi_agent_env(env: Any, exporter: str, gives: str) -> None:
     if isinstance(env, MultiAgentEnv):
         return
     kind = next((kind for kind in SUPPORTED if kind.matches(env)), None)
-    received = f"{type(env).__module__}.{type(env).__qualname__}"
+    received = type_name(env)
     if kind is None:
         hint = "; build one, or bridge a foreign env in with bridges.wrap(env)"
     elif kind.name == gives:
@@ -190,12 +191,9 @@ def wrap(obj: Any) -> MultiAgentEnv:
             logger.debug("wrapping %s with the %s bridge", type(obj).__qualname__, kind.name)
             return kind.convert(obj)
     hint = ""
-    if isinstance(obj, type) or callable(obj):
-        hint = " (it is a class or a function: call it to build the env, then wrap the result)"
-    elif isinstance(obj, str):
+    if isinstance(obj, str):
         hint = " (a string: for an OpenSpiel game use pyspiel.load_game(name), for Gymnasium gymnasium.make(id))"
+    elif callable(obj) and not (isinstance(obj, type) or inspect.isfunction(obj) or inspect.ismethod(obj)):
+        hint = " (it is callable: call it to build the env, then wrap the result)"  # a partial, say
     supported = "; ".join(kind.description for kind in SUPPORTED)
-    raise UnsupportedEnvError(
-        f"cannot wrap {type(obj).__qualname__} ({type(obj).__module__}.{type(obj).__qualname__}) as a "
-        f"MultiAgentEnv; supported: {supported}{hint}"
-    )
+    raise UnsupportedEnvError(f"cannot wrap {type_name(obj)} as a MultiAgentEnv; supported: {supported}{hint}")

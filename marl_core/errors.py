@@ -7,6 +7,7 @@ our source. Errors are raised before any state changes, so the env is still usab
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,6 +47,17 @@ def a_type(value: Any) -> str:
     """The type of ``value`` with its article, for messages: ``"a dict"``, ``"an int"``,
     ``"a uint8"`` (see :func:`with_article`)."""
     return with_article(type(value).__name__)
+
+
+def type_name(value: Any) -> str:
+    """What arrived where an env (or another object) belongs, for messages: the full name of
+    ``value``'s type; a class or a function by its own name, said as such (passed where an
+    instance belongs, it is the usual mistake)."""
+    if isinstance(value, type):
+        return f"the class {value.__module__}.{value.__qualname__} (not an instance: build the env from it first)"
+    if inspect.isfunction(value) or inspect.ismethod(value):
+        return f"the function {value.__module__}.{value.__qualname__} (not an env: call it to build one)"
+    return f"{type(value).__module__}.{type(value).__qualname__}"
 
 
 def with_article(noun: str) -> str:

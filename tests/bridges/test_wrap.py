@@ -80,13 +80,34 @@ def test_anything_else_gets_an_error_listing_what_is_supported(obj: object) -> N
         wrap(obj)
     message = str(caught.value)
     assert isinstance(caught.value, MultiAgentEnvError)
-    assert type(obj).__qualname__ in message
+    assert (obj.__qualname__ if isinstance(obj, type) else type(obj).__qualname__) in message
     for kind in SUPPORTED:
         assert kind.description in message
     if isinstance(obj, str):
         assert "gymnasium.make" in message
     if isinstance(obj, type):
-        assert "call it to build the env" in message
+        assert f"the class {obj.__module__}.{obj.__qualname__} (not an instance: build the env from it first)" in message
+
+
+def test_a_class_passed_for_an_env_is_named_as_that_class_everywhere() -> None:
+    # Every bridge said "received builtins.type"; PettingZooEnv took a class (its methods are there, unbound).
+    from pettingzoo.classic.connect_four_v3 import raw_env as ConnectFour
+    from ray.rllib.examples.envs.classes.multi_agent.rock_paper_scissors import RockPaperScissors as RLlibRPS
+
+    from bridges.gymnasium import from_gymnasium
+    from bridges.pettingzoo import PettingZooEnv
+    from bridges.rllib import from_rllib, to_rllib
+    from marl_core.envs import RockPaperScissors
+
+    calls = [(wrap, RLlibRPS), (from_rllib, RLlibRPS), (to_rllib, RockPaperScissors), (PettingZooEnv, ConnectFour),
+             (from_gymnasium, gym.envs.classic_control.CartPoleEnv)]
+    for bridge, cls in calls:
+        with pytest.raises(MultiAgentEnvError) as caught:
+            bridge(cls)
+        assert f"the class {cls.__module__}.{cls.__qualname__} (not an instance: build the env from it first)" in str(
+            caught.value), (bridge, str(caught.value))
+    with pytest.raises(UnsupportedEnvError, match=r"the function .*rollout \(not an env: call it to build one\)"):
+        wrap(rollout)
 
 
 def test_bridges_wrap_is_the_function_even_after_its_module_is_imported() -> None:
