@@ -345,7 +345,9 @@ class RLlibMultiAgentEnvAdapter(RLlibMultiAgentEnv):
         - ``agents`` after a step also lists the agents that end in it and those held (until the
           step that hands them over), as RLlib reads every id in a step's dicts as one of ``agents``.
         - Seeding: ``reset(seed=s)`` seeds the wrapped env.
-        - Dicts are copied both ways, so neither side can write into the other's.
+        - The step's dicts are copied both ways, so neither side can add or remove the other's
+          entries; the values in them (an agent's info dict, an observation array) are the
+          env's own, as RLlib's env runners take them.
     """
 
     def __init__(self, env: MultiAgentEnv) -> None:
