@@ -216,6 +216,19 @@ class _PettingZooBase(MultiAgentEnv):
         _, infos = self._reset_env(seed=None, options=None)
         return any(isinstance(info, Mapping) and MASK_KEY in info for info in infos.values())
 
+    def _info_mask_space(self, agent_id: AgentID) -> gym.Space | None:
+        """The action space of ``agent_id`` when its mask moves from info (None: it does not). An
+        agent outside ``possible_agents`` (generated during an episode) of an env with info masks
+        is looked at when first seen, so that its observations take the same form."""
+        action_space = self._info_masks.get(agent_id)
+        if action_space is None and agent_id not in self.action_spaces:
+            action_space = self.get_action_space(agent_id)
+            if action_mask_size(action_space) is None or is_masked(self.env.observation_space(agent_id)):
+                return None
+            self._info_masks[agent_id] = action_space
+            self.observation_spaces.pop(agent_id, None)  # read before its first observation: masked now
+        return action_space
+
     def _observation_space(self, agent_id: AgentID) -> gym.Space:
         space = self.env.observation_space(agent_id)
         action_space = self._info_masks.get(agent_id)
@@ -430,8 +443,8 @@ class PettingZooEnv(_PettingZooBase):
                 if info:  # nothing is lost: its info goes under "__common__"
                     infos[COMMON] = merge_common_infos(infos.get(COMMON), {agent_id: info})
             else:
-                if info_masks and agent_id in info_masks:
-                    observation, info = _with_mask(agent_id, observation, info, info_masks[agent_id])
+                if info_masks and (action_space := self._info_mask_space(agent_id)) is not None:
+                    observation, info = _with_mask(agent_id, observation, info, action_space)
                 obs[agent_id] = observation
                 infos[agent_id] = info
             terminateds[agent_id] = terminated
@@ -649,9 +662,8 @@ class ParallelPettingZooEnv(_PettingZooBase):
         self._running = bool(live)
         if len(obs) != len(live):
             obs = self._drop_stale(obs, live, terms, truncs)
-        info_masks = self._info_masks
-        if info_masks:
-            obs, infos = self._move_masks(obs, infos, info_masks)
+        if self._info_masks:
+            obs, infos = self._move_masks(obs, infos)
         elif self._watch_info_masks:
             self._late_info_mask(infos)
             self._watch_info_masks = self._watch_info_masks and bool(live)  # until the first episode ends
@@ -685,14 +697,11 @@ class ParallelPettingZooEnv(_PettingZooBase):
             )
         return {a: o for a, o in obs.items() if a not in stale}
 
-    @staticmethod
-    def _move_masks(
-        obs: Mapping[AgentID, Any], infos: Mapping[AgentID, Any], action_spaces: Mapping[AgentID, gym.Space]
-    ) -> tuple[ObsDict, MultiAgentDict]:
+    def _move_masks(self, obs: Mapping[AgentID, Any], infos: Mapping[AgentID, Any]) -> tuple[ObsDict, MultiAgentDict]:
         new_obs: ObsDict = {}
         new_infos: MultiAgentDict = dict(infos)
         for agent_id, observation in obs.items():
-            action_space = action_spaces.get(agent_id)
+            action_space = self._info_mask_space(agent_id)
             if action_space is None:
                 new_obs[agent_id] = observation
                 continue

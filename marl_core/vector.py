@@ -443,8 +443,7 @@ class VectorMultiAgentEnv:
 
     def _sync_execute(self, index: int, command: str, payload: Any) -> Any:
         try:
-            result = execute(self._envs[index], command, own_actions(command, payload) if self._copy else payload)
-            return copied(command, result) if self._copy else result
+            return self._run_here(index, command, payload)
         except Exception as error:
             raise VectorEnvError(
                 f"env {index} raised {type(error).__name__} during {call_text(command, payload)}: {error_text(error)}", index
@@ -539,6 +538,12 @@ class VectorMultiAgentEnv:
             index,
         )
 
+    def _run_here(self, index: int, command: str, payload: Any) -> Any:
+        """``command`` on env ``index`` of a sync vector, with copies going in and out (``copy``)."""
+        if not self._copy:
+            return execute(self._envs[index], command, payload)
+        return copied(command, execute(self._envs[index], command, own_actions(command, payload)))
+
     def _attempt(self, commands: dict[int, tuple[str, Any]]) -> dict[int, tuple[str, Any]]:
         """Run ``commands``; per env ``("ok", result)`` or ``("error", traceback_text)``."""
         if self._workers is None:
@@ -547,9 +552,9 @@ class VectorMultiAgentEnv:
                 try:
                     if command == "rebuild":
                         result = rebuild(self._envs, index, self._env_fns[index], payload)
+                        replies[index] = ("ok", copied(command, result) if self._copy else result)
                     else:
-                        result = execute(self._envs[index], command, own_actions(command, payload) if self._copy else payload)
-                    replies[index] = ("ok", copied(command, result) if self._copy else result)
+                        replies[index] = ("ok", self._run_here(index, command, payload))
                 except Exception:
                     replies[index] = ("error", traceback.format_exc())
             return replies

@@ -204,7 +204,7 @@ def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], normalize: b
         value = row[start : at[0]].reshape(space.shape)
         if normalize and normalized_box(space):
             middle, half_width = _middle_and_half_width(space)
-            value = middle + value * half_width
+            value = middle + np.clip(value, -1.0, 1.0) * half_width  # clipped first: beyond ±1 it may overflow
         value = np.clip(value, space.low, space.high)
         return (np.asarray(value, dtype=space.dtype),)  # 0-d arrays for shape (): np.clip gives a scalar
     return (tuple(_unflatten(sub, row, at, normalize)[0] for sub in space.spaces),)

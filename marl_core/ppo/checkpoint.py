@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from marl_core.errors import CheckpointError, ConfigError, MultiAgentEnvError, a_type
+from marl_core.ppo.actions import normalized_box
 from marl_core.ppo.config import PPOConfig, reference_of, restore_error
 from marl_core.ppo.model import TorchPolicy
 
@@ -100,10 +101,10 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
         # A full disk, a directory that went read-only, ...
         if isinstance(error, OSError) or (writing_state and isinstance(error, RuntimeError)):
             kept = " (the previous checkpoint there is kept)" if (path / "state.pt").exists() else ""
-            # torch's stream writer says "inline_container" or "write" for a full disk; other
-            # RuntimeErrors (from inside the pickler, say) are not the disk's.
-            hint = " (is the disk full?)" if isinstance(error, RuntimeError) and (
-                "inline_container" in str(error) or "write" in str(error).lower()) else ""
+            # torch's stream writer names itself (or its inline_container.cc) for a full disk;
+            # other RuntimeErrors (from inside the pickler, say) are not the disk's.
+            hint = " (is the disk full?)" if isinstance(error, RuntimeError) and any(
+                words in str(error) for words in ("inline_container", "PytorchStreamWriter", "write failed")) else ""
             raise CheckpointError(f"cannot write the checkpoint {path}{kept}: {type(error).__name__}: "
                                   f"{error}{hint}") from error
         raise
@@ -250,12 +251,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                               f"{type(error).__name__}: {error}") from error
     if problems:
         raise restore_error(problems)
-    learned_with = config.normalize_actions  # what the saved policies learned with (False before the option)
     config = config._update("from_checkpoint", overrides)
-    if config.normalize_actions != learned_with:
-        logger.warning("the policies of %s learned with normalize_actions=%s and now act with %s: their Box "
-                       "actions reach the env in other units than they learned", path, learned_with,
-                       config.normalize_actions)
     try:
         config.validate(overrides)  # a bad override is the caller's: a ConfigError as such
     except MultiAgentEnvError:
@@ -327,6 +323,11 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
             torch.set_rng_state(state["rng_torch"])
         except RuntimeError as error:  # a state of the wrong size or type
             raise ValueError(f"rng_torch: {error}") from error
+        learned_with = data.get("normalize_actions", False)  # what its policies learned with (False before the option)
+        if config.normalize_actions != learned_with and _maps_box_actions(algo):
+            logger.warning("the policies of %s learned with normalize_actions=%s and now act with %s: their Box "
+                           "actions reach the env in other units than they learned", path, learned_with,
+                           config.normalize_actions)
         algo._sync_state()
         algo.restored_from = path
     except MultiAgentEnvError:
@@ -340,6 +341,12 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         algo.stop()
         raise
     return algo
+
+
+def _maps_box_actions(algo: PPO) -> bool:
+    """Whether ``normalize_actions`` maps the actions of one of ``algo``'s learned policies."""
+    return any(leaf.kind == "gauss" and normalized_box(leaf.space) for policy in algo.policies.values()
+               if isinstance(policy, TorchPolicy) for leaf in policy.layout.leaves)
 
 
 def _callback_state_json(callback_state: dict[str, Any]) -> str:

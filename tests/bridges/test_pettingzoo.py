@@ -235,6 +235,44 @@ def test_an_info_mask_that_is_not_one_0_or_1_per_action_is_named_and_masks_are_t
     assert set(env.env.infos["alice_0"]["action_mask"].tolist()) == {0, 1}
 
 
+class SpawnsAnAgentWithInfoMasks(ParallelEnv):
+    """``a`` from the start, ``b`` from the first step on: both get ``info["action_mask"]``."""
+
+    metadata = {"name": "spawns_an_agent_with_info_masks_v0"}
+    possible_agents = ["a"]
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        return spaces.Box(0.0, 1.0, (2,), np.float32)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        return spaces.Discrete(3)
+
+    def _infos(self) -> dict:
+        return {agent: {"action_mask": np.array([1, 0, 0], np.int8)} for agent in self.agents}
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        self.agents = ["a"]
+        return {"a": np.zeros(2, np.float32)}, self._infos()
+
+    def step(self, actions):
+        self.agents = ["a", "b"]
+        obs = {agent: np.zeros(2, np.float32) for agent in self.agents}
+        flags = dict.fromkeys(self.agents, False)
+        return obs, dict.fromkeys(self.agents, 0.0), flags, dict(flags), self._infos()
+
+
+def test_an_agent_generated_during_the_episode_gets_its_info_mask_moved_too():
+    # Its mask stayed in its info, its observation was not a Dict and a masked action reached the env.
+    env = ParallelPettingZooEnv(SpawnsAnAgentWithInfoMasks())
+    env.reset(seed=0)
+    obs, _, _, _, infos = env.step({"a": 0})
+    assert obs["b"]["action_mask"].tolist() == [1, 0, 0] and "action_mask" not in infos["b"]
+    assert env.get_observation_space("b") == env.get_observation_space("a")
+    assert env.get_observation_space("b").contains(obs["b"])
+    with pytest.raises(IllegalActionError, match="agent 'b': received 2"):
+        env.step({"a": 0, "b": 2})
+
+
 def _play(env: Any, seed: int) -> list:
     from marl_core.rollout import play
 

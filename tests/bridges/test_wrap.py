@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import subprocess
@@ -108,6 +109,9 @@ def test_a_class_passed_for_an_env_is_named_as_that_class_everywhere() -> None:
             caught.value), (bridge, str(caught.value))
     with pytest.raises(UnsupportedEnvError, match=r"the function .*rollout \(not an env: call it to build one\)"):
         wrap(rollout)
+    for bridge in (wrap, from_rllib, to_rllib, PettingZooEnv, from_gymnasium):  # a factory, as configs hold them
+        with pytest.raises(MultiAgentEnvError, match=r"functools\.partial \(callable: call it to build the env\)"):
+            bridge(functools.partial(RockPaperScissors))
 
 
 def test_bridges_wrap_is_the_function_even_after_its_module_is_imported() -> None:

@@ -485,6 +485,7 @@ def test_checkpoint_is_replaced_atomically_and_bad_paths_fail(tmp_path):
     ("[enforce fail at inline_container.cc:672] . unexpected pos 9728 vs 9620", True),
     ("PytorchStreamWriter failed writing file data/0: file write failed", True),
     ("boom from inside the pickler", False),
+    ("cannot overwrite a read-only tensor", False),
 ])
 def test_only_torchs_writer_failing_is_taken_for_a_full_disk(tmp_path, monkeypatch, raised, hint):
     from marl_core.ppo import checkpoint
@@ -1327,13 +1328,21 @@ def test_actions_are_normalized_as_rllib_does_unless_turned_off_and_old_checkpoi
         with PPO.from_checkpoint(saved) as restored:
             assert restored.config.normalize_actions is normalize
             assert float(restored.compute_actions(obs)["agent"][0]) == pytest.approx(greedy)
-    # Loaded the other way, its Box actions mean other values than it learned: said.
+    # Loaded the other way, its Box actions mean other values than it learned: said (and only then).
     with caplog.at_level("WARNING", logger="marl_core.ppo.checkpoint"):
-        with PPO.from_checkpoint(tmp_path / "normalize-True"):
+        for saved_with in (True, False):
+            for loaded_with in (None, saved_with, not saved_with):
+                caplog.clear()
+                options = {} if loaded_with is None else {"normalize_actions": loaded_with}
+                with PPO.from_checkpoint(tmp_path / f"normalize-{saved_with}", **options) as loaded:
+                    assert loaded.config.normalize_actions is (saved_with if loaded_with is None else loaded_with)
+                said = f"learned with normalize_actions={saved_with} and now act with {not saved_with}"
+                assert (said in caplog.text) is (loaded_with is (not saved_with)), (saved_with, loaded_with)
+        with _rps_config().build() as discrete:  # no Box action: nothing to say
+            saved = discrete.save(tmp_path / "discrete")
+        caplog.clear()
+        with PPO.from_checkpoint(saved, normalize_actions=False):
             assert "normalize_actions" not in caplog.text
-        with PPO.from_checkpoint(tmp_path / "normalize-True", normalize_actions=False) as changed:
-            assert changed.config.normalize_actions is False
-    assert "learned with normalize_actions=True and now act with False" in caplog.text
     # Saved before the option existed, its policy learned in the env's units: it loads with False
     # (here the weights of a normalized run, so its greedy action, the Gaussian's mean, is near 0).
     older = tmp_path / "normalize-True"

@@ -226,8 +226,10 @@ def test_normalized_box_actions_map_minus_one_to_one_onto_the_bounds():
     for dtype in (np.float32, np.float64):
         widest = gym.spaces.Box(np.finfo(dtype).min, np.finfo(dtype).max, (1,), dtype)
         layout = ActionLayout(widest, normalize_actions=True)
-        ends = layout.to_env(np.array([[-1.0], [0.0], [1.0]], np.float32))
-        assert [end[0] for end in ends] == [np.finfo(dtype).min, 0.0, np.finfo(dtype).max]
+        ends = layout.to_env(np.array([[-1.0], [0.0], [1.0], [-2.5], [7.0]], np.float32))  # beyond ±1: clipped
+        assert [end[0] for end in ends] == [np.finfo(dtype).min, 0.0, np.finfo(dtype).max, np.finfo(dtype).min,
+                                            np.finfo(dtype).max]
+        ends = ends[:3]
         np.testing.assert_allclose([layout.from_env(end)[0] for end in ends], [-1.0, 0.0, 1.0])
 
 
