@@ -232,6 +232,8 @@ def to_openspiel(
           :class:`~bridges.openspiel.OpenSpielEnv` then reports truncation, not termination).
           Agents that end before the game does simply have no more turns: OpenSpiel gives every
           player its final observation at the end.
+        - **Infos**: OpenSpiel states have none: the env's infos (``"__common__"`` too) stay
+          behind, and an :class:`~bridges.openspiel.OpenSpielEnv` over the game gives ``{}``.
         - **Observations**: a player's observation is the last one its agent received (zeros or
           ``""`` before the first); the tensor is its ``"observation"`` entry flattened, provided
           when every agent observes a Box of the same size. The information state string lists
