@@ -167,6 +167,14 @@ def _where_different(a: Any, b: Any, path: str, depth: int = 0) -> tuple[str, An
         for index, (x, y) in enumerate(zip(a, b, strict=True)):
             if not same(x, y, depth + 1):
                 return _where_different(x, y, f"{path}[{index}]", depth + 1)
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and a.size:
+        with np.errstate(invalid="ignore"):
+            differ = np.asarray(a != b)
+            if a.dtype.kind in "fc" and b.dtype.kind in "fc":
+                differ &= ~(np.isnan(a) & np.isnan(b))
+        if differ.any():  # else only the dtypes differ: the arrays are the difference
+            index = tuple(int(i) for i in np.argwhere(differ)[0])
+            return f"{path}[{', '.join(map(str, index))}]", a[index].item(), b[index].item()
     return path, a, b
 
 

@@ -82,6 +82,12 @@ _RNG_HINT = (
     "Draw every random number from self.np_random (seeded by super().reset(seed=seed)), never from "
     "np.random.* or the random module."
 )
+# PettingZoo's base classes have no np_random and a reset that raises NotImplementedError.
+_PETTINGZOO_RNG_HINT = (
+    "Seed a generator in reset(seed): self.np_random, self.np_random_seed = "
+    "gymnasium.utils.seeding.np_random(seed), as PettingZoo's own envs do, and draw every random number "
+    "from it, never from np.random.* or the random module."
+)
 
 
 def check_env(
@@ -202,6 +208,8 @@ class _Run:
         self._previous: list[tuple[Any, Any, Any, str]] = []
         self._previous_dicts: list[tuple[str, dict[Any, Any], list[tuple[Any, Any]], str]] = []
         self._first_possible: list[Any] | None = None  # possible_agents as first read, when a list
+        # A PettingZoo env (bridged) seeds its own generator: super().reset() raises there.
+        self._pettingzoo = type(self.env).__module__ == "bridges.pettingzoo"
 
     def run(self) -> None:
         self._pickle()
@@ -588,7 +596,7 @@ class _Run:
                         f"the env draws from {source} in {call} of {label}, which reset(seed=...) does not seed, "
                         f"so the same seed gives different draws {who}",
                         step=step,
-                        hint=_RNG_HINT,
+                        hint=_PETTINGZOO_RNG_HINT if self._pettingzoo else _RNG_HINT,
                         key=who,
                     )
                     return
@@ -608,6 +616,8 @@ class _Run:
         self, message: str, step: int, leak: bool, error: BaseException | None = None, agent: Any = None
     ) -> None:
         hint = RULES["determinism.seed"].fix
+        if self._pettingzoo:
+            hint = f"{_PETTINGZOO_RNG_HINT} Reset every piece of episode state in reset()."
         if leak:
             hint += " Something carries over from the previous episode: reset it in reset()."
         self.collector.add("determinism.seed", message, agent=agent, step=step, hint=hint, error=error)

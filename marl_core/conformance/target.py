@@ -233,6 +233,9 @@ def resolve(obj: Any) -> Target:
             given = (f" (it was called with an empty config, {{}}, for its parameter {parameter!r}, as RLlib calls env "
                      f"classes; if it needs other arguments, pass a zero-argument factory, e.g. "
                      f"`lambda: {getattr(obj, '__name__', 'make_env')}(...)`)")
+        elif accepts_config(obj):  # an optional config that defaults to None, as RLlib's example envs have
+            given = (" (it was called with no argument; if it needs a config, as RLlib passes one: marl-check "
+                     "--config '{}', or check_env(lambda: Env({})))")
         failure = TargetBuildError(
             f"calling {name_of(obj)} to build the env raised {type(error).__name__}: {error}{given}"
         )

@@ -246,8 +246,43 @@ def test_reward_and_dead_agent_findings_name_the_agent_and_step() -> None:
 def test_state_leak_is_caught_on_the_same_instance_only() -> None:
     (finding,) = check_env(broken_envs.LeakyEpisodeCounter).findings
     assert "same instance reset again" in finding.message
-    assert finding.agent == "a" and "observation of agent 'a' differs" in finding.message
+    # Inside an array too, where and what: it printed both arrays' first entries, which were equal.
+    assert finding.agent == "a" and "observation of agent 'a' differs at ['observation'][1]: 5.0 then 6.0" in (
+        finding.message)
     assert "reset()" in finding.hint
+
+
+class _GlobalDrawingParallelEnv:
+    """A PettingZoo parallel env whose start position comes from numpy's global generator."""
+
+    metadata = {"name": "global_drawing_v0"}
+    possible_agents = ["a"]
+
+    def observation_space(self, agent):
+        return spaces.Box(0.0, 1.0, (1,), np.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.agents = ["a"]
+        return {"a": np.random.random(1).astype(np.float32)}, {"a": {}}
+
+    def step(self, actions):
+        self.agents = []
+        return ({"a": np.zeros(1, np.float32)}, {"a": 0.0}, {"a": True}, {"a": False}, {"a": {}})
+
+
+def test_the_seeding_fix_for_a_pettingzoo_env_is_pettingzoos_way() -> None:
+    # It said "super().reset(seed=seed)", which raises NotImplementedError in PettingZoo's base classes.
+    from pettingzoo import ParallelEnv
+
+    env_class = type("GlobalDrawing", (_GlobalDrawingParallelEnv, ParallelEnv), {})
+    findings = [f for f in check_env(env_class).findings if f.rule == "determinism.seed"]
+    assert findings and all("gymnasium.utils.seeding.np_random(seed)" in f.hint for f in findings)
+    assert all("super().reset" not in f.hint for f in findings)
+    ours = [f for f in check_env(broken_envs.GlobalRandomNoise).findings if f.rule == "determinism.seed"]
+    assert ours and all("super().reset(seed=seed)" in f.hint for f in ours)
 
 
 @pytest.mark.parametrize(("period", "episodes"), [(3, 3), (2, 2), (2, 4), (5, 5)])

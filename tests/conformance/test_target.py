@@ -69,6 +69,22 @@ class LookAlike:
         self.inner.close()
 
 
+class NeedsItsConfig(Duel):
+    """Takes an optional config that it reads, as RLlib's example envs do (None: it fails)."""
+
+    def __init__(self, config=None):
+        self.size = config.get("size", 3)  # None has no get
+        super().__init__(config)
+
+
+def test_a_class_whose_optional_config_it_needs_is_told_to_get_one() -> None:
+    # RLlib's RockPaperScissors: "'NoneType' object has no attribute 'get'" and no word of --config.
+    with pytest.raises(TargetBuildError, match=r"called with no argument; if it needs a config, as RLlib passes one: "
+                                               r"marl-check --config '\{\}', or check_env\(lambda: Env\(\{\}\)\)"):
+        check_env(NeedsItsConfig)
+    assert check_env(lambda: NeedsItsConfig({})).ok
+
+
 def test_protocol_look_alike_is_checked_without_wrapping(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(bridges._EXPORTS, "wrap", raising=False)
     assert check_env(LookAlike).findings == ()
