@@ -251,6 +251,8 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                               f"{type(error).__name__}: {error}") from error
     if problems:
         raise restore_error(problems)
+    if "normalize_actions" not in data:  # saved before the option: its policies learned in the env's units
+        config.normalize_actions = False
     config = config._update("from_checkpoint", overrides)
     try:
         config.validate(overrides)  # a bad override is the caller's: a ConfigError as such

@@ -712,8 +712,6 @@ class PPOConfig:
         """The fields of ``data`` that come back, and what keeps the others from coming back
         (with ``require_env``, as for a checkpoint: an env saved without a name, too)."""
         config = cls()
-        if "normalize_actions" not in data:  # saved before the option: its policies act in the env's units
-            config.normalize_actions = False
         names = {f.name for f in fields(cls)}
         problems: list[str] = []
         for key, value in data.items():

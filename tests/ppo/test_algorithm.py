@@ -1310,6 +1310,7 @@ def _wide_box_config(**environment):
 
 def test_actions_are_normalized_as_rllib_does_unless_turned_off_and_old_checkpoints_keep_their_units(tmp_path, caplog):
     assert PPOConfig().normalize_actions is True  # RLlib's default
+    assert PPOConfig.from_json_dict({"lr": 1e-3}).normalize_actions is True  # a config, not a checkpoint
     assert PPOConfig().set("environment.normalize_actions", "false").normalize_actions is False
     with pytest.raises(ConfigError, match="normalize_actions"):
         _wide_box_config(normalize_actions="yes").build()
