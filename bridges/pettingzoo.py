@@ -92,9 +92,15 @@ def _masked_info_agents(
     masked = {}
     for agent_id in possible:
         space = act_space_of(agent_id)
-        if action_mask_size(space) is not None and not is_masked(obs_space_of(agent_id)):
+        if _mask_moves(space, obs_space_of(agent_id)):
             masked[agent_id] = space
     return masked
+
+
+def _mask_moves(action_space: gym.Space, observation_space: gym.Space) -> bool:
+    """Whether an agent's mask in info moves into its observation: its action space takes one,
+    and its observation holds none."""
+    return action_mask_size(action_space) is not None and not is_masked(observation_space)
 
 
 def _with_mask(
@@ -173,7 +179,8 @@ class _PettingZooBase(MultiAgentEnv):
             self._reset_env(seed=None, options=None)
             possible = list(env.agents)
         self.possible_agents = list(possible)
-        self._info_masks = (
+        self._possible = frozenset(self.possible_agents)
+        self._info_masks: dict[AgentID, gym.Space | None] = (  # None: an agent whose mask does not move
             _masked_info_agents(self.possible_agents, env.observation_space, env.action_space)
             if mask_in_info
             else {}
@@ -220,18 +227,20 @@ class _PettingZooBase(MultiAgentEnv):
         """The action space of ``agent_id`` when its mask moves from info (None: it does not). An
         agent outside ``possible_agents`` (generated during an episode) of an env with info masks
         is looked at when first seen, so that its observations take the same form."""
-        action_space = self._info_masks.get(agent_id)
-        if action_space is None and agent_id not in self.action_spaces:
-            action_space = self.get_action_space(agent_id)
-            if action_mask_size(action_space) is None or is_masked(self.env.observation_space(agent_id)):
-                return None
-            self._info_masks[agent_id] = action_space
-            self.observation_spaces.pop(agent_id, None)  # read before its first observation: masked now
+        if agent_id in self._info_masks or not self._info_masks or agent_id in self._possible:
+            return self._info_masks.get(agent_id)
+        try:
+            action_space = self.env.action_space(agent_id)
+            if not _mask_moves(action_space, self.env.observation_space(agent_id)):
+                action_space = None
+        except Exception:  # the env's own lookup (KeyError, ...): no space, no mask to move
+            action_space = None
+        self._info_masks[agent_id] = action_space  # None: looked at, none to move
         return action_space
 
     def _observation_space(self, agent_id: AgentID) -> gym.Space:
         space = self.env.observation_space(agent_id)
-        action_space = self._info_masks.get(agent_id)
+        action_space = self._info_mask_space(agent_id)
         return space if action_space is None else masked_space(space, action_mask_size(action_space))
 
     def get_observation_space(self, agent_id: AgentID) -> gym.Space:

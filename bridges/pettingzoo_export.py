@@ -135,9 +135,10 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
           that completes the step (buffering steps clear ``rewards``), and accumulate in
           ``last()`` as in any AEC env, so each agent's sum is unchanged. A reward for an agent
           that has not joined yet waits until it joins; an agent that ends, or whose episode
-          ends, before it was ever observed joins then, for a dead step that carries it. The one
-          exception: a reward for an agent that has already left (after its dead step) cannot
-          reach it in the AEC API; it is logged as a warning, and left out.
+          ends, before it was ever observed joins then, for a dead step that carries it. Two
+          exceptions cannot reach an agent in the AEC API, and are logged as a warning and left
+          out: a reward for an agent that has already left (after its dead step), and one for an
+          id outside ``possible_agents`` that never joins before the episode ends.
         - **Dead agents and "__all__":** agents that end (or all agents, on ``"__all__"``) get
           ``terminations`` / ``truncations`` and a dead step, first in the order of the
           observation dict; ``step`` must then receive None for them.

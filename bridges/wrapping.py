@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 from collections.abc import Callable
@@ -192,5 +193,7 @@ def wrap(obj: Any) -> MultiAgentEnv:
     hint = ""
     if isinstance(obj, str):
         hint = " (a string: for an OpenSpiel game use pyspiel.load_game(name), for Gymnasium gymnasium.make(id))"
+    elif callable(obj) and not (isinstance(obj, type) or inspect.isfunction(obj) or inspect.ismethod(obj)):
+        hint = " (it is callable: call it to build the env, then wrap the result)"  # a partial, say
     supported = "; ".join(kind.description for kind in SUPPORTED)
     raise UnsupportedEnvError(f"cannot wrap {type_name(obj)} as a MultiAgentEnv; supported: {supported}{hint}")

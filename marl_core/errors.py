@@ -57,8 +57,7 @@ def type_name(value: Any) -> str:
         return f"the class {value.__module__}.{value.__qualname__} (not an instance: build the env from it first)"
     if inspect.isfunction(value) or inspect.ismethod(value):
         return f"the function {value.__module__}.{value.__qualname__} (not an env: call it to build one)"
-    name = f"{type(value).__module__}.{type(value).__qualname__}"
-    return f"{name} (callable: call it to build the env)" if callable(value) else name  # a partial, say
+    return f"{type(value).__module__}.{type(value).__qualname__}"
 
 
 def with_article(noun: str) -> str:

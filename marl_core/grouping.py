@@ -107,10 +107,11 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
           rewards), so nothing is lost when members are paid between the group's turns. Rewards
           paid after the group has ended count in the group's reward only: an ended group gets
           no more infos.
-          ``infos[group]["member_infos"]`` holds the members' latest info dicts. RLlib's keys
-          are there too, as lists in member order: ``"_group_rewards"`` (the
-          ``individual_rewards`` values) and ``"_group_info"`` (each member's latest info
-          dict, ``{}`` for a member without one).
+          ``infos[group]["member_infos"]`` holds the info dicts members got since the group
+          last appeared, by member (the latest of each). RLlib's keys are there too, as lists in
+          member order: ``"_group_rewards"`` (the ``individual_rewards`` values) and
+          ``"_group_info"`` (each member's info of ``member_infos``, ``{}`` for a member
+          without one).
         - **Dead agents:** the group ends when all its members have ended: truncated if any
           member was truncated (and not terminated), terminated otherwise. A group whose last
           members end without final observations gets its final observation (its members'

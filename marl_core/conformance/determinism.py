@@ -167,7 +167,8 @@ def _where_different(a: Any, b: Any, path: str, depth: int = 0) -> tuple[str, An
         for index, (x, y) in enumerate(zip(a, b, strict=True)):
             if not same(x, y, depth + 1):
                 return _where_different(x, y, f"{path}[{index}]", depth + 1)
-    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and a.size:
+    if (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and a.ndim and a.size
+            and a.dtype.kind in "biufc" and b.dtype.kind in "biufc"):  # numbers: elementwise, one value each
         with np.errstate(invalid="ignore"):
             differ = np.asarray(a != b)
             if a.dtype.kind in "fc" and b.dtype.kind in "fc":

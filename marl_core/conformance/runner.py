@@ -208,8 +208,8 @@ class _Run:
         self._previous: list[tuple[Any, Any, Any, str]] = []
         self._previous_dicts: list[tuple[str, dict[Any, Any], list[tuple[Any, Any]], str]] = []
         self._first_possible: list[Any] | None = None  # possible_agents as first read, when a list
-        # A PettingZoo env (bridged) seeds its own generator: super().reset() raises there.
-        self._pettingzoo = type(self.env).__module__ == "bridges.pettingzoo"
+        # A PettingZoo env (bridged, not one of ours exported) seeds its own generator: super().reset() raises there.
+        self._pettingzoo = type(self.env).__module__ == "bridges.pettingzoo" and getattr(self.env, "_export", None) is None
 
     def run(self) -> None:
         self._pickle()
@@ -617,7 +617,7 @@ class _Run:
     ) -> None:
         hint = RULES["determinism.seed"].fix
         if self._pettingzoo:
-            hint = f"{_PETTINGZOO_RNG_HINT} Reset every piece of episode state in reset()."
+            hint = _PETTINGZOO_RNG_HINT + ("" if leak else " Reset every piece of episode state in reset().")
         if leak:
             hint += " Something carries over from the previous episode: reset it in reset()."
         self.collector.add("determinism.seed", message, agent=agent, step=step, hint=hint, error=error)

@@ -117,6 +117,15 @@ def _arguments(factory: Callable[..., Any]) -> tuple[Any, ...]:
     return ()
 
 
+def _optional_config(factory: Callable[..., Any]) -> bool:
+    """Whether the first parameter of ``factory`` is a config (by its name) that defaults to None."""
+    try:
+        first = next(iter(inspect.signature(factory).parameters.values()), None)
+    except (TypeError, ValueError):
+        return False
+    return first is not None and "config" in first.name and first.default is None
+
+
 def _call_factory(factory: Callable[..., Any]) -> Any:
     return factory(*_arguments(factory))
 
@@ -233,9 +242,10 @@ def resolve(obj: Any) -> Target:
             given = (f" (it was called with an empty config, {{}}, for its parameter {parameter!r}, as RLlib calls env "
                      f"classes; if it needs other arguments, pass a zero-argument factory, e.g. "
                      f"`lambda: {getattr(obj, '__name__', 'make_env')}(...)`)")
-        elif accepts_config(obj):  # an optional config that defaults to None, as RLlib's example envs have
-            given = (" (it was called with no argument; if it needs a config, as RLlib passes one: marl-check "
-                     "--config '{}', or check_env(lambda: Env({})))")
+        elif _optional_config(obj):  # a config that defaults to None, as RLlib's example envs have
+            name = getattr(obj, "__name__", "make_env")
+            given = (f" (it was called with no argument; if it needs its config, as RLlib passes one: marl-check "
+                     f"--config '{{}}', or check_env(lambda: {name}({{}})))")
         failure = TargetBuildError(
             f"calling {name_of(obj)} to build the env raised {type(error).__name__}: {error}{given}"
         )

@@ -265,12 +265,42 @@ def test_an_agent_generated_during_the_episode_gets_its_info_mask_moved_too():
     # Its mask stayed in its info, its observation was not a Dict and a masked action reached the env.
     env = ParallelPettingZooEnv(SpawnsAnAgentWithInfoMasks())
     env.reset(seed=0)
+    early = env.get_observation_space("b")  # asked before its first observation: the same form
     obs, _, _, _, infos = env.step({"a": 0})
+    assert early == env.get_observation_space("b")
     assert obs["b"]["action_mask"].tolist() == [1, 0, 0] and "action_mask" not in infos["b"]
     assert env.get_observation_space("b") == env.get_observation_space("a")
     assert env.get_observation_space("b").contains(obs["b"])
     with pytest.raises(IllegalActionError, match="agent 'b': received 2"):
         env.step({"a": 0, "b": 2})
+
+
+class SpawnsAnAgentWithoutSpaces(SpawnsAnAgentWithInfoMasks):
+    """``b`` appears once, ended, and the env knows no space for it."""
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        if agent != "a":
+            raise KeyError(agent)
+        return super().observation_space(agent)
+
+    def action_space(self, agent: str) -> spaces.Space:
+        if agent != "a":
+            raise KeyError(agent)
+        return super().action_space(agent)
+
+    def step(self, actions):
+        obs = {agent: np.zeros(2, np.float32) for agent in ("a", "b")}
+        flags = {"a": False, "b": True}
+        self.agents = ["a"]
+        return obs, dict.fromkeys(obs, 0.0), flags, dict.fromkeys(obs, False), {"a": {"action_mask": np.ones(3, np.int8)}}
+
+
+def test_an_agent_without_spaces_in_an_env_with_info_masks_steps_as_before():
+    # Looking for its mask asked the env for its spaces: step() raised UnknownAgentError or KeyError.
+    env = ParallelPettingZooEnv(SpawnsAnAgentWithoutSpaces())
+    env.reset(seed=0)
+    obs, _, terminateds, _, _ = env.step({"a": 0})
+    assert terminateds["b"] is True and obs["b"].shape == (2,) and "action_mask" in obs["a"]
 
 
 def _play(env: Any, seed: int) -> list:

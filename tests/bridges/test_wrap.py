@@ -109,9 +109,11 @@ def test_a_class_passed_for_an_env_is_named_as_that_class_everywhere() -> None:
             caught.value), (bridge, str(caught.value))
     with pytest.raises(UnsupportedEnvError, match=r"the function .*rollout \(not an env: call it to build one\)"):
         wrap(rollout)
-    for bridge in (wrap, from_rllib, to_rllib, PettingZooEnv, from_gymnasium):  # a factory, as configs hold them
-        with pytest.raises(MultiAgentEnvError, match=r"functools\.partial \(callable: call it to build the env\)"):
+    for bridge in (from_rllib, to_rllib, PettingZooEnv, from_gymnasium):  # a factory, as configs hold them
+        with pytest.raises(MultiAgentEnvError, match=r"received functools\.partial"):
             bridge(functools.partial(RockPaperScissors))
+    with pytest.raises(UnsupportedEnvError, match=r"cannot wrap functools\.partial as .*\(it is callable: call it"):
+        wrap(functools.partial(RockPaperScissors))
 
 
 def test_bridges_wrap_is_the_function_even_after_its_module_is_imported() -> None:

@@ -283,6 +283,30 @@ def test_the_seeding_fix_for_a_pettingzoo_env_is_pettingzoos_way() -> None:
     assert all("super().reset" not in f.hint for f in findings)
     ours = [f for f in check_env(broken_envs.GlobalRandomNoise).findings if f.rule == "determinism.seed"]
     assert ours and all("super().reset(seed=seed)" in f.hint for f in ours)
+    # Ours exported to PettingZoo and checked through the bridge: the code to fix is ours.
+    from bridges.pettingzoo import to_parallel
+
+    exported = [f for f in check_env(lambda: to_parallel(broken_envs.GlobalRandomNoise())).findings
+                if f.rule == "determinism.seed"]
+    assert exported and all("super().reset(seed=seed)" in f.hint for f in exported)
+
+
+def test_where_observations_differ_is_named_inside_number_arrays_only() -> None:
+    from marl_core.conformance.determinism import _where_different
+
+    assert _where_different(np.array([1.0, 2.0]), np.array([1.0, 3.0]), "") == ("[1]", 2.0, 3.0)
+    assert _where_different(np.array([[0, 1], [2, 3]]), np.array([[0, 1], [2, 4]]), "x") == ("x[1, 1]", 3, 4)
+    zero_d = (np.array(1.0), np.array(2.0))
+    assert _where_different(*zero_d, "") == ("", *zero_d)  # no "[]"
+    # Object arrays (strings, ragged arrays) are shown whole: comparing them element by element
+    # raised inside the checker, which filed it as the env's crash.
+    words = (np.array(["a", "b"], dtype=object), np.array(["a", "c"], dtype=object))
+    assert _where_different(*words, "") == ("", *words)
+    ragged = np.empty(2, dtype=object)
+    ragged[:] = [np.zeros(2), np.zeros(3)]
+    other = np.empty(2, dtype=object)
+    other[:] = [np.zeros(2), np.ones(3)]
+    assert _where_different(ragged, other, "")[0] == ""
 
 
 @pytest.mark.parametrize(("period", "episodes"), [(3, 3), (2, 2), (2, 4), (5, 5)])

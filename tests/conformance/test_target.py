@@ -79,10 +79,18 @@ class NeedsItsConfig(Duel):
 
 def test_a_class_whose_optional_config_it_needs_is_told_to_get_one() -> None:
     # RLlib's RockPaperScissors: "'NoneType' object has no attribute 'get'" and no word of --config.
-    with pytest.raises(TargetBuildError, match=r"called with no argument; if it needs a config, as RLlib passes one: "
-                                               r"marl-check --config '\{\}', or check_env\(lambda: Env\(\{\}\)\)"):
+    with pytest.raises(TargetBuildError, match=r"called with no argument; if it needs its config, as RLlib passes one: "
+                                               r"marl-check --config '\{\}', or check_env\(lambda: NeedsItsConfig\(\{\}\)\)"):
         check_env(NeedsItsConfig)
     assert check_env(lambda: NeedsItsConfig({})).ok
+
+    class NeedsADisplay(Duel):
+        def __init__(self, render_mode=None):
+            raise RuntimeError("cannot open display :0")
+
+    with pytest.raises(TargetBuildError) as caught:  # an optional argument that is not a config: no such hint
+        check_env(NeedsADisplay)
+    assert "cannot open display" in str(caught.value) and "--config" not in str(caught.value)
 
 
 def test_protocol_look_alike_is_checked_without_wrapping(monkeypatch: pytest.MonkeyPatch) -> None:
