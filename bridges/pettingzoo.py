@@ -231,12 +231,12 @@ class _PettingZooBase(MultiAgentEnv):
             return self._info_masks.get(agent_id)
         try:
             action_space = self.env.action_space(agent_id)
-            if not _mask_moves(action_space, self.env.observation_space(agent_id)):
-                action_space = None
-        except Exception:  # the env's own lookup (KeyError, ...): no space, no mask to move
-            action_space = None
-        self._info_masks[agent_id] = action_space  # None: looked at, none to move
-        return action_space
+            observation_space = self.env.observation_space(agent_id)
+        except Exception:  # the env's own lookup (KeyError, ...): no space yet, no mask to move now
+            return None
+        moves = _mask_moves(action_space, observation_space)
+        self._info_masks[agent_id] = action_space if moves else None  # None: looked at, none to move
+        return self._info_masks[agent_id]
 
     def _observation_space(self, agent_id: AgentID) -> gym.Space:
         space = self.env.observation_space(agent_id)

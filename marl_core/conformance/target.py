@@ -118,12 +118,15 @@ def _arguments(factory: Callable[..., Any]) -> tuple[Any, ...]:
 
 
 def _optional_config(factory: Callable[..., Any]) -> bool:
-    """Whether the first parameter of ``factory`` is a config (by its name) that defaults to None."""
+    """Whether the first parameter of ``factory`` is a config (``config`` or ``env_config``, taken
+    by position, as RLlib passes it) that defaults to None."""
     try:
         first = next(iter(inspect.signature(factory).parameters.values()), None)
     except (TypeError, ValueError):
         return False
-    return first is not None and "config" in first.name and first.default is None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return first is not None and first.name in ("config", "env_config") and first.kind in positional and (
+        first.default is None)
 
 
 def _call_factory(factory: Callable[..., Any]) -> Any:

@@ -303,6 +303,26 @@ def test_an_agent_without_spaces_in_an_env_with_info_masks_steps_as_before():
     assert terminateds["b"] is True and obs["b"].shape == (2,) and "action_mask" in obs["a"]
 
 
+class JoinsWithItsActionSpace(SpawnsAnAgentWithInfoMasks):
+    """``b`` has an observation space from the start, and an action space once it has joined."""
+
+    def action_space(self, agent: str) -> spaces.Space:
+        if agent == "b" and "b" not in getattr(self, "agents", ()):
+            raise KeyError(agent)
+        return super().action_space(agent)
+
+
+def test_an_agent_whose_action_space_comes_when_it_joins_gets_its_mask_moved_then():
+    # Asked before it joined, its missing action space was taken as "no mask" for good.
+    env = ParallelPettingZooEnv(JoinsWithItsActionSpace())
+    env.reset(seed=0)
+    env.get_observation_space("b")
+    obs, _, _, _, infos = env.step({"a": 0})
+    assert obs["b"]["action_mask"].tolist() == [1, 0, 0] and "action_mask" not in infos["b"]
+    with pytest.raises(IllegalActionError, match="agent 'b': received 2"):
+        env.step({"a": 0, "b": 2})
+
+
 def _play(env: Any, seed: int) -> list:
     from marl_core.rollout import play
 

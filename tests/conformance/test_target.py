@@ -88,9 +88,14 @@ def test_a_class_whose_optional_config_it_needs_is_told_to_get_one() -> None:
         def __init__(self, render_mode=None):
             raise RuntimeError("cannot open display :0")
 
-    with pytest.raises(TargetBuildError) as caught:  # an optional argument that is not a config: no such hint
-        check_env(NeedsADisplay)
-    assert "cannot open display" in str(caught.value) and "--config" not in str(caught.value)
+    class TakesItByKeyword(Duel):
+        def __init__(self, *, config=None):
+            raise RuntimeError("cannot open display :0")
+
+    for no_config in (NeedsADisplay, TakesItByKeyword):  # not a config, or not one --config can pass: no hint
+        with pytest.raises(TargetBuildError) as caught:
+            check_env(no_config)
+        assert "cannot open display" in str(caught.value) and "--config" not in str(caught.value)
 
 
 def test_protocol_look_alike_is_checked_without_wrapping(monkeypatch: pytest.MonkeyPatch) -> None:
