@@ -86,6 +86,9 @@ class ActionLayout:
     def __init__(self, space: spaces.Space, normalize_actions: bool = False) -> None:
         self.space = space
         self.normalize_actions = normalize_actions
+        # id of each Box the rows hold in [-1, 1] -> (middle, half width): computed once, read per row
+        self._mapped = {id(box): _middle_and_half_width(box) for box in _boxes(space)
+                        if normalize_actions and normalized_box(box)}
         self.leaves = leaves(space)
         self.num_inputs = sum(leaf.size * (2 if leaf.kind == "gauss" else 1) for leaf in self.leaves)
         self.num_columns = sum(1 if leaf.kind == "cat" else leaf.size for leaf in self.leaves)
@@ -150,11 +153,11 @@ class ActionLayout:
         with ``normalize_actions``, and clipped to them)."""
         if self.is_discrete:
             return list((rows[:, 0].astype(np.int64) + np.int64(self.space.start)).astype(self.space.dtype, copy=False))
-        return [_unflatten(self.space, row, [0], self.normalize_actions)[0] for row in rows]
+        return [_unflatten(self.space, row, [0], self._mapped)[0] for row in rows]
 
     def from_env(self, action: Any) -> np.ndarray:
         """One env action -> its flat row (the inverse of :meth:`to_env` inside the bounds)."""
-        return np.asarray(_flatten(self.space, action, self.normalize_actions), dtype=np.float32)
+        return np.asarray(_flatten(self.space, action, self._mapped), dtype=np.float32)
 
 
 def name_stuck_rows(error: EnvContractError, names: Sequence[Any], what: str, policy_id: str) -> EnvContractError | None:
@@ -190,7 +193,14 @@ def _middle_and_half_width(space: spaces.Box) -> tuple[np.ndarray, np.ndarray]:
     return low + high, high - low
 
 
-def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], normalize: bool) -> tuple[Any]:
+def _boxes(space: spaces.Space) -> list[spaces.Box]:
+    """The Box spaces in ``space`` (itself, or inside its Tuples)."""
+    if isinstance(space, spaces.Tuple):
+        return [box for sub in space.spaces for box in _boxes(sub)]
+    return [space] if isinstance(space, spaces.Box) else []
+
+
+def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], mapped: dict[int, Any]) -> tuple[Any]:
     start = at[0]
     if isinstance(space, spaces.Discrete):
         at[0] += 1
@@ -202,26 +212,26 @@ def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], normalize: b
     if isinstance(space, spaces.Box):
         at[0] += int(np.prod(space.shape))
         value = row[start : at[0]].reshape(space.shape)
-        if normalize and normalized_box(space):
-            middle, half_width = _middle_and_half_width(space)
+        if (mapping := mapped.get(id(space))) is not None:
+            middle, half_width = mapping
             value = middle + np.clip(value, -1.0, 1.0) * half_width  # clipped first: beyond ±1 it may overflow
         value = np.clip(value, space.low, space.high)
         return (np.asarray(value, dtype=space.dtype),)  # 0-d arrays for shape (): np.clip gives a scalar
-    return (tuple(_unflatten(sub, row, at, normalize)[0] for sub in space.spaces),)
+    return (tuple(_unflatten(sub, row, at, mapped)[0] for sub in space.spaces),)
 
 
-def _flatten(space: spaces.Space, action: Any, normalize: bool) -> list[float]:
+def _flatten(space: spaces.Space, action: Any, mapped: dict[int, Any]) -> list[float]:
     if isinstance(space, spaces.Discrete):
         return [int(action) - int(space.start)]
     if isinstance(space, spaces.MultiDiscrete):
         return list((np.asarray(action) - space.start).reshape(-1))
     if isinstance(space, spaces.Box):
         value = np.asarray(action, dtype=np.float64).reshape(-1)
-        if normalize and normalized_box(space):
-            middle, half_width = (part.reshape(-1) for part in _middle_and_half_width(space))
+        if (mapping := mapped.get(id(space))) is not None:
+            middle, half_width = (part.reshape(-1) for part in mapping)
             value = np.where(half_width > 0, (value - middle) / np.where(half_width > 0, half_width, 1.0), 0.0)
         return list(value.astype(np.float32))
-    return [x for sub, a in zip(space.spaces, action, strict=True) for x in _flatten(sub, a, normalize)]
+    return [x for sub, a in zip(space.spaces, action, strict=True) for x in _flatten(sub, a, mapped)]
 
 
 class ObservationMasks:
