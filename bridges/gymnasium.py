@@ -87,7 +87,9 @@ class GymnasiumEnv(MultiAgentEnv):
           ``np_random`` is seeded with ``s`` too.
         - **Masks:** only with ``mask_info_key``: the mask moves from ``info`` into the
           observation (int8, 1 = legal) and stays in ``info`` too; a mask that is not one 0/1
-          entry per action is an :class:`~marl_core.errors.EnvContractError`.
+          entry per action, or a missing one while the episode goes on, is an
+          :class:`~marl_core.errors.EnvContractError` (the final step may leave it out: its
+          observation then has an all-zero mask, as no action follows).
         - **Errors:** an action outside the action space, masked out (with ``check_legal``), for
           another agent, or missing raises a :class:`~marl_core.errors.MultiAgentEnvError` before
           the env is stepped.
@@ -128,9 +130,12 @@ class GymnasiumEnv(MultiAgentEnv):
         self.metadata = dict(getattr(env, "metadata", {}) or {})
         super().__init__()
 
-    def _observation(self, observation: Any, info: Mapping[str, Any]) -> Any:
+    def _observation(self, observation: Any, info: Mapping[str, Any], final: bool = False) -> Any:
         if self.mask_info_key is None:
             return observation
+        if final and self.mask_info_key not in info:  # nothing is left to act on: the step's reward still arrives
+            self._mask = np.zeros(int(self.env.action_space.n), dtype=np.int8)
+            return {OBS_KEY: observation, MASK_KEY: self._mask.copy()}
         if self.mask_info_key not in info:
             raise EnvContractError(
                 f"agent {self.agent_id!r}: expected an action mask under info[{self.mask_info_key!r}], "
@@ -174,8 +179,8 @@ class GymnasiumEnv(MultiAgentEnv):
                                    "terminated, truncated, info) with info a dict, as Gymnasium's API has it since 0.26")
         observation, reward, terminated, truncated, info = result
         reward = scalar_reward(agent_id, reward, self.env)
-        observation = self._observation(observation, info)
         terminated, truncated = bool(terminated), bool(truncated)
+        observation = self._observation(observation, info, final=terminated or truncated)
         if not (terminated or truncated):
             self.agents = [agent_id]
         return (

@@ -170,6 +170,31 @@ def test_an_info_mask_that_is_not_one_0_or_1_per_action_is_named(mask: Any) -> N
     assert obs["agent_0"]["action_mask"].tolist() == [1, 0] and obs["agent_0"]["action_mask"].dtype == np.int8
 
 
+class DropsFinalMask(gym.Wrapper):
+    """Leaves ``info["action_mask"]`` out of the step that ends the episode."""
+
+    def step(self, action: Any) -> tuple[Any, ...]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            info = {k: v for k, v in info.items() if k != "action_mask"}
+        return observation, reward, terminated, truncated, info
+
+
+def test_a_final_step_without_a_mask_keeps_its_reward_with_an_all_zero_mask() -> None:
+    env = from_gymnasium(DropsFinalMask(gym.make("Taxi-v3", max_episode_steps=3)), mask_info_key="action_mask")
+    obs, _ = env.reset(seed=1)
+    for _ in range(3):
+        action = int(np.flatnonzero(obs["agent_0"]["action_mask"])[0])
+        obs, rewards, _, truncateds, infos = env.step({"agent_0": action})
+    assert truncateds["__all__"] and rewards["agent_0"] == -1.0 and "action_mask" not in infos["agent_0"]
+    assert obs["agent_0"]["action_mask"].tolist() == [0] * 6
+    assert env.get_observation_space("agent_0").contains(obs["agent_0"])
+    env.reset(seed=1)  # while the episode goes on, a missing mask is still refused
+    env.env.env.step = lambda action: (0, 0.0, False, False, {})
+    with pytest.raises(EnvContractError, match="expected an action mask under info"):
+        env.step({"agent_0": 0})
+
+
 def test_mask_needs_a_discrete_action_space_and_the_info_key() -> None:
     with pytest.raises(SpaceError, match="Discrete action space for agent 'agent_0'"):
         from_gymnasium(gym.make("Pendulum-v1"), mask_info_key="action_mask")
