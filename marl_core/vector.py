@@ -103,8 +103,9 @@ class VectorMultiAgentEnv:
             the next call. ``call()`` returns what the envs return.
 
     Semantics:
-        - ``reset(seed=s)`` resets env ``i`` with ``seed=s + i`` (``None`` stays ``None``) and
-          its own copy of ``options``, and returns ``(obs_list, infos_list)``, one dict per env.
+        - ``reset(seed=s)`` resets env ``i`` with ``seed=s + i`` (``None`` stays ``None``), or
+          with ``seed=s[i]`` when ``s`` is a list of one int or None per env, and its own copy
+          of ``options``, and returns ``(obs_list, infos_list)``, one dict per env.
         - ``step(action_list)`` takes one action dict per env and returns ``(obs_list,
           rewards_list, terminateds_list, truncateds_list, infos_list)``: what each env
           returned (copied, see ``copy``), otherwise untouched. Rewards, dead agents, ``"__all__"``, chance and action masks are
@@ -247,17 +248,24 @@ class VectorMultiAgentEnv:
     # Episode API --------------------------------------------------------------------------
 
     def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[list[dict[AgentID, Any]], list[dict[AgentID, Any]]]:
-        """Reset every env, env ``i`` with ``seed + i`` and its own copy of ``options``; return
-        ``(obs_list, infos_list)``."""
+        """Reset every env, env ``i`` with ``seed + i`` (or ``seed[i]`` from a list of one seed
+        or None per env, as Gymnasium's vector envs take it) and its own copy of ``options``;
+        return ``(obs_list, infos_list)``.
+
+        Raises:
+            VectorEnvError: a list of seeds whose length is not ``num_envs``.
+            SeedError: a seed that is not a non-negative integer (before any env resets).
+        """
         self._check_usable()
-        seed = seed_value(seed)  # numpy integers as Python ints; a SeedError before anything resets
-        if seed is not None:
-            self._rebuild_rngs = [np.random.default_rng([(seed + i) % 2**63, 0x5EED]) for i in range(self.num_envs)]
+        seeds = self._seeds(seed)
+        for index, own_seed in enumerate(seeds):
+            if own_seed is not None:
+                self._rebuild_rngs[index] = np.random.default_rng([own_seed % 2**63, 0x5EED])
         copies = _copies(options, self.num_envs + 1)
         pristine = copies.pop()  # untouched by the envs: for rebuilds after a failed reset
-        commands = [("reset", (None if seed is None else seed + i, own)) for i, own in enumerate(copies)]
+        commands = [("reset", (own_seed, own)) for own_seed, own in zip(seeds, copies)]
         results = self._run_all(commands, reset_options=pristine)
         obs_list = [obs for obs, _ in results]
         for index, obs in enumerate(obs_list):
@@ -266,6 +274,16 @@ class VectorMultiAgentEnv:
         self.reset_results = [None] * self.num_envs
         self._reset_needed = None
         return obs_list, [infos for _, infos in results]
+
+    def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
+        """One seed (a Python int) or None per env, from ``reset``'s ``seed``."""
+        if isinstance(seed, (list, tuple, np.ndarray)):
+            if len(seed) != self.num_envs:
+                raise VectorEnvError(f"reset(seed=...) needs one seed (or None) per env ({self.num_envs}), "
+                                     f"received a {type(seed).__name__} of {len(seed)}: {seed!r:.80}")
+            return [seed_value(own) for own in seed]
+        first = seed_value(seed)  # numpy integers as Python ints; a SeedError before anything resets
+        return [None if first is None else first + index for index in range(self.num_envs)]
 
     def step(self, action_list: Sequence[Mapping[AgentID, Any]]) -> _Result:
         """Step every env with its action dict (autoresetting ended envs); see the class doc."""

@@ -1415,6 +1415,32 @@ def test_reset_takes_numpy_integer_seeds_and_refuses_others_before_anything_rese
             assert venv.last_failures == []
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_reset_takes_a_seed_per_env_as_gymnasium_vectors_do(mode: str) -> None:
+    from marl_core.errors import SeedError
+
+    with VectorMultiAgentEnv([lambda: EndsAfter(3)] * 3, mode) as venv:
+        _, infos_list = venv.reset(seed=[4, None, np.int64(9)])
+        assert [infos["player1"]["seed"] for infos in infos_list] == [4, None, 9]
+        assert type(infos_list[2]["player1"]["seed"]) is int
+        assert_same(venv.reset(seed=np.array([5, 6, 7])), venv.reset(seed=5))
+        for bad, error, message in (([1, 2], VectorEnvError, r"one seed \(or None\) per env \(3\), received a list of 2"),
+                                    ((1, -2, 3), SeedError, "received -2")):
+            with pytest.raises(error, match=message):
+                venv.reset(seed=bad)
+        venv.step([{"player1": 0, "player2": 1}] * 3)  # the refused resets reset nothing
+        assert venv.call("num_moves") == [1, 1, 1]
+    # A rebuilt env draws its seed from the stream its own seed started: a list gives the same.
+    failed_seeds = []
+    for seed in (7, [7, 8, 9]):
+        factories = [RockPaperScissors, lambda: SeedEchoEnv(fail_at=2), RockPaperScissors]
+        with VectorMultiAgentEnv(factories, mode, on_error="rebuild") as venv:
+            venv.reset(seed=seed)
+            venv.step([{"player1": 1, "player2": 0}] * 3)
+            failed_seeds.append(venv.step([{"player1": 1, "player2": 0}] * 3)[4][1]["player1"]["seed"])
+    assert failed_seeds[0] == failed_seeds[1]
+
+
 class InterruptedAtStep(RockPaperScissors):
     """Rock-paper-scissors that raises KeyboardInterrupt (as Ctrl-C would) in its third step."""
 
