@@ -8,7 +8,7 @@ errors, else 2 (130 for Ctrl-C). ``--json`` prints the report as JSON for CI, al
 on stdout (what the env prints goes to stderr); otherwise it prints plain text (no colour codes).
 With ``--json``, a run that produces no report (exit status 2) prints
 ``{"target", "ok": false, "error", "findings": []}`` (``"target"`` is null when the arguments
-do not parse), and ``--list-rules`` prints the rules as a JSON list. A class or factory that needs
+do not parse as far as naming it), and ``--list-rules`` prints the rules as a JSON list. A class or factory that needs
 arguments gets them from ``--config JSON`` (called as ``TARGET(config)``, as RLlib passes
 ``env_config``) or ``--kwargs JSON`` (``TARGET(**kwargs)``, as PettingZoo's env functions take them).
 
@@ -56,10 +56,11 @@ class _Parser(argparse.ArgumentParser):
     """argparse's parser; with ``--json`` its usage errors also print the JSON failure report."""
 
     json_errors = False
+    target: str | None = None  # once the arguments have named it
 
     def error(self, message: str) -> NoReturn:
         if self.json_errors:
-            print(json.dumps(_failure(None, f"usage: {message}"), indent=2))
+            print(json.dumps(_failure(self.target, f"usage: {message}"), indent=2))
         super().error(message)
 
 
@@ -320,7 +321,7 @@ def _package_hint(path: Path, attr: str) -> str:
             f"`marl-check {'.'.join(parts)}:{attr}`, from {str(folder)!r}")
 
 
-def _split_skip(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def _split_skip(parser: _Parser, args: argparse.Namespace) -> None:
     """Take the target back from ``--skip``, whose list also swallows a target written after it
     (``marl-check --skip pickle mypkg:Env``), and refuse unknown rule ids (exit status 2).
 
@@ -334,6 +335,7 @@ def _split_skip(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             rules.append(value)
     unknown = [value for value in rules if value not in RULES]
     if unknown:
+        parser.target = args.target
         parser.error(
             f"--skip: unknown rule id(s) {', '.join(map(repr, unknown))}; the ids are: {', '.join(sorted(RULES))}"
         )

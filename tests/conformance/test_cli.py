@@ -196,6 +196,9 @@ def test_unbuildable_target_with_json_prints_the_error(capsys: pytest.CaptureFix
     assert data["ok"] is False and data["findings"] == [] and "no_such_module_here" in data["error"]
 
 
+_RPS = "examples.rock_paper_scissors:RockPaperScissors"
+
+
 def test_unknown_rule_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["examples.rock_paper_scissors:RockPaperScissors", "--skip", "rewards.finite"])
@@ -205,21 +208,23 @@ def test_unknown_rule_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
 
 
 @pytest.mark.parametrize(
-    ("argv", "reason"),
+    ("argv", "reason", "target"),
     [
-        (["--json", "--episodes", "x"], "invalid int value: 'x'"),
-        (["--jso", "--skip", "rewards.finite"], "unknown rule id(s) 'rewards.finite'"),
-        (["--json", "--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["--json", "--episodes", "x"], "invalid int value: 'x'", None),  # argparse stopped before the target
+        (["--jso", "--skip", "rewards.finite"], "unknown rule id(s) 'rewards.finite'", _RPS),
+        (["--json", "--no-such-option"], "unrecognized arguments: --no-such-option", None),
     ],
 )
-def test_usage_error_with_json_prints_json(argv: list[str], reason: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_error_with_json_prints_json(
+    argv: list[str], reason: str, target: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A CI parser reading --json output gets JSON even when the arguments are wrong.
     with pytest.raises(SystemExit) as exited:
-        main(["examples.rock_paper_scissors:RockPaperScissors", *argv])
+        main([_RPS, *argv])
     assert exited.value.code == 2
     out, err = capsys.readouterr()
     data = json.loads(out)
-    assert data["ok"] is False and data["findings"] == [] and data["target"] is None
+    assert data["ok"] is False and data["findings"] == [] and data["target"] == target
     assert reason in data["error"] and reason in err
 
 
