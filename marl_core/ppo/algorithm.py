@@ -31,6 +31,7 @@ from marl_core.errors import (
 from marl_core.ppo.actions import name_stuck_rows
 from marl_core.ppo.batching import concat_obs, listed, stack_obs, unfit_descriptions
 from marl_core.ppo.config import (
+    DEFAULT_POLICY,
     PolicySpec,
     PPOConfig,
     asked_to_train,
@@ -536,6 +537,18 @@ class PPO:
                 raise
             actions.update(zip(agents, policy.layout.to_env(rows), strict=True))
         return actions
+
+    def compute_single_action(self, observation: Any, policy_id: PolicyID = DEFAULT_POLICY,
+                              explore: bool = False) -> Any:
+        """The action policy ``policy_id`` takes for one observation, as RLlib's method of this
+        name gives it (greedy unless ``explore``; RLlib's default follows its config's
+        ``explore``, True unless set).
+
+        Raises:
+            ConfigError: there is no policy ``policy_id``.
+            SpaceError: the policy cannot take ``observation``.
+        """
+        return self.get_policy_callable(policy_id, explore)(observation)
 
     def get_policy_callable(self, policy_id: PolicyID, explore: bool = False) -> Callable[[Any], Any]:
         """``fn(observation) -> action`` acting with one policy (for evaluation and play)."""

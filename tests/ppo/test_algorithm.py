@@ -928,6 +928,12 @@ def test_compute_actions_and_policy_callables():
         assert 0 <= int(actions["player1"]) < 3
         greedy = algo.get_policy_callable("learned")
         assert greedy(1) == algo.compute_actions({"x": 1}, policy_id="learned")["x"]
+        assert algo.compute_single_action(1, policy_id="learned") == greedy(1)
+        assert algo.compute_single_action(0, "beat_last") == beat_last_move(0)
+        with pytest.raises(ConfigError, match="no policy 'default_policy'; policies: \\['beat_last', 'learned'\\]"):
+            algo.compute_single_action(1)
+    with PPOConfig().environment(RockPaperScissors).env_runners(num_env_runners=0).build() as algo:
+        assert 0 <= int(algo.compute_single_action(1, explore=True)) < 3
         with pytest.raises(ConfigError, match="not a policy"):
             algo.compute_actions({"player1": 0}, policy_id="nope")
 
