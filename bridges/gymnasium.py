@@ -47,6 +47,7 @@ from marl_core.env import (
 from marl_core.errors import (
     EnvContractError,
     InvalidActionError,
+    NotTheirEnvError,
     ResetNeededError,
     SpaceError,
     UnsupportedEnvError,
@@ -99,9 +100,8 @@ class GymnasiumEnv(MultiAgentEnv):
         self, env: gym.Env, agent_id: AgentID = "agent_0", *, mask_info_key: str | None = None, check_legal: bool = True
     ) -> None:
         if not isinstance(env, gym.Env):
-            raise SpaceError(
-                f"from_gymnasium needs a gymnasium.Env, received {type_name(env)}"
-            )
+            hint = f" (build it first: gymnasium.make({env!r}))" if isinstance(env, str) else ""
+            raise NotTheirEnvError(f"from_gymnasium needs a gymnasium.Env, received {type_name(env)}{hint}")
         _refuse_multi_agent(env)
         for kind in ("observation_space", "action_space"):
             if not isinstance(getattr(env, kind, None), gym.spaces.Space):

@@ -47,6 +47,7 @@ from marl_core.env import (
 from marl_core.errors import (
     DependencyNotInstalled,
     EnvContractError,
+    NotTheirEnvError,
     ResetNeededError,
     SpaceError,
     UnknownAgentError,
@@ -483,12 +484,13 @@ def from_rllib(env: Any) -> MultiAgentEnv:
     An env made by :func:`to_rllib` gives back the MultiAgentEnv it wraps.
 
     Raises:
-        SpaceError: ``env`` is not an RLlib ``MultiAgentEnv``.
+        NotTheirEnvError: ``env`` is not an RLlib ``MultiAgentEnv`` (an UnsupportedEnvError, and a
+            SpaceError as before).
     """
     if isinstance(env, RLlibMultiAgentEnvAdapter):
         return env.env
     if not isinstance(env, RLlibMultiAgentEnv):
-        raise SpaceError(
+        raise NotTheirEnvError(
             f"from_rllib needs an instance of ray.rllib.env.multi_agent_env.MultiAgentEnv, received {type_name(env)}"
         )
     return RLlibEnv(env)

@@ -261,6 +261,12 @@ class NotOurEnvError(UnsupportedEnvError, SpaceError):
     ``to_rllib`` and ``to_gymnasium`` raised for it before."""
 
 
+class NotTheirEnvError(UnsupportedEnvError, SpaceError):
+    """An importer (``from_rllib``, ``from_gymnasium``) received something that is not an env of
+    the API it imports: the mirror of :class:`NotOurEnvError`, and a :class:`SpaceError` too,
+    which the importers raised for it before."""
+
+
 class ConformanceError(MultiAgentEnvError):
     """The conformance checker found errors (``raise_if_errors``) or got a bad request.
 

@@ -22,7 +22,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from marl_core.env import ALL, AgentID, MultiAgentEnv
+from marl_core.env import ALL, AgentID, MultiAgentEnv, seed_value
 from marl_core.errors import EnvContractError, UnknownAgentError
 from marl_core.spaces import sample_action_for
 
@@ -45,7 +45,12 @@ class RandomPolicy:
 
     @staticmethod
     def rng_for(seed: int | None) -> np.random.Generator:
-        """The generator a ``RandomPolicy`` seeded with ``seed`` draws from (to replay its actions)."""
+        """The generator a ``RandomPolicy`` seeded with ``seed`` draws from (to replay its actions).
+
+        Raises:
+            SeedError: ``seed`` is not a non-negative integer or None.
+        """
+        seed = seed_value(seed)
         return np.random.default_rng(None if seed is None else [seed, 1])
 
     def __call__(self, agent_id: AgentID, observation: Any) -> Any:
@@ -129,7 +134,9 @@ def play(
 
     Raises:
         EnvContractError: the env asked nobody to act without ending the episode.
+        SeedError: ``seed`` is not a non-negative integer or None (before the env resets).
     """
+    seed = seed_value(seed)
     act = _as_callable(policy, env, seed)
     obs, infos = env.reset(seed=seed, options=options)
     yield Transition(0, None, obs, {}, {ALL: False}, {ALL: False}, infos)

@@ -265,7 +265,7 @@ class VectorMultiAgentEnv:
                 self._rebuild_rngs[index] = np.random.default_rng([own_seed % 2**63, 0x5EED])
         copies = _copies(options, self.num_envs + 1)
         pristine = copies.pop()  # untouched by the envs: for rebuilds after a failed reset
-        commands = [("reset", (own_seed, own)) for own_seed, own in zip(seeds, copies)]
+        commands = [("reset", (own_seed, own)) for own_seed, own in zip(seeds, copies, strict=True)]
         results = self._run_all(commands, reset_options=pristine)
         obs_list = [obs for obs, _ in results]
         for index, obs in enumerate(obs_list):

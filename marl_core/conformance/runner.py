@@ -120,8 +120,8 @@ def check_env(
 
     Raises:
         TargetBuildError: ``env_or_factory`` is not an env and none could be built from it.
-        ConformanceError: unknown rule ids in ``skip``, ``episodes`` / ``max_steps`` below 1, or a
-            negative ``seed``.
+        ConformanceError: unknown rule ids in ``skip`` (or a string for it), ``episodes`` /
+            ``max_steps`` below 1, or a negative ``seed`` (or any of them not an integer).
         KeyboardInterrupt: passed on, with the report of what was checked until then (its
             ``stopped`` says where) as its ``partial_report`` attribute; so is
             :class:`~marl_core.conformance.collect.CheckInterrupted` (``marl-check --timeout``).
@@ -133,14 +133,15 @@ def check_env(
         >>> report.ok, report.findings
         (True, ())
     """
+    if isinstance(skip, (str, bytes)):  # iterated, it would be its characters
+        raise ConformanceError(f"skip must be a list of rule ids, received the string {skip!r} (write [{skip!r}])")
     skipped = tuple(dict.fromkeys(skip))
     unknown = [rule for rule in skipped if rule not in RULES]
     if unknown:
         raise ConformanceError(f"unknown rule id(s) in skip: {unknown}; known: {sorted(RULES)}")
-    if episodes < 1 or max_steps < 1:
-        raise ConformanceError(f"episodes and max_steps must be at least 1, received {episodes} and {max_steps}")
-    if seed < 0:  # gymnasium's seeding, and so reset(seed=...) of most envs, refuses them
-        raise ConformanceError(f"seed must be at least 0, received {seed}")
+    # A negative seed: gymnasium's seeding, and so reset(seed=...) of most envs, refuses it.
+    seed, episodes, max_steps = (_whole_number(label, value, least) for label, value, least in
+                                 (("seed", seed, 0), ("episodes", episodes, 1), ("max_steps", max_steps, 1)))
     started = time.perf_counter()
     collector = Collector(frozenset(skipped))
 
@@ -181,6 +182,8 @@ def check_env(
         stop.partial_report = report(  # type: ignore[union-attr]
             target.name, target.via, run.steps, f"{what} while {run.where}, after {run.steps} steps")
         raise
+    except Exception:  # the env's exceptions are findings inside the run: this one is the checker's own
+        raise
     except BaseException as error:  # not an Exception (trio's Cancelled, say): the run cannot go on
         rule = "api.reset" if env_method_of(error) == "reset" else "api.step"
         message = (f"the env raised {type(error).__name__}, which is not an Exception; the check stopped there "
@@ -191,6 +194,17 @@ def check_env(
                           hint="Raise Exception subclasses from env code: other BaseExceptions pass through every "
                                "`except Exception`, RLlib's env runners' and this checker's included.")
     return report(target.name, target.via, run.steps)
+
+
+def _whole_number(label: str, value: Any, least: int) -> int:
+    """``value`` as a Python int (numpy's integers too).
+
+    Raises:
+        ConformanceError: ``value`` is not an integer (a bool neither) of at least ``least``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise ConformanceError(f"{label} must be an integer of at least {least}, received {value!r}")
+    return int(value)
 
 
 class _Run:

@@ -24,6 +24,7 @@ from marl_core.errors import (
     SeedError,
     SpaceError,
     UnexpectedActionError,
+    UnsupportedEnvError,
 )
 from marl_core.spaces import is_masked
 
@@ -204,8 +205,10 @@ def test_mask_needs_a_discrete_action_space_and_the_info_key() -> None:
 
 
 def test_from_gymnasium_rejects_what_is_not_a_gymnasium_env() -> None:
-    with pytest.raises(SpaceError, match=r"needs a gymnasium.Env, received builtins.str"):
+    with pytest.raises(SpaceError, match=r"needs a gymnasium.Env, received builtins.str \(build it first: "
+                                         r"gymnasium.make\('CartPole-v1'\)\)") as raised:
         from_gymnasium("CartPole-v1")  # type: ignore[arg-type]
+    assert isinstance(raised.value, UnsupportedEnvError)  # as the exporters' and other bridges' refusals
     with pytest.raises(SpaceError, match="'__all__'"):
         from_gymnasium(gym.make("CartPole-v1"), agent_id="__all__")
 
@@ -219,7 +222,6 @@ def test_from_gymnasium_refuses_multi_agent_envs_and_envs_without_spaces() -> No
     # one-agent env with spaces of None, failing at every step; ours raised a bare AttributeError.
     from bridges import wrap
     from examples.rock_paper_scissors import RockPaperScissors
-    from marl_core.errors import UnsupportedEnvError
 
     gym.register("test-multi-agent-rps-v0", entry_point=lambda **kwargs: RockPaperScissors(), disable_env_checker=True)
     try:

@@ -250,8 +250,9 @@ def test_reset_seeds_the_bridges_own_generator() -> None:
 
 
 def test_from_rllib_rejects_other_objects() -> None:
-    with pytest.raises(SpaceError, match=r"needs an instance of ray.rllib.env.multi_agent_env.MultiAgentEnv"):
+    with pytest.raises(SpaceError, match=r"needs an instance of ray.rllib.env.multi_agent_env.MultiAgentEnv") as raised:
         from_rllib(gym.make("CartPole-v1"))
+    assert isinstance(raised.value, UnsupportedEnvError)  # as the exporters' and other bridges' refusals
 
 
 # RLlib's checker steps with `space.sample()`, blind to action masks, so the masked fixture

@@ -364,8 +364,17 @@ def test_bad_arguments_raise() -> None:
         check_env(broken_envs.Duel, skip=["rewards.finite"])
     with pytest.raises(ConformanceError, match="at least 1"):
         check_env(broken_envs.Duel, episodes=0)
-    with pytest.raises(ConformanceError, match="seed must be at least 0, received -1"):
+    with pytest.raises(ConformanceError, match="seed must be an integer of at least 0, received -1"):
         check_env(broken_envs.Duel, seed=-1)
+    # These were blamed on the env ("the env raised TypeError"), taken (True) or numpy's TypeError.
+    for bad in (1.5, True, None, "0"):
+        with pytest.raises(ConformanceError, match=f"seed must be an integer of at least 0, received {bad!r}"):
+            check_env(broken_envs.Duel, seed=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConformanceError, match=r"max_steps must be an integer of at least 1, received 2\.5"):
+        check_env(broken_envs.Duel, max_steps=2.5)  # type: ignore[arg-type]
+    with pytest.raises(ConformanceError, match=r"skip must be a list of rule ids, received the string 'pickle' \(write \['pickle'\]\)"):
+        check_env(broken_envs.Duel, skip="pickle")
+    assert check_env(broken_envs.Duel, seed=np.int64(3), episodes=np.int32(1)).to_dict()["seed"] == 3
 
 
 def test_a_masked_member_finding_names_the_group_and_the_slot() -> None:

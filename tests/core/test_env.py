@@ -320,6 +320,20 @@ def test_a_policy_that_is_not_callable_is_refused_before_the_episode() -> None:
         rollout(RockPaperScissors(), 42, seed=0)  # it was "'int' object is not callable" from inside the loop
 
 
+def test_rollout_and_random_policy_refuse_a_bad_seed_by_name() -> None:
+    # numpy's "expected non-negative integer" and "seed must be integer" came through.
+    from marl_core.rollout import RandomPolicy
+
+    for bad in (-1, 1.5, True):
+        with pytest.raises(SeedError, match=f"reset\\(seed=...\\) needs a non-negative integer or None, received {bad!r}"):
+            rollout(RockPaperScissors(), seed=bad)  # type: ignore[arg-type]
+        with pytest.raises(SeedError):
+            RandomPolicy(RockPaperScissors(), seed=bad)  # type: ignore[arg-type]
+        with pytest.raises(SeedError):
+            next(play(RockPaperScissors(), lambda agent_id, obs: 0, seed=bad))  # type: ignore[arg-type]
+    assert rollout(RockPaperScissors(), seed=np.int64(2)).returns == rollout(RockPaperScissors(), seed=2).returns
+
+
 def test_rollout_stops_at_max_steps() -> None:
     result = rollout(RockPaperScissors(), seed=0, max_steps=4)
     assert result.steps == 4 and result.truncated and not result.terminated
