@@ -4,6 +4,7 @@ pyspiel, and how a copy of an env refers to a game written in Python."""
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from collections.abc import Mapping
@@ -152,6 +153,13 @@ def load_game(game: str | pyspiel.Game) -> pyspiel.Game:
         )
     if "python_" in game:  # also inside a wrapper game's parameters: "turn_based_simultaneous_game(game=python_...)"
         import open_spiel.python.games  # noqa: F401  (registers OpenSpiel's Python games)
+    short_name = game.split("(", 1)[0].strip()
+    known = pyspiel.registered_names()
+    if short_name not in known:  # refused before pyspiel prints every registered game to stderr
+        close = difflib.get_close_matches(short_name, known, n=3)
+        guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+        raise UnsupportedEnvError(f"OpenSpiel game {game!r} does not load: {short_name!r} is not a registered "
+                                  f"game{guess}; pyspiel.registered_names() lists the games")
     try:
         return pyspiel.load_game(game)
     except Exception as error:  # pyspiel raises SpielError, and IndexError or RuntimeError from C++

@@ -559,6 +559,10 @@ def to_parallel(env: MultiAgentEnv, *, check_legal: bool = True) -> ParallelEnv:
     env is wrapped in a :class:`MultiAgentParallelEnv`, whose ``reset`` and ``step`` raise
     :class:`~marl_core.errors.UnsupportedEnvError` naming the agents left out when the env takes
     turns, and whose ``step`` refuses masked actions unless ``check_legal`` is False.
+
+    Raises:
+        NotOurEnvError: ``env`` is not a marl_core MultiAgentEnv. (A turn-based env is refused
+            at ``reset``, where the env first says who acts.)
     """
     from bridges.pettingzoo import ParallelPettingZooEnv
 

@@ -231,6 +231,7 @@ class MultiAgentWrapper(MultiAgentEnv, Generic[EnvT]):
     # Attributes that a wrapper does not override come from the inner env, live.
     @property  # type: ignore[override]
     def possible_agents(self) -> list[AgentID]:
+        """Every agent that may appear: the inner env's, unless this wrapper sets its own."""
         return self.__dict__.get("_possible_agents", self.env.possible_agents)
 
     @possible_agents.setter
@@ -239,6 +240,7 @@ class MultiAgentWrapper(MultiAgentEnv, Generic[EnvT]):
 
     @property  # type: ignore[override]
     def agents(self) -> list[AgentID]:
+        """The agents alive now: the inner env's, unless this wrapper sets its own."""
         return self.__dict__.get("_agents", self.env.agents)
 
     @agents.setter
@@ -247,6 +249,8 @@ class MultiAgentWrapper(MultiAgentEnv, Generic[EnvT]):
 
     @property  # type: ignore[override]
     def observation_spaces(self) -> dict[AgentID, gym.Space] | None:
+        """The inner env's observation spaces by agent (None when it has no such dict), unless
+        this wrapper sets its own."""
         return self.__dict__.get("_observation_spaces", getattr(self.env, "observation_spaces", None))
 
     @observation_spaces.setter
@@ -256,6 +260,8 @@ class MultiAgentWrapper(MultiAgentEnv, Generic[EnvT]):
 
     @property  # type: ignore[override]
     def action_spaces(self) -> dict[AgentID, gym.Space] | None:
+        """The inner env's action spaces by agent (None when it has no such dict), unless this
+        wrapper sets its own."""
         return self.__dict__.get("_action_spaces", getattr(self.env, "action_spaces", None))
 
     @action_spaces.setter
@@ -287,6 +293,7 @@ class MultiAgentWrapper(MultiAgentEnv, Generic[EnvT]):
 
     @property
     def render_mode(self) -> str | None:  # type: ignore[override]
+        """The inner env's render mode, unless this wrapper sets its own."""
         return self.__dict__.get("_render_mode", getattr(self.env, "render_mode", None))
 
     @render_mode.setter

@@ -65,7 +65,7 @@ class PPO:
 
     Semantics:
         - **Policies and mapping**: ``policy_mapping_fn(agent_id, episode)`` is called when an
-          agent first needs to act in an episode (``episode.id_`` is unique, ``episode.env_index``
+          agent first appears in an episode, to act or with a reward (``episode.id_`` is unique, ``episode.env_index``
           is the env inside its runner); the answer holds until the episode ends, even when the
           mapping fn is replaced meanwhile. Fixed policies (callables) act but are never trained;
           learned policies not in ``policies_to_train`` act with frozen weights.

@@ -364,18 +364,17 @@ def _start_local_ray(num_cpus: int | None) -> Any:
     Returns the :class:`ray.cluster_utils.Cluster` to shut down later, or None when Ray's
     developer API did not take these options and a plain ``ray.init()`` started Ray instead.
     """
-    import os
 
     import ray
 
     system_config = {"prestart_worker_first_driver": False}  # no idle worker ahead of the runners
     try:
-        from ray._private.utils import estimate_available_memory, resolve_object_store_memory
+        from ray._private.utils import estimate_available_memory, get_num_cpus, resolve_object_store_memory
         from ray.cluster_utils import Cluster
 
         with _HEAD_LOCK, _head_without_dashboard_server(), _ray_address_file_untouched():
             cluster = Cluster(initialize_head=True, head_node_args={
-                "num_cpus": num_cpus if num_cpus is not None else os.cpu_count(),
+                "num_cpus": num_cpus if num_cpus is not None else get_num_cpus(),  # Ray's count: cgroup limits too
                 "object_store_memory": resolve_object_store_memory(estimate_available_memory()),  # Ray's default
                 "include_dashboard": False, "no_monitor": True, "include_log_monitor": False,
                 "_system_config": system_config})

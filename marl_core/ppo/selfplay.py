@@ -140,6 +140,8 @@ class Position:
 
     @classmethod
     def of(cls, observation: Mapping[str, Any]) -> Position:
+        """The position of a masked Connect-4 observation (``{"observation", "action_mask"}``);
+        the side to move is the one with as many pieces as the other, or one fewer."""
         board = np.asarray(observation["observation"]) > 0.5
         legal = [int(c) for c in np.flatnonzero(observation["action_mask"])]
         mine, theirs = (board[0], board[1]) if board[0].sum() == board[1].sum() else (board[1], board[0])

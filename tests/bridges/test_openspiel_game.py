@@ -354,15 +354,23 @@ def test_python_games_inside_wrapper_games_load_in_a_fresh_process() -> None:
     script = ("from bridges._openspiel_loading import load_game\n"
               "game = load_game('turn_based_simultaneous_game(game=python_iterated_prisoners_dilemma())')\n"
               "print(game.get_type().short_name)\n"
-              "try:\n    load_game('no_such_game')\nexcept Exception as error:\n    print(error)\n")
+              "for name in ('xyzzy', 'conect_four', 'turn_based_simultaneous_game(game=nope())'):\n"
+              "    try:\n        load_game(name)\n    except Exception as error:\n        print(error)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0] == "turn_based_simultaneous_game"
-    # pyspiel's message listed every registered game, one a line.
-    assert lines[1:] == ["OpenSpiel game 'no_such_game' does not load: Unknown game 'no_such_game'. "
-                         "pyspiel.registered_names() lists the games"]
+    # pyspiel's message listed every registered game, one a line, and pyspiel printed them to stderr too.
+    assert lines[1:] == [
+        "OpenSpiel game 'xyzzy' does not load: 'xyzzy' is not a registered game; pyspiel.registered_names() "
+        "lists the games",
+        "OpenSpiel game 'conect_four' does not load: 'conect_four' is not a registered game (did you mean "
+        "'connect_four'?); pyspiel.registered_names() lists the games",
+        "OpenSpiel game 'turn_based_simultaneous_game(game=nope())' does not load: Unknown game 'nope'. "
+        "pyspiel.registered_names() lists the games",
+    ]
+    assert "Available games" not in done.stderr.split("'nope'")[0]
 
 
 def test_rewards_and_returns_in_both_reward_models() -> None:
