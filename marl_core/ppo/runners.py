@@ -364,7 +364,6 @@ def _start_local_ray(num_cpus: int | None) -> Any:
     Returns the :class:`ray.cluster_utils.Cluster` to shut down later, or None when Ray's
     developer API did not take these options and a plain ``ray.init()`` started Ray instead.
     """
-
     import ray
 
     system_config = {"prestart_worker_first_driver": False}  # no idle worker ahead of the runners
