@@ -380,7 +380,9 @@ def from_gymnasium(
     is asked for.
 
     Raises:
-        SpaceError: ``env`` is not a ``gymnasium.Env``, or has no gymnasium spaces.
+        NotTheirEnvError: ``env`` is not a ``gymnasium.Env`` (an UnsupportedEnvError, and a
+            SpaceError as before).
+        SpaceError: ``env`` has no gymnasium spaces.
         UnsupportedEnvError: ``env`` is a multi-agent env (ours, or RLlib's, inside gymnasium
             wrappers or not; or a ``gymnasium.Env`` with ``possible_agents`` and spaces that are
             Dicts keyed by them); the message names its bridge or says what it needs.
