@@ -39,6 +39,7 @@ from typing import Any
 from bridges.compat import Case
 from bridges.matrix_probes import overhead, round_trip
 from marl_core._cli import number_arg, quiet_on_closed_pipe
+from marl_core.errors import install_hint
 
 logger = logging.getLogger(__name__)
 
@@ -219,8 +220,10 @@ def _child(case: Case, connection: Any) -> None:
             row = run_case(case)
     except BaseException as error:
         last = traceback.extract_tb(error.__traceback__)[-1]
+        hint = install_hint(error)
+        what = f"left out: this install lacks a module{hint}" if hint else "crashed"
         row = Row(case.id, case.source, gap=_with_notes(case, _short(
-            f"crashed: {type(error).__name__}: {error} (at {Path(last.filename).name}:{last.lineno})", 240)))
+            f"{what}: {type(error).__name__}: {error} (at {Path(last.filename).name}:{last.lineno})", 240)))
     connection.send(asdict(row))
     connection.close()
 

@@ -60,6 +60,12 @@ def type_name(value: Any) -> str:
     return f"{type(value).__module__}.{type(value).__qualname__}"
 
 
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a message quotes what arrived, not all of it)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def with_article(noun: str) -> str:
     """``noun`` after "a" or "an", as the noun is said: a, e, i, o and "nd" (en-dee) take "an",
     so "an int", "a uint8", "an ndarray"."""
@@ -227,6 +233,26 @@ class DependencyNotInstalled(_Picklable, ImportError):
             f"{package} is needed for this feature; install it with "
             f"`pip install \"marl-bridges[{extra}]\"`"
         )
+
+
+# Modules that only an extra of ours installs, by that extra (``pip install "marl-bridges[EXTRA]"``).
+_EXTRA_OF_MODULE = {"pygame": "envs", "pymunk": "envs", "Box2D": "envs", "rlcard": "envs", "chess": "envs",
+                    "mpe2": "envs", "tree": "rllib", "ray.rllib": "rllib", "shimmy": "test"}
+
+
+def install_hint(error: BaseException | None) -> str:
+    """``' (`pip install "marl-bridges[EXTRA]"` installs it)'`` when ``error``, or an error that
+    caused it, is a missing module that one of our extras installs; otherwise ``""``."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        name = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+        if name:
+            for module, extra in _EXTRA_OF_MODULE.items():
+                if name == module or name.startswith(module + "."):
+                    return f' (`pip install "marl-bridges[{extra}]"` installs it)'
+        error = error.__cause__ or error.__context__
+    return ""
 
 
 class OpponentSpecError(MultiAgentEnvError):

@@ -26,6 +26,7 @@ from marl_core.errors import (
     SpaceError,
     UnexpectedActionError,
     a_type,
+    short_repr,
     with_article,
 )
 
@@ -152,7 +153,7 @@ def mask_from_info(agent_id: AgentID, value: Any, space: spaces.Space) -> np.nda
     except (TypeError, ValueError):  # a ragged list, say
         problem = "an action_mask that is not an array"
     if problem:
-        raise EnvContractError(f"agent {agent_id!r} got {problem} in its info: {_short(value)}")
+        raise EnvContractError(f"agent {agent_id!r} got {problem} in its info: {short_repr(value)}")
     return array.astype(np.int8)
 
 
@@ -179,7 +180,7 @@ def _why(space: spaces.Space, value: Any, path: str) -> str | None:
         ok = space.contains(value)
     except Exception as error:  # a foreign space may raise on odd values
         return f"{_where(path)}{type(error).__name__}: {error} checking {value!r} against {space}"
-    return None if ok else f"{_where(path)}{_short(value)} is not in {space}"
+    return None if ok else f"{_where(path)}{short_repr(value)} is not in {space}"
 
 
 @_why.register
@@ -217,7 +218,7 @@ def _(space: spaces.Box, value: Any, path: str) -> str | None:
                 f"{_where(path)}value {value[index].item()!r} at index {index} is outside "
                 f"[{space.low[index].item()!r}, {space.high[index].item()!r}]"
             )
-        return f"{_where(path)}{_short(value)} is not in {space}"
+        return f"{_where(path)}{short_repr(value)} is not in {space}"
     return None
 
 
@@ -251,7 +252,7 @@ def _(space: spaces.MultiDiscrete, value: Any, path: str) -> str | None:
     if not np.can_cast(array.dtype, space.dtype):
         return f"{_where(path)}dtype {array.dtype} but the space needs {space.dtype}"
     if not space.contains(array):
-        return f"{_where(path)}{_short(value)} is outside {space}"
+        return f"{_where(path)}{short_repr(value)} is outside {space}"
     return None
 
 
@@ -285,11 +286,6 @@ def _(space: spaces.Tuple, value: Any, path: str) -> str | None:
         if reason:
             return reason
     return None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # Actions ------------------------------------------------------------------------------------
@@ -365,7 +361,7 @@ def _check_masks(
     ``masks.valid`` names it): it says nothing certain about which action is which.
     """
     if type(mask) is not tuple:
-        where = f"in slot {path} of {_short(whole)}, masked out by that slot's action_mask"
+        where = f"in slot {path} of {short_repr(whole)}, masked out by that slot's action_mask"
         if (isinstance(space, spaces.Discrete) and mask_fits(mask, space.n)
                 and not mask[int(action) - int(space.start)]):
             legal = [int(i) + int(space.start) for i in np.flatnonzero(mask)]

@@ -45,7 +45,7 @@ from marl_core._cli import quiet_on_closed_pipe
 from marl_core.conformance.collect import ENV_ERRORS, CheckInterrupted, describe, format_exception
 from marl_core.conformance.rules import RULES, catalog_markdown
 from marl_core.conformance.runner import DEFAULT_EPISODES, DEFAULT_MAX_STEPS, check_env
-from marl_core.errors import ConformanceError
+from marl_core.errors import ConformanceError, install_hint
 
 
 class TargetImportError(Exception):
@@ -285,7 +285,7 @@ def load_target(spec: str) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
-        raise TargetImportError(f"cannot import module {module_name!r}: {error}") from error
+        raise TargetImportError(f"cannot import module {module_name!r}: {error}{install_hint(error)}") from error
     except ENV_ERRORS as error:  # sys.exit() in the module too: it would end marl-check with status 0
         relative = isinstance(error, ImportError) and "no known parent package" in str(error)
         hint = _package_hint(path, attr) if relative and path is not None else ""

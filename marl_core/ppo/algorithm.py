@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -27,6 +28,7 @@ from marl_core.errors import (
     MultiAgentEnvError,
     SpaceError,
     a_type,
+    install_hint,
 )
 from marl_core.ppo.actions import name_stuck_rows
 from marl_core.ppo.batching import concat_obs, listed, stack_obs, unfit_descriptions
@@ -166,7 +168,7 @@ class PPO:
             raise
         except Exception as error:  # the user's env code: say which env, and with what config
             raise ConfigError(f"the env {env!r} raised {type(error).__name__} when built with env_config "
-                              f"{dict(config.env_config)!r}: {error}") from error
+                              f"{dict(config.env_config)!r}: {error}{install_hint(error)}") from error
         missing = [name for name in _ENV_API if not hasattr(probe, name)]
         if missing:
             raise ConfigError(f"the env {env!r} built {a_type(probe)} without {missing}, expected a "
@@ -200,17 +202,21 @@ class PPO:
     # Policies -----------------------------------------------------------------------------------
 
     def _spaces_for(self, policy_id: PolicyID, spec: PolicySpec | None, weights_from: str | None,
-                    mapping_fn: Callable[..., PolicyID] | None = None) -> tuple:
+                    mapping_fn: Callable[..., PolicyID] | None = None) -> tuple[gym.Space, gym.Space, str]:
+        """The policy's observation and action spaces, and where the observation space came from."""
         obs_space = spec.observation_space if spec else None
         act_space = spec.action_space if spec else None
+        origin = "its PolicySpec"
         if (obs_space is None or act_space is None) and weights_from in self.policies:
             source = self.policies[weights_from]
             if isinstance(source, TorchPolicy):
+                origin = origin if obs_space is not None else f"policy {weights_from!r}"
                 obs_space = obs_space or source.observation_space
                 act_space = act_space or source.action_space
         if obs_space is None or act_space is None:
             for agent_id in self._agents:
                 if map_agent(mapping_fn or self.config.policy_mapping_fn, agent_id, Episode(-1, 0, 0)) == policy_id:
+                    origin = origin if obs_space is not None else f"agent {agent_id!r}, which maps to it"
                     obs_space = obs_space or self._spaces[agent_id][0]
                     act_space = act_space or self._spaces[agent_id][1]
                     break
@@ -221,8 +227,9 @@ class PPO:
                     f"cannot infer the spaces of policy {policy_id!r}: no agent maps to it and the agents' "
                     f"spaces differ; pass PolicySpec(observation_space=..., action_space=...)")
             first = next(iter(self._spaces.values()))
+            origin = origin if obs_space is not None else "every agent (they share it)"
             obs_space, act_space = obs_space or first[0], act_space or first[1]
-        return obs_space, act_space
+        return obs_space, act_space, origin
 
     def _install(self, policy_id: PolicyID, entry: Any, weights_from: str | None = None,
                  mapping_fn: Callable[..., PolicyID] | None = None) -> None:
@@ -231,15 +238,15 @@ class PPO:
             self.policies[policy_id] = entry
             self._specs[policy_id] = None
             return
-        obs_space, act_space = self._spaces_for(policy_id, entry, weights_from, mapping_fn)
+        obs_space, act_space, origin = self._spaces_for(policy_id, entry, weights_from, mapping_fn)
         self.config.for_policy(entry, policy_id)  # a restored config's model keys stay as saved
         if self.config.seed is not None:
             torch.manual_seed(self.config.seed + zlib.crc32(policy_id.encode()))
         try:
             policy = TorchPolicy(obs_space, act_space, self.config.model_for(entry), self.device,
                                  normalize_actions=self.config.normalize_actions)
-        except SpaceError as error:  # name the policy: its spaces came from an agent or a spec
-            raise SpaceError(f"policy {policy_id!r}: {error}") from None
+        except SpaceError as error:  # name the policy, and where its spaces came from
+            raise SpaceError(f"policy {policy_id!r} (its observation space from {origin}): {error}") from None
         policy.module.eval()
         if weights_from is not None:
             source = self.policies.get(weights_from)
@@ -562,7 +569,10 @@ class PPO:
             try:
                 rows, _, _ = policy.act(stack_obs(policy.observation_space, [observation]), explore=explore,
                                         rng=self.act_rng)
-            except EnvContractError:
+            except EnvContractError as error:
+                if hasattr(error, "rows"):  # a mask that allows nothing: a final observation, say
+                    raise EnvContractError(f"policy {policy_id!r} was asked to act on an observation whose action "
+                                           "mask allows no action (a final observation has none)") from None
                 raise
             except Exception as error:  # a torch or numpy error over an observation the model cannot take
                 _refuse_unfit(error, policy_id, policy.observation_space, [("the observation", observation)])

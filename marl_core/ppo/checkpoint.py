@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from marl_core.errors import CheckpointError, ConfigError, MultiAgentEnvError, a_type
+from marl_core.errors import CheckpointError, ConfigError, MultiAgentEnvError, a_type, short_repr
 from marl_core.ppo.actions import normalized_box
 from marl_core.ppo.config import PPOConfig, reference_of, restore_error
 from marl_core.ppo.model import TorchPolicy
@@ -386,7 +386,7 @@ def _saved_callback_state(text: Any) -> dict[str, Any]:
     """The saved ``callback_state``: a JSON object (ValueError: a damaged state)."""
     value = json.loads(text) if isinstance(text, str) else text
     if not isinstance(value, dict):
-        raise ValueError(f"callback_state is {_short(value)}, where a JSON object belongs")
+        raise ValueError(f"callback_state is {short_repr(value)}, where a JSON object belongs")
     return value
 
 
@@ -412,13 +412,8 @@ def _numbers(values: Any, where: str) -> list[float]:
     if not isinstance(values, list) or not all(
         isinstance(x, (int, float)) and not isinstance(x, bool) and x == x for x in values  # x == x: not NaN
     ):
-        raise ValueError(f"{where} is {_short(values)}, where a list of numbers (not NaN) belongs")
+        raise ValueError(f"{where} is {short_repr(values)}, where a list of numbers (not NaN) belongs")
     return [float(x) for x in values]
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_finite(policy_id: str, saved: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from marl_core.errors import SpaceError
+from marl_core.errors import SpaceError, short_repr
 from marl_core.ppo.actions import MASKED_LOGIT, ActionLayout, ObservationMasks
 from marl_core.ppo.batching import is_image
 
@@ -77,7 +77,7 @@ class Encoder(nn.Module):
         elif isinstance(space, (spaces.Box, spaces.MultiBinary)):
             self.out_size = int(np.prod(space.shape))
         else:
-            raise SpaceError(f"no encoder for observation space {space}; use Box, Discrete, MultiDiscrete, "
+            raise SpaceError(f"no encoder for observation space {short_repr(space, 120)}; use Box, Discrete, MultiDiscrete, "
                              "MultiBinary, Dict or Tuple, or pass PolicySpec(model={'module': factory})")
 
     def forward(self, obs: Any) -> torch.Tensor:

@@ -105,6 +105,15 @@ def test_a_crash_or_a_hang_fails_only_its_own_row() -> None:
     assert left.gap == "left out: kept out on purpose"
 
 
+def test_a_module_an_extra_installs_leaves_its_row_out_saying_which_extra() -> None:
+    # Without the envs extra, every butterfly row "crashed: ModuleNotFoundError: No module named 'pygame'".
+    (row,) = run_all([Case("test/extra", "marl_core", "tests.fixtures.matrix_envs:env_of_a_missing_extra")],
+                     jobs=1, timeout=60.0)
+    assert row.gap.startswith('left out: this install lacks a module (`pip install "marl-bridges[envs]"` installs '
+                              "it): ModuleNotFoundError: No module named 'pygame.no_such_module_in_this_install'")
+    assert "Summary: 0 clean, 0 with gaps, 1 left out." in render([row], subset="all", missing=[], seconds=1.0)
+
+
 def test_rows_may_start_processes_and_none_outlives_its_row(tmp_path: Path, capfd) -> None:
     # An env's multiprocessing worker crashed its row ("daemonic processes are not allowed to have
     # children"); an env's subprocess outlived the run; what an env printed to fd 1 reached the output.

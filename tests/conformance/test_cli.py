@@ -190,6 +190,14 @@ def test_unbuildable_target_exits_2_saying_why(target: str, reason: str, capsys:
     assert reason in capsys.readouterr().err
 
 
+def test_a_target_module_missing_a_module_of_an_extra_says_which_extra(tmp_path, capsys) -> None:
+    # It was "No module named 'pygame'" alone, for PettingZoo's classic envs in an install without the envs extra.
+    (tmp_path / "needs_pygame.py").write_text("import pygame.no_such_module_in_this_install\n")
+    assert main([f"{tmp_path / 'needs_pygame.py'}:Env"]) == 2
+    assert ("No module named 'pygame.no_such_module_in_this_install' "
+            '(`pip install "marl-bridges[envs]"` installs it)') in capsys.readouterr().err
+
+
 def test_unbuildable_target_with_json_prints_the_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["no_such_module_here:Env", "--json"]) == 2
     data = json.loads(capsys.readouterr().out)

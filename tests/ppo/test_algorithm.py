@@ -1000,6 +1000,22 @@ def test_compute_actions_names_the_agents_whose_mask_allows_nothing():
         with pytest.raises(EnvContractError, match=r"agents \['second'\] of policy 'default_policy' must act, but "
                                                    r"the action mask of each allows no action"):  # it named "batch rows [1]"
             algo.compute_actions({"first": legal, "second": stuck})
+        with pytest.raises(EnvContractError, match=r"policy 'default_policy' was asked to act on an observation whose "
+                                                   r"action mask allows no action"):  # "batch rows [0]"
+            algo.compute_single_action(stuck)
+        assert algo.compute_single_action(legal) in (0, 1)
+
+
+def test_an_observation_space_without_an_encoder_names_the_policy_and_the_agent_briefly():
+    # The message held a Text space's whole charset (hundreds of characters) and named no agent.
+    from bridges import OpenSpielEnv
+
+    config = (PPOConfig().environment(lambda config: OpenSpielEnv("kuhn_poker", observation_type="observation_string"))
+              .env_runners(num_env_runners=0))
+    with pytest.raises(SpaceError, match=r"^policy 'default_policy' \(its observation space from agent 'player_0', "
+                                         r"which maps to it\): no encoder for observation space Text\(") as raised:
+        config.build()
+    assert "..." in str(raised.value) and len(str(raised.value)) < 400
 
 
 def test_every_space_kind_trains_one_iteration():
@@ -1055,7 +1071,8 @@ def test_a_masked_member_that_cannot_be_read_is_refused_naming_policy_and_slot()
               .multi_agent(policies={"team": PolicySpec(action_space=gym.spaces.Tuple(
                   [gym.spaces.Discrete(5), gym.spaces.Discrete(3)])), "box": None, "multi": None},
                            policy_mapping_fn=_own_policy))
-    with pytest.raises(SpaceError, match=r"policy 'team': slot \[0\] of the grouped agent's Tuple observation: "
+    with pytest.raises(SpaceError, match=r"policy 'team' \(its observation space from agent 'team', which maps to "
+                                         r"it\): slot \[0\] of the grouped agent's Tuple observation: "
                                          r"action_mask of shape \(4,\) does not fit Discrete\(5\)"):
         config.build()
 

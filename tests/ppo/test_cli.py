@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import os
 import signal
@@ -323,6 +324,13 @@ class _BreaksWhenBuilt:
         raise RuntimeError("no licence server")
 
 
+def _needs_the_rllib_extra(config=None) -> None:
+    try:
+        importlib.import_module("tree.no_such_module_in_this_install")  # as ray.rllib without dm-tree
+    except ModuleNotFoundError as error:
+        raise RuntimeError("this env needs RLlib") from error
+
+
 def _not_an_env(config=None) -> str:
     return "an env, honestly"
 
@@ -333,6 +341,8 @@ def _not_an_env(config=None) -> str:
         (f"env={__name__}:_BreaksWhenBuilt",
          "the env 'tests.ppo.test_cli:_BreaksWhenBuilt' raised RuntimeError when built with env_config {}: no licence"),
         (f"env={__name__}:_not_an_env", "the env 'tests.ppo.test_cli:_not_an_env' built a str without ['possible_agents'"),
+        (f"env={__name__}:_needs_the_rllib_extra", "raised RuntimeError when built with env_config {}: this env needs "
+                                                   'RLlib (`pip install "marl-bridges[rllib]"` installs it)'),
         ("ray_address=bogus", "ray_address must be 'host:port', 'ray://host:port', 'auto' or 'local', received 'bogus'"),
     ],
 )
