@@ -153,7 +153,7 @@ def load_game(game: str | pyspiel.Game) -> pyspiel.Game:
         )
     if "python_" in game:  # also inside a wrapper game's parameters: "turn_based_simultaneous_game(game=python_...)"
         import open_spiel.python.games  # noqa: F401  (registers OpenSpiel's Python games)
-    short_name = game.split("(", 1)[0].strip()
+    short_name = game.split("(", 1)[0]
     known = pyspiel.registered_names()
     if short_name not in known:  # refused before pyspiel prints every registered game to stderr
         close = difflib.get_close_matches(short_name, known, n=3)

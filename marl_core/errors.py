@@ -7,6 +7,7 @@ our source. Errors are raised before any state changes, so the env is still usab
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 from collections.abc import Iterable
 from typing import Any
@@ -242,17 +243,25 @@ _EXTRA_OF_MODULE = {"pygame": "envs", "pymunk": "envs", "Box2D": "envs", "rlcard
 
 def install_hint(error: BaseException | None) -> str:
     """``' (`pip install "marl-bridges[EXTRA]"` installs it)'`` when ``error``, or an error that
-    caused it, is a missing module that one of our extras installs; otherwise ``""``."""
+    caused it, is a missing module that one of our extras installs, and that module is not
+    installed (a missing submodule of an installed package is another problem); otherwise ``""``."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         name = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
         if name:
             for module, extra in _EXTRA_OF_MODULE.items():
-                if name == module or name.startswith(module + "."):
+                if (name == module or name.startswith(module + ".")) and not _installed(module):
                     return f' (`pip install "marl-bridges[{extra}]"` installs it)'
         error = error.__cause__ or error.__context__
     return ""
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that does not import
+        return False
 
 
 class OpponentSpecError(MultiAgentEnvError):

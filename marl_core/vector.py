@@ -277,7 +277,8 @@ class VectorMultiAgentEnv:
 
     def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
         """One seed (a Python int) or None per env, from ``reset``'s ``seed``."""
-        if isinstance(seed, (list, tuple, np.ndarray)):
+        if (isinstance(seed, Sequence) and not isinstance(seed, (str, bytes))) or (
+                isinstance(seed, np.ndarray) and seed.ndim > 0):  # a 0-d array is refused as one seed
             if len(seed) != self.num_envs:
                 raise VectorEnvError(f"reset(seed=...) needs one seed (or None) per env ({self.num_envs}), "
                                      f"received a {type(seed).__name__} of {len(seed)}: {seed!r:.80}")

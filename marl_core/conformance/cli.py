@@ -8,7 +8,7 @@ errors, else 2 (130 for Ctrl-C). ``--json`` prints the report as JSON for CI, al
 on stdout (what the env prints goes to stderr); otherwise it prints plain text (no colour codes).
 With ``--json``, a run that produces no report (exit status 2) prints
 ``{"target", "ok": false, "error", "findings": []}`` (``"target"`` is null when the arguments
-do not parse as far as naming it), and ``--list-rules`` prints the rules as a JSON list. A class or factory that needs
+name none, or fail to parse before naming it), and ``--list-rules`` prints the rules as a JSON list. A class or factory that needs
 arguments gets them from ``--config JSON`` (called as ``TARGET(config)``, as RLlib passes
 ``env_config``) or ``--kwargs JSON`` (``TARGET(**kwargs)``, as PettingZoo's env functions take them).
 
@@ -55,12 +55,14 @@ class TargetImportError(Exception):
 class _Parser(argparse.ArgumentParser):
     """argparse's parser; with ``--json`` its usage errors also print the JSON failure report."""
 
-    json_errors = False
-    target: str | None = None  # once the arguments have named it
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.json_errors = False
+        self.parsed = argparse.Namespace()  # what the arguments have set so far (the target, once read)
 
     def error(self, message: str) -> NoReturn:
         if self.json_errors:
-            print(json.dumps(_failure(self.target, f"usage: {message}"), indent=2))
+            print(json.dumps(_failure(getattr(self.parsed, "target", None), f"usage: {message}"), indent=2))
         super().error(message)
 
 
@@ -335,7 +337,6 @@ def _split_skip(parser: _Parser, args: argparse.Namespace) -> None:
             rules.append(value)
     unknown = [value for value in rules if value not in RULES]
     if unknown:
-        parser.target = args.target
         parser.error(
             f"--skip: unknown rule id(s) {', '.join(map(repr, unknown))}; the ids are: {', '.join(sorted(RULES))}"
         )
@@ -417,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
     parser.json_errors = _wants_json(argv)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv, namespace=parser.parsed)
     _split_skip(parser, args)
     if args.list_rules:
         if args.json:
@@ -438,7 +439,8 @@ def _check(args: argparse.Namespace) -> int:
         return _fail("missing the target MODULE:ATTR (see marl-check --help)", args.json, None)
     logging.basicConfig(level=logging.WARNING, format="marl-check: %(message)s")
     if not args.timeout >= 0:
-        return _fail(f"--timeout must be a number of seconds of at least 0, received {args.timeout}", args.json, None)
+        return _fail(f"--timeout must be a number of seconds of at least 0, received {args.timeout}", args.json,
+                     args.target)
     try:
         # The watchdog first: it keeps the stdout the JSON goes to before the env's prints are sent aside.
         with (_exit_if_stuck(args), _stdout_to_stderr() if args.json else contextlib.nullcontext(),

@@ -96,7 +96,7 @@ def check_env(
     seed: int = 0,
     episodes: int = DEFAULT_EPISODES,
     max_steps: int = DEFAULT_MAX_STEPS,
-    skip: Iterable[str] = (),
+    skip: Iterable[str] | None = (),
     name: str | None = None,
 ) -> ConformanceReport:
     """Check a multi-agent env against every conformance rule and report all violations.
@@ -110,7 +110,7 @@ def check_env(
         seed: episode ``i`` is reset with ``seed + i``; the random actions are seeded from it too.
         episodes: how many episodes to explore (each is replayed twice for ``determinism.seed``).
         max_steps: step budget per episode (``termination.bounded`` warns past it).
-        skip: rule ids not to check (see :data:`~marl_core.conformance.rules.RULES`).
+        skip: rule ids not to check (see :data:`~marl_core.conformance.rules.RULES`); None: none.
         name: how the report names the target (``marl-check`` passes the ``MODULE:ATTR`` typed);
             default: the ``module.QualName`` of the object.
 
@@ -133,6 +133,7 @@ def check_env(
         >>> report.ok, report.findings
         (True, ())
     """
+    skip = () if skip is None else skip
     if isinstance(skip, (str, bytes)):  # iterated, it would be its characters
         raise ConformanceError(f"skip must be a list of rule ids, received the string {skip!r} (write [{skip!r}])")
     skipped = tuple(dict.fromkeys(skip))
@@ -182,17 +183,24 @@ def check_env(
         stop.partial_report = report(  # type: ignore[union-attr]
             target.name, target.via, run.steps, f"{what} while {run.where}, after {run.steps} steps")
         raise
-    except Exception:  # the env's exceptions are findings inside the run: this one is the checker's own
-        raise
-    except BaseException as error:  # not an Exception (trio's Cancelled, say): the run cannot go on
-        rule = "api.reset" if env_method_of(error) == "reset" else "api.step"
-        message = (f"the env raised {type(error).__name__}, which is not an Exception; the check stopped there "
-                   f"(after {run.steps} steps)")
+    except BaseException as error:  # the env's code raised where no rule's check could take it: the run stops
+        method = env_method_of(error)
+        if isinstance(error, Exception) and method is None:  # raised in the checker's own frames: its own failure
+            raise
+        rule = "api.reset" if method == "reset" else "api.step"
+        if isinstance(error, Exception):  # an env object's method the checker reads through (an obs's items())
+            message = (f"the env's code raised {type(error).__name__} in {method}() while {run.where}; the check "
+                       f"stopped there (after {run.steps} steps)")
+            key, hint = "unguarded exception", _RAISED_HINT
+        else:  # trio's Cancelled, say
+            message = (f"the env raised {type(error).__name__}, which is not an Exception; the check stopped there "
+                       f"(after {run.steps} steps)")
+            key, hint = "base exception", ("Raise Exception subclasses from env code: other BaseExceptions pass "
+                                           "through every `except Exception`, RLlib's env runners' and this "
+                                           "checker's included.")
         if not run.collector.wants(rule):  # skipping the rule must not turn an unfinished check into a pass
             raise ConformanceError(f"{message}: {describe(error)}") from error
-        run.collector.add(rule, message, error=error, key="base exception",
-                          hint="Raise Exception subclasses from env code: other BaseExceptions pass through every "
-                               "`except Exception`, RLlib's env runners' and this checker's included.")
+        run.collector.add(rule, message, error=error, key=key, hint=hint)
     return report(target.name, target.via, run.steps)
 
 

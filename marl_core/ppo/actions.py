@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from marl_core.errors import EnvContractError, SpaceError
+from marl_core.errors import EnvContractError, SpaceError, short_repr
 from marl_core.spaces import MASK_KEY, OBS_KEY, action_mask_size, is_masked
 
 MASKED_LOGIT = -1e9
@@ -64,7 +64,7 @@ def leaves(space: spaces.Space) -> list[Leaf]:
         return [Leaf("gauss", int(np.prod(space.shape)), space)]
     if isinstance(space, spaces.Tuple):
         return [leaf for sub in space.spaces for leaf in leaves(sub)]
-    raise SpaceError(f"no action distribution for {space}; supported: Discrete, MultiDiscrete, "
+    raise SpaceError(f"no action distribution for {short_repr(space, 120)}; supported: Discrete, MultiDiscrete, "
                      "float Box and Tuple of these")
 
 

@@ -203,33 +203,33 @@ class PPO:
 
     def _spaces_for(self, policy_id: PolicyID, spec: PolicySpec | None, weights_from: str | None,
                     mapping_fn: Callable[..., PolicyID] | None = None) -> tuple[gym.Space, gym.Space, str]:
-        """The policy's observation and action spaces, and where the observation space came from."""
-        obs_space = spec.observation_space if spec else None
-        act_space = spec.action_space if spec else None
-        origin = "its PolicySpec"
-        if (obs_space is None or act_space is None) and weights_from in self.policies:
-            source = self.policies[weights_from]
-            if isinstance(source, TorchPolicy):
-                origin = origin if obs_space is not None else f"policy {weights_from!r}"
-                obs_space = obs_space or source.observation_space
-                act_space = act_space or source.action_space
-        if obs_space is None or act_space is None:
+        """The policy's observation and action spaces, and where they came from (for messages)."""
+        spaces = [spec.observation_space if spec else None, spec.action_space if spec else None]
+        origins = ["its PolicySpec", "its PolicySpec"]
+
+        def take(found: tuple[gym.Space, gym.Space], origin: str) -> None:
+            for index in (0, 1):
+                if spaces[index] is None:
+                    spaces[index], origins[index] = found[index], origin
+
+        source = self.policies.get(weights_from) if weights_from is not None else None
+        if None in spaces and isinstance(source, TorchPolicy):
+            take((source.observation_space, source.action_space), f"policy {weights_from!r}")
+        if None in spaces:
             for agent_id in self._agents:
                 if map_agent(mapping_fn or self.config.policy_mapping_fn, agent_id, Episode(-1, 0, 0)) == policy_id:
-                    origin = origin if obs_space is not None else f"agent {agent_id!r}, which maps to it"
-                    obs_space = obs_space or self._spaces[agent_id][0]
-                    act_space = act_space or self._spaces[agent_id][1]
+                    take(self._spaces[agent_id], f"agent {agent_id!r}, which maps to it")
                     break
-        if obs_space is None or act_space is None:
+        if None in spaces:
             distinct = {(repr(o), repr(a)) for o, a in self._spaces.values()}
             if len(distinct) != 1:
                 raise SpaceError(
                     f"cannot infer the spaces of policy {policy_id!r}: no agent maps to it and the agents' "
                     f"spaces differ; pass PolicySpec(observation_space=..., action_space=...)")
-            first = next(iter(self._spaces.values()))
-            origin = origin if obs_space is not None else "every agent (they share it)"
-            obs_space, act_space = obs_space or first[0], act_space or first[1]
-        return obs_space, act_space, origin
+            take(next(iter(self._spaces.values())), "every agent (they share them)")
+        origin = (f"its spaces from {origins[0]}" if origins[0] == origins[1]
+                  else f"its observation space from {origins[0]}, its action space from {origins[1]}")
+        return spaces[0], spaces[1], origin
 
     def _install(self, policy_id: PolicyID, entry: Any, weights_from: str | None = None,
                  mapping_fn: Callable[..., PolicyID] | None = None) -> None:
@@ -246,7 +246,7 @@ class PPO:
             policy = TorchPolicy(obs_space, act_space, self.config.model_for(entry), self.device,
                                  normalize_actions=self.config.normalize_actions)
         except SpaceError as error:  # name the policy, and where its spaces came from
-            raise SpaceError(f"policy {policy_id!r} (its observation space from {origin}): {error}") from None
+            raise SpaceError(f"policy {policy_id!r} ({origin}): {error}") from None
         policy.module.eval()
         if weights_from is not None:
             source = self.policies.get(weights_from)
@@ -545,15 +545,16 @@ class PPO:
             actions.update(zip(agents, policy.layout.to_env(rows), strict=True))
         return actions
 
-    def compute_single_action(self, observation: Any, policy_id: PolicyID = DEFAULT_POLICY,
+    def compute_single_action(self, observation: Any, *, policy_id: PolicyID = DEFAULT_POLICY,
                               explore: bool = False) -> Any:
         """The action policy ``policy_id`` takes for one observation, as RLlib's method of this
         name gives it (greedy unless ``explore``; RLlib's default follows its config's
-        ``explore``, True unless set).
+        ``explore``, True unless set). RLlib's RNN ``state`` and other arguments are not taken.
 
         Raises:
             ConfigError: there is no policy ``policy_id``.
             SpaceError: the policy cannot take ``observation``.
+            EnvContractError: the observation's action mask allows no action.
         """
         return self.get_policy_callable(policy_id, explore)(observation)
 

@@ -359,6 +359,16 @@ def test_raise_if_errors_lists_the_findings() -> None:
     check_env(broken_envs.CloseTwiceFails).raise_if_errors()  # warnings only: no raise
 
 
+def test_an_env_error_outside_every_rule_is_a_finding_not_an_exception() -> None:
+    # The checker reads an observation through its items(); raising there escaped check_env.
+    report = check_env(broken_envs.ObservationItemsRaise, episodes=1)
+    (finding,) = report.errors
+    assert finding.rule == "api.step"  # not raised in reset() itself, but in a method of what it returned
+    assert finding.message.startswith("the env's code raised RuntimeError in items() while exploring episode 0; "
+                                      "the check stopped there (after 0 steps)")
+    assert "items() of the observation broke" in finding.traceback
+
+
 def test_bad_arguments_raise() -> None:
     with pytest.raises(ConformanceError, match="unknown rule id"):
         check_env(broken_envs.Duel, skip=["rewards.finite"])
@@ -375,6 +385,7 @@ def test_bad_arguments_raise() -> None:
     with pytest.raises(ConformanceError, match=r"skip must be a list of rule ids, received the string 'pickle' \(write \['pickle'\]\)"):
         check_env(broken_envs.Duel, skip="pickle")
     assert check_env(broken_envs.Duel, seed=np.int64(3), episodes=np.int32(1)).to_dict()["seed"] == 3
+    assert check_env(broken_envs.Duel, skip=None, episodes=1).ok  # None: no rule skipped
 
 
 def test_a_masked_member_finding_names_the_group_and_the_slot() -> None:

@@ -115,6 +115,8 @@ def test_a_check_past_its_timeout_reports_what_it_found_until_then(capsys: pytes
         "stopped by its time limit while closing the fresh instance, after ")
     assert main(["tests.conformance.test_cli:HangsInStep", "--timeout", "-1"]) == 2
     assert "--timeout must be a number of seconds of at least 0, received -1.0" in capsys.readouterr().err
+    assert main(["tests.conformance.test_cli:HangsInStep", "--timeout", "-1", "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["target"] == "tests.conformance.test_cli:HangsInStep"
 
 
 def test_ctrl_c_reports_what_was_found_until_then_with_status_130(capsys: pytest.CaptureFixture[str]) -> None:
@@ -190,12 +192,13 @@ def test_unbuildable_target_exits_2_saying_why(target: str, reason: str, capsys:
     assert reason in capsys.readouterr().err
 
 
-def test_a_target_module_missing_a_module_of_an_extra_says_which_extra(tmp_path, capsys) -> None:
+def test_a_target_module_missing_a_module_of_an_extra_says_which_extra(tmp_path, capsys, monkeypatch) -> None:
     # It was "No module named 'pygame'" alone, for PettingZoo's classic envs in an install without the envs extra.
-    (tmp_path / "needs_pygame.py").write_text("import pygame.no_such_module_in_this_install\n")
+    (tmp_path / "needs_pygame.py").write_text("import pygame\n")
+    monkeypatch.setitem(sys.modules, "pygame", None)  # as in an install without it
     assert main([f"{tmp_path / 'needs_pygame.py'}:Env"]) == 2
-    assert ("No module named 'pygame.no_such_module_in_this_install' "
-            '(`pip install "marl-bridges[envs]"` installs it)') in capsys.readouterr().err
+    assert 'import of pygame halted; None in sys.modules (`pip install "marl-bridges[envs]"` installs it)' in (
+        capsys.readouterr().err)
 
 
 def test_unbuildable_target_with_json_prints_the_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -218,9 +221,9 @@ def test_unknown_rule_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
 @pytest.mark.parametrize(
     ("argv", "reason", "target"),
     [
-        (["--json", "--episodes", "x"], "invalid int value: 'x'", None),  # argparse stopped before the target
+        (["--json", "--episodes", "x"], "invalid int value: 'x'", _RPS),
         (["--jso", "--skip", "rewards.finite"], "unknown rule id(s) 'rewards.finite'", _RPS),
-        (["--json", "--no-such-option"], "unrecognized arguments: --no-such-option", None),
+        (["--json", "--no-such-option"], "unrecognized arguments: --no-such-option", _RPS),
     ],
 )
 def test_usage_error_with_json_prints_json(
@@ -234,6 +237,15 @@ def test_usage_error_with_json_prints_json(
     data = json.loads(out)
     assert data["ok"] is False and data["findings"] == [] and data["target"] == target
     assert reason in data["error"] and reason in err
+
+
+def test_a_usage_error_before_the_target_is_read_has_no_target(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--json", "--episodes", "x", _RPS])
+    assert json.loads(capsys.readouterr().out)["target"] is None
+    with pytest.raises(SystemExit):  # the unknown option is refused once every argument is read
+        main(["--json", "--no-such-option", _RPS])
+    assert json.loads(capsys.readouterr().out)["target"] == _RPS
 
 
 def test_usage_error_without_json_prints_no_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -67,16 +67,21 @@ def test_an_env_error_raised_in_a_worker_process_arrives_whole() -> None:
     assert "illegal action for agent 'player_1': received 4" in str(raised.value)
 
 
-def test_install_hint_names_the_extra_of_a_missing_module_anywhere_in_the_chain() -> None:
+def test_install_hint_names_the_extra_of_a_missing_module_anywhere_in_the_chain(monkeypatch) -> None:
     import importlib
+    import sys
 
+    monkeypatch.setitem(sys.modules, "mpe2", None)  # what an install without the envs extra lacks
     with pytest.raises(errors.ConfigError) as chained:
         try:
-            importlib.import_module("mpe2.no_such_module_in_this_install")
+            importlib.import_module("mpe2")
         except ModuleNotFoundError as missing:
             raise errors.ConfigError("the env could not be built") from missing
     assert errors.install_hint(chained.value) == ' (`pip install "marl-bridges[envs]"` installs it)'
+    monkeypatch.undo()
+    with pytest.raises(ModuleNotFoundError) as inside:  # mpe2 is installed: reinstalling it is no fix
+        importlib.import_module("mpe2.no_such_module_in_this_install")
     with pytest.raises(ModuleNotFoundError) as other:
         importlib.import_module("no_such_top_level_module_here")
-    assert errors.install_hint(other.value) == ""  # not a module of ours to install
+    assert errors.install_hint(inside.value) == errors.install_hint(other.value) == ""
     assert errors.install_hint(RuntimeError("no module at all")) == errors.install_hint(None) == ""

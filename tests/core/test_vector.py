@@ -1424,6 +1424,9 @@ def test_reset_takes_a_seed_per_env_as_gymnasium_vectors_do(mode: str) -> None:
         assert [infos["player1"]["seed"] for infos in infos_list] == [4, None, 9]
         assert type(infos_list[2]["player1"]["seed"]) is int
         assert_same(venv.reset(seed=np.array([5, 6, 7])), venv.reset(seed=5))
+        assert_same(venv.reset(seed=range(5, 8)), venv.reset(seed=5))
+        with pytest.raises(SeedError):
+            venv.reset(seed=np.array(5))  # a 0-d array: "len() of unsized object"
         for bad, error, message in (([1, 2], VectorEnvError, r"one seed \(or None\) per env \(3\), received a list of 2"),
                                     ((1, -2, 3), SeedError, "received -2")):
             with pytest.raises(error, match=message):

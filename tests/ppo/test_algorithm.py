@@ -929,7 +929,7 @@ def test_compute_actions_and_policy_callables():
         greedy = algo.get_policy_callable("learned")
         assert greedy(1) == algo.compute_actions({"x": 1}, policy_id="learned")["x"]
         assert algo.compute_single_action(1, policy_id="learned") == greedy(1)
-        assert algo.compute_single_action(0, "beat_last") == beat_last_move(0)
+        assert algo.compute_single_action(0, policy_id="beat_last") == beat_last_move(0)
         with pytest.raises(ConfigError, match="no policy 'default_policy'; policies: \\['beat_last', 'learned'\\]"):
             algo.compute_single_action(1)
     with PPOConfig().environment(RockPaperScissors).env_runners(num_env_runners=0).build() as algo:
@@ -1012,10 +1012,20 @@ def test_an_observation_space_without_an_encoder_names_the_policy_and_the_agent_
 
     config = (PPOConfig().environment(lambda config: OpenSpielEnv("kuhn_poker", observation_type="observation_string"))
               .env_runners(num_env_runners=0))
-    with pytest.raises(SpaceError, match=r"^policy 'default_policy' \(its observation space from agent 'player_0', "
+    with pytest.raises(SpaceError, match=r"^policy 'default_policy' \(its spaces from agent 'player_0', "
                                          r"which maps to it\): no encoder for observation space Text\(") as raised:
         config.build()
     assert "..." in str(raised.value) and len(str(raised.value)) < 400
+
+
+def test_an_action_space_without_a_distribution_names_where_it_came_from():
+    config = (PPOConfig().environment(RockPaperScissors).env_runners(num_env_runners=0)
+              .multi_agent(policies={"p": PolicySpec(action_space=gym.spaces.Text(5))},
+                           policy_mapping_fn=lambda agent_id, episode: "p"))
+    with pytest.raises(SpaceError, match=r"^policy 'p' \(its observation space from agent 'player1', which maps to "
+                                         r"it, its action space from its PolicySpec\): no action distribution for "
+                                         r"Text\(1, 5, charset=[0-9A-Za-z]+\); supported"):
+        config.build()
 
 
 def test_every_space_kind_trains_one_iteration():
@@ -1072,7 +1082,7 @@ def test_a_masked_member_that_cannot_be_read_is_refused_naming_policy_and_slot()
                   [gym.spaces.Discrete(5), gym.spaces.Discrete(3)])), "box": None, "multi": None},
                            policy_mapping_fn=_own_policy))
     with pytest.raises(SpaceError, match=r"policy 'team' \(its observation space from agent 'team', which maps to "
-                                         r"it\): slot \[0\] of the grouped agent's Tuple observation: "
+                                         r"it, its action space from its PolicySpec\): slot \[0\] of the grouped agent's Tuple observation: "
                                          r"action_mask of shape \(4,\) does not fit Discrete\(5\)"):
         config.build()
 

@@ -326,7 +326,7 @@ class _BreaksWhenBuilt:
 
 def _needs_the_rllib_extra(config=None) -> None:
     try:
-        importlib.import_module("tree.no_such_module_in_this_install")  # as ray.rllib without dm-tree
+        importlib.import_module("tree")  # ray.rllib's first import that fails without the rllib extra
     except ModuleNotFoundError as error:
         raise RuntimeError("this env needs RLlib") from error
 
@@ -335,14 +335,22 @@ def _not_an_env(config=None) -> str:
     return "an env, honestly"
 
 
+def test_an_env_missing_a_module_of_an_extra_says_which_extra(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tree", None)  # as in an install without dm-tree
+    out = tmp_path / "run"
+    assert main(["rps", "--iterations", "1", "--out", str(out), "--no-progress", "--set", "num_env_runners=0",
+                 "--set", f"env={__name__}:_needs_the_rllib_extra"]) == 2
+    assert ('raised RuntimeError when built with env_config {}: this env needs RLlib (`pip install '
+            '"marl-bridges[rllib]"` installs it)') in capsys.readouterr().err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
         (f"env={__name__}:_BreaksWhenBuilt",
          "the env 'tests.ppo.test_cli:_BreaksWhenBuilt' raised RuntimeError when built with env_config {}: no licence"),
         (f"env={__name__}:_not_an_env", "the env 'tests.ppo.test_cli:_not_an_env' built a str without ['possible_agents'"),
-        (f"env={__name__}:_needs_the_rllib_extra", "raised RuntimeError when built with env_config {}: this env needs "
-                                                   'RLlib (`pip install "marl-bridges[rllib]"` installs it)'),
         ("ray_address=bogus", "ray_address must be 'host:port', 'ray://host:port', 'auto' or 'local', received 'bogus'"),
     ],
 )

@@ -461,7 +461,7 @@ def test_a_connect4_model_key_it_does_not_read_is_refused_by_name(key, tmp_path,
 
 def test_connect4_networks_refuse_another_game_at_build():
     config = connect4_config(num_envs=2).environment(make_env, env_config={"game": "tic_tac_toe"})
-    with pytest.raises(SpaceError, match=r"policy 'main' \(its observation space from agent 'player_1', which maps to it\): "
+    with pytest.raises(SpaceError, match=r"policy 'main' \(its spaces from agent 'player_1', which maps to it\): "
                                          r"connect4_module reads Connect-4 boards .*shape \(3, 6, 7\)\), "
                                          r"received Box\(-inf, inf, \(3, 3, 3\), float32\)"):
         config.training(train_batch_size=20, minibatch_size=10).build()
