@@ -391,7 +391,9 @@ class PPOConfig:
     minibatch_size: int = 128
     """Agent steps per SGD minibatch."""
     train_batch_size: int = 2000
-    """Env steps sampled per iteration (over all runners)."""
+    """Env steps sampled per iteration (over all runners): ``step()`` calls, so one agent's turn in
+    a turn-based env (a PettingZoo AEC env, an OpenSpiel game) and every live agent's move in a
+    parallel one, as RLlib counts env steps."""
     entropy_coeff: float = 0.0
     """Entropy bonus weight."""
     vf_coeff: float = 0.5
