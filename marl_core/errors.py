@@ -238,7 +238,7 @@ class DependencyNotInstalled(_Picklable, ImportError):
 
 # Modules that only an extra of ours installs, by that extra (``pip install "marl-bridges[EXTRA]"``).
 _EXTRA_OF_MODULE = {"pygame": "envs", "pymunk": "envs", "Box2D": "envs", "rlcard": "envs", "chess": "envs",
-                    "mpe2": "envs", "tree": "rllib", "ray.rllib": "rllib", "shimmy": "test"}
+                    "mpe2": "envs", "tree": "rllib", "ray": "rllib", "shimmy": "test"}
 
 
 def install_hint(error: BaseException | None) -> str:

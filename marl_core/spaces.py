@@ -8,6 +8,7 @@ One canonical action-mask form: a ``Dict`` observation with ``"observation"`` an
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 from collections.abc import Iterable, Mapping
 from functools import singledispatch
@@ -113,7 +114,12 @@ def snapshot(value: Any, depth: int = 0) -> Any:
         return [snapshot(v, depth + 1) for v in value]
     if isinstance(value, tuple):
         items = [snapshot(v, depth + 1) for v in value]
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # a namedtuple stays one
+        if all(new is old for new, old in zip(items, value, strict=True)):  # a copy would hold the same objects
+            return value
+        if hasattr(value, "_fields"):  # a namedtuple stays one
+            with contextlib.suppress(TypeError):  # (a tuple type with _fields built otherwise becomes a tuple)
+                return type(value)(*items)
+        return tuple(items)
     if isinstance(value, collections.deque):
         return collections.deque((snapshot(v, depth + 1) for v in value), maxlen=value.maxlen)
     if isinstance(value, (set, bytearray)):  # a set's items are hashable: not changed in place

@@ -62,7 +62,10 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if self.json_errors:
-            print(json.dumps(_failure(getattr(self.parsed, "target", None), f"usage: {message}"), indent=2))
+            # A target written after --skip is still in its list until the arguments have parsed.
+            target = getattr(self.parsed, "target", None) or next(
+                (value for value in getattr(self.parsed, "skip", None) or () if ":" in value), None)
+            print(json.dumps(_failure(target, f"usage: {message}"), indent=2))
         super().error(message)
 
 

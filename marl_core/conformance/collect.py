@@ -27,6 +27,29 @@ MAX_PER_RULE = 10
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+def _not_the_envs() -> tuple[str, ...]:
+    """Paths of the code outside the checker that it calls on the env's values: marl_core's space
+    and error helpers, numpy, and gymnasium's spaces."""
+    import gymnasium.spaces
+    import numpy
+
+    core = os.path.dirname(_OWN_DIR)
+    return (os.path.join(core, "spaces.py"), os.path.join(core, "errors.py"),
+            os.path.dirname(os.path.abspath(numpy.__file__)) + os.sep,
+            os.path.dirname(os.path.abspath(gymnasium.spaces.__file__)) + os.sep)
+
+
+def env_code_of(error: BaseException) -> str | None:
+    """The name of the first function of the env's own code in ``error``'s traceback: outside the
+    checker and the helpers it calls on the env's values (None: the error is the checker's)."""
+    helpers = _not_the_envs()
+    for frame in traceback.extract_tb(error.__traceback__):
+        path = os.path.abspath(frame.filename)
+        if not path.startswith(_OWN_DIR) and not path.startswith(helpers):
+            return frame.name
+    return None
+
+
 def env_method_of(error: BaseException) -> str | None:
     """The name of the first function outside the checker in ``error``'s traceback: the env's
     method that the checker called (``reset``, ``step``, ...)."""

@@ -43,6 +43,7 @@ from marl_core.conformance.collect import (
     CheckInterrupted,
     Collector,
     describe,
+    env_code_of,
     env_method_of,
     is_hashable,
     shown,
@@ -184,8 +185,8 @@ def check_env(
             target.name, target.via, run.steps, f"{what} while {run.where}, after {run.steps} steps")
         raise
     except BaseException as error:  # the env's code raised where no rule's check could take it: the run stops
-        method = env_method_of(error)
-        if isinstance(error, Exception) and method is None:  # raised in the checker's own frames: its own failure
+        method = env_code_of(error) if isinstance(error, Exception) else env_method_of(error)
+        if isinstance(error, Exception) and method is None:  # raised in no frame of the env's: the checker's failure
             raise
         rule = "api.reset" if method == "reset" else "api.step"
         if isinstance(error, Exception):  # an env object's method the checker reads through (an obs's items())
@@ -239,6 +240,7 @@ class _Run:
         obs_spaces, act_spaces = lookup_spaces(self.env, possible, self.collector)
         self.act_spaces = act_spaces
         self.checker = CallChecker(self.env, self.collector, possible, obs_spaces, act_spaces)
+        self.where = "calling reset() without arguments"
         self._reset_without_arguments()
         explored = []
         for index in range(self.episodes):

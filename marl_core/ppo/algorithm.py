@@ -228,7 +228,7 @@ class PPO:
                     f"spaces differ; pass PolicySpec(observation_space=..., action_space=...)")
             take(next(iter(self._spaces.values())), "every agent (they share them)")
         origin = (f"its spaces from {origins[0]}" if origins[0] == origins[1]
-                  else f"its observation space from {origins[0]}, its action space from {origins[1]}")
+                  else f"its observation space from {origins[0]}; its action space from {origins[1]}")
         return spaces[0], spaces[1], origin
 
     def _install(self, policy_id: PolicyID, entry: Any, weights_from: str | None = None,

@@ -369,6 +369,12 @@ def test_an_env_error_outside_every_rule_is_a_finding_not_an_exception() -> None
     assert "items() of the observation broke" in finding.traceback
 
 
+def test_an_env_error_raised_through_numpy_names_the_envs_method_not_numpys() -> None:
+    report = check_env(broken_envs.ObservationEqualityRaises, episodes=1)
+    (finding,) = [f for f in report.errors if f.rule == "api.step"]
+    assert finding.message.startswith("the env's code raised ValueError in __eq__() while ")  # was array_equal()
+
+
 def test_bad_arguments_raise() -> None:
     with pytest.raises(ConformanceError, match="unknown rule id"):
         check_env(broken_envs.Duel, skip=["rewards.finite"])

@@ -246,6 +246,9 @@ def test_a_usage_error_before_the_target_is_read_has_no_target(capsys: pytest.Ca
     with pytest.raises(SystemExit):  # the unknown option is refused once every argument is read
         main(["--json", "--no-such-option", _RPS])
     assert json.loads(capsys.readouterr().out)["target"] == _RPS
+    with pytest.raises(SystemExit):  # the target is still in --skip's list then
+        main(["--json", "--skip", "pickle", _RPS, "--no-such-option"])
+    assert json.loads(capsys.readouterr().out)["target"] == _RPS
 
 
 def test_usage_error_without_json_prints_no_json(capsys: pytest.CaptureFixture[str]) -> None:

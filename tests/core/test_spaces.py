@@ -507,6 +507,30 @@ def test_a_placeholder_observation_is_inside_its_space(space: spaces.Space) -> N
     assert space.contains(placeholder_observation(space))
 
 
+class _PairRecord(tuple):
+    """A tuple type with ``_fields`` built from one iterable (not as a namedtuple is)."""
+
+    _fields = ("x", "y")
+
+    def __new__(cls, items=()):
+        return super().__new__(cls, items)
+
+
+def test_snapshot_keeps_tuples_of_unchanging_items_and_copies_arrays_in_namedtuples() -> None:
+    # The record's constructor refused snapshot's namedtuple call: the checker itself raised.
+    from collections import namedtuple
+
+    from marl_core.spaces import snapshot
+
+    record = _PairRecord((1, 2))
+    assert snapshot(record) is record
+    Pair = namedtuple("Pair", "x y")
+    pair = Pair(np.zeros(2), 3)
+    copied = snapshot(pair)
+    assert type(copied) is Pair and copied.x is not pair.x and copied.y == 3
+    assert type(snapshot(_PairRecord((np.zeros(1), 2)))) is tuple  # cannot be rebuilt: a plain tuple
+
+
 def test_snapshot_copies_dict_subclasses_as_what_they_are() -> None:
     # A same-step autoreset turned an env's OrderedDict rewards and defaultdict flags into plain dicts.
     from collections import OrderedDict, defaultdict

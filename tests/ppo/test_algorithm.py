@@ -1023,7 +1023,7 @@ def test_an_action_space_without_a_distribution_names_where_it_came_from():
               .multi_agent(policies={"p": PolicySpec(action_space=gym.spaces.Text(5))},
                            policy_mapping_fn=lambda agent_id, episode: "p"))
     with pytest.raises(SpaceError, match=r"^policy 'p' \(its observation space from agent 'player1', which maps to "
-                                         r"it, its action space from its PolicySpec\): no action distribution for "
+                                         r"it; its action space from its PolicySpec\): no action distribution for "
                                          r"Text\(1, 5, charset=[0-9A-Za-z]+\); supported"):
         config.build()
 
@@ -1082,7 +1082,7 @@ def test_a_masked_member_that_cannot_be_read_is_refused_naming_policy_and_slot()
                   [gym.spaces.Discrete(5), gym.spaces.Discrete(3)])), "box": None, "multi": None},
                            policy_mapping_fn=_own_policy))
     with pytest.raises(SpaceError, match=r"policy 'team' \(its observation space from agent 'team', which maps to "
-                                         r"it, its action space from its PolicySpec\): slot \[0\] of the grouped agent's Tuple observation: "
+                                         r"it; its action space from its PolicySpec\): slot \[0\] of the grouped agent's Tuple observation: "
                                          r"action_mask of shape \(4,\) does not fit Discrete\(5\)"):
         config.build()
 
