@@ -8,7 +8,6 @@ One canonical action-mask form: a ``Dict`` observation with ``"observation"`` an
 from __future__ import annotations
 
 import collections
-import contextlib
 import copy
 from collections.abc import Iterable, Mapping
 from functools import singledispatch
@@ -116,9 +115,8 @@ def snapshot(value: Any, depth: int = 0) -> Any:
         items = [snapshot(v, depth + 1) for v in value]
         if all(new is old for new, old in zip(items, value, strict=True)):  # a copy would hold the same objects
             return value
-        if hasattr(value, "_fields"):  # a namedtuple stays one
-            with contextlib.suppress(TypeError):  # (a tuple type with _fields built otherwise becomes a tuple)
-                return type(value)(*items)
+        if hasattr(value, "_make") and hasattr(value, "_fields"):  # a namedtuple stays one
+            return value._make(items)
         return tuple(items)
     if isinstance(value, collections.deque):
         return collections.deque((snapshot(v, depth + 1) for v in value), maxlen=value.maxlen)

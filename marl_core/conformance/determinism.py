@@ -38,7 +38,7 @@ class Digest:
 def fingerprint(value: Any, depth: int = 0) -> Any:
     """Like :func:`snapshot`, but large arrays become a :class:`Digest` (records of image envs stay small)."""
     if isinstance(value, np.ndarray):
-        if value.nbytes <= SMALL_ARRAY_BYTES or value.dtype.kind == "O":
+        if value.nbytes <= SMALL_ARRAY_BYTES or value.dtype.hasobject:  # objects (fields too): no digest of pointers
             return value.copy()
         return Digest(value.shape, value.dtype.str, hash(np.ascontiguousarray(value).tobytes()))
     if depth >= MAX_DEPTH:
@@ -60,7 +60,7 @@ def same(a: Any, b: Any, depth: int = 0, seen: set[tuple[int, int]] | None = Non
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
             return False
-        return _same_arrays(a, b) if a.dtype != object else _compare_or_identity(a, b)
+        return _compare_or_identity(a, b) if a.dtype.hasobject else _same_arrays(a, b)  # objects' == may raise
     if depth >= MAX_DEPTH:  # not looked into, so not reported either
         return True
     if isinstance(a, Mapping):
@@ -86,7 +86,7 @@ def _same_as_arrays(a: Any, b: Any, depth: int, seen: set[tuple[int, int]]) -> b
         x, y = np.asarray(a), np.asarray(b)
     except Exception:
         x = y = None
-    if x is not None and x.dtype != object:
+    if x is not None and not x.dtype.hasobject:
         return _same_arrays(x, y)
     state_a, state_b = _state_of(a), _state_of(b)
     if not (state_a or state_b):

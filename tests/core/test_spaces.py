@@ -508,16 +508,17 @@ def test_a_placeholder_observation_is_inside_its_space(space: spaces.Space) -> N
 
 
 class _PairRecord(tuple):
-    """A tuple type with ``_fields`` built from one iterable (not as a namedtuple is)."""
+    """A tuple type with ``_fields`` built from one iterable and a keyword (not as a namedtuple is)."""
 
     _fields = ("x", "y")
 
-    def __new__(cls, items=()):
+    def __new__(cls, items=(), scale=1):
         return super().__new__(cls, items)
 
 
 def test_snapshot_keeps_tuples_of_unchanging_items_and_copies_arrays_in_namedtuples() -> None:
-    # The record's constructor refused snapshot's namedtuple call: the checker itself raised.
+    # The record's constructor refused snapshot's namedtuple call (the checker itself raised), or
+    # took the items for other arguments: a record of two became one of three zeros.
     from collections import namedtuple
 
     from marl_core.spaces import snapshot
@@ -528,7 +529,8 @@ def test_snapshot_keeps_tuples_of_unchanging_items_and_copies_arrays_in_namedtup
     pair = Pair(np.zeros(2), 3)
     copied = snapshot(pair)
     assert type(copied) is Pair and copied.x is not pair.x and copied.y == 3
-    assert type(snapshot(_PairRecord((np.zeros(1), 2)))) is tuple  # cannot be rebuilt: a plain tuple
+    copied = snapshot(_PairRecord((np.zeros(3), 2)))
+    assert type(copied) is tuple and len(copied) == 2 and copied[1] == 2  # not rebuilt as a record: a plain tuple
 
 
 def test_snapshot_copies_dict_subclasses_as_what_they_are() -> None:
