@@ -78,9 +78,9 @@ def test_install_hint_names_the_extra_of_a_missing_module_anywhere_in_the_chain(
         except ModuleNotFoundError as missing:
             raise errors.ConfigError("the env could not be built") from missing
     assert errors.install_hint(chained.value) == ' (`pip install "marl-bridges[envs]"` installs it)'
-    monkeypatch.setitem(sys.modules, "ray", None)  # importing ray.rllib then fails on "ray"
+    monkeypatch.setitem(sys.modules, "ray", None)  # importing a module of ray then fails on "ray"
     with pytest.raises(ModuleNotFoundError) as no_ray:
-        importlib.import_module("ray.rllib")
+        importlib.import_module("ray.rllib_not_imported_yet")  # (ray.rllib may be in sys.modules already)
     assert errors.install_hint(no_ray.value) == ' (`pip install "marl-bridges[rllib]"` installs it)'
     monkeypatch.undo()
     with pytest.raises(ModuleNotFoundError) as inside:  # mpe2 is installed: reinstalling it is no fix
