@@ -113,10 +113,14 @@ def _same_arrays(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def _compare_or_identity(a: np.ndarray, b: np.ndarray) -> bool:
+    """Arrays holding objects: numpy's comparison, else item by item (items holding arrays, whose
+    ``==`` has no single truth value), objects that refuse ``==`` by identity."""
     try:
         return _same_arrays(a, b)
-    except Exception:  # object arrays whose items refuse to compare
-        return a is b
+    except Exception:
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        return all(same(x, y) for x, y in zip(a.ravel().tolist(), b.ravel().tolist(), strict=True))
 
 
 @dataclass(frozen=True)

@@ -376,6 +376,13 @@ def test_structured_observations_holding_objects_are_compared_without_stopping_t
     assert not [f for f in report.findings if "raised ValueError" in f.message]
 
 
+def test_arrays_holding_arrays_are_compared_item_by_item() -> None:
+    # numpy's comparison raised ("truth value ... ambiguous") and the fallback compared copies by
+    # identity: false determinism.seed and obs.aliasing findings on a deterministic env.
+    report = check_env(broken_envs.ObservationHoldingArrays, episodes=2)
+    assert not [f for f in report.findings if f.rule in ("determinism.seed", "obs.aliasing")]
+
+
 def test_bad_arguments_raise() -> None:
     with pytest.raises(ConformanceError, match="unknown rule id"):
         check_env(broken_envs.Duel, skip=["rewards.finite"])
