@@ -64,7 +64,7 @@ class _Parser(argparse.ArgumentParser):
         if self.json_errors:
             # A target written after --skip is still in its list until the arguments have parsed.
             target = getattr(self.parsed, "target", None) or next(
-                (value for value in getattr(self.parsed, "skip", None) or () if ":" in value), None)
+                (value for value in getattr(self.parsed, "skip", None) or () if _is_target(value)), None)
             print(json.dumps(_failure(target, f"usage: {message}"), indent=2))
         super().error(message)
 
@@ -326,6 +326,11 @@ def _package_hint(path: Path, attr: str) -> str:
             f"`marl-check {'.'.join(parts)}:{attr}`, from {str(folder)!r}")
 
 
+def _is_target(value: str) -> bool:
+    """Whether a value in ``--skip``'s list is the target: rule ids never contain ``:``."""
+    return value not in RULES and ":" in value
+
+
 def _split_skip(parser: _Parser, args: argparse.Namespace) -> None:
     """Take the target back from ``--skip``, whose list also swallows a target written after it
     (``marl-check --skip pickle mypkg:Env``), and refuse unknown rule ids (exit status 2).
@@ -334,7 +339,7 @@ def _split_skip(parser: _Parser, args: argparse.Namespace) -> None:
     """
     rules = []
     for value in args.skip:
-        if value not in RULES and ":" in value and args.target is None:
+        if _is_target(value) and args.target is None:
             args.target = value
         else:
             rules.append(value)

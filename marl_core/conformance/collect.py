@@ -39,22 +39,14 @@ def _not_the_envs() -> tuple[str, ...]:
             os.path.dirname(os.path.abspath(gymnasium.spaces.__file__)) + os.sep)
 
 
-def env_code_of(error: BaseException) -> str | None:
-    """The name of the first function of the env's own code in ``error``'s traceback: outside the
-    checker and the helpers it calls on the env's values (None: the error is the checker's)."""
-    helpers = _not_the_envs()
-    for frame in traceback.extract_tb(error.__traceback__):
-        path = os.path.abspath(frame.filename)
-        if not path.startswith(_OWN_DIR) and not path.startswith(helpers):
-            return frame.name
-    return None
-
-
-def env_method_of(error: BaseException) -> str | None:
+def env_method_of(error: BaseException, past_helpers: bool = False) -> str | None:
     """The name of the first function outside the checker in ``error``'s traceback: the env's
-    method that the checker called (``reset``, ``step``, ...)."""
+    method that the checker called (``reset``, ``step``, ...). With ``past_helpers``, also outside
+    the helpers the checker calls on the env's values, so that None means the error is the
+    checker's own."""
+    skipped = (_OWN_DIR, *_not_the_envs()) if past_helpers else (_OWN_DIR,)
     for frame in traceback.extract_tb(error.__traceback__):
-        if not os.path.abspath(frame.filename).startswith(_OWN_DIR):
+        if not os.path.abspath(frame.filename).startswith(skipped):
             return frame.name
     return None
 

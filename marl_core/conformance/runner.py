@@ -43,7 +43,6 @@ from marl_core.conformance.collect import (
     CheckInterrupted,
     Collector,
     describe,
-    env_code_of,
     env_method_of,
     is_hashable,
     shown,
@@ -185,7 +184,7 @@ def check_env(
             target.name, target.via, run.steps, f"{what} while {run.where}, after {run.steps} steps")
         raise
     except BaseException as error:  # the env's code raised where no rule's check could take it: the run stops
-        method = env_code_of(error) if isinstance(error, Exception) else env_method_of(error)
+        method = env_method_of(error, past_helpers=isinstance(error, Exception))
         if isinstance(error, Exception) and method is None:  # raised in no frame of the env's: the checker's failure
             raise
         rule = "api.reset" if method == "reset" else "api.step"
