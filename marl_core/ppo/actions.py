@@ -1,9 +1,11 @@
 """Action spaces as flat rows, and sampling from a model's outputs, in numpy (no torch).
 
 Inside the trainer every action is one row of float32 columns: one per Discrete, one per
-MultiDiscrete dimension, one per Box entry; a Tuple (grouped agents) concatenates its members.
-A model's ``dist_inputs`` hold, per leaf, the logits of a categorical (Discrete, each
-MultiDiscrete dimension) or the means then the log standard deviations of a Gaussian (float Box).
+MultiDiscrete dimension, MultiBinary bit and Box entry; a Tuple (grouped agents) concatenates its
+members, a Dict its members in the space's key order. A model's ``dist_inputs`` hold, per leaf,
+the logits of a categorical (Discrete, each MultiDiscrete dimension, each MultiBinary bit, each
+entry of a bounded integer Box) or the means then the log standard deviations of a Gaussian
+(float Box).
 
 Sampling lives here, once, for every policy: env runners run it on the outputs of the numpy
 forward pass (:mod:`marl_core.ppo.numpy_policy`) or of a torch module, and the learner's
@@ -50,22 +52,47 @@ def leaves(space: spaces.Space) -> list[Leaf]:
     """The factors of ``space``'s distribution, in row order.
 
     Raises:
-        SpaceError: no distribution fits ``space``, or it (or a part of it) holds no action to
-            choose: an empty Tuple, MultiDiscrete or Box.
+        SpaceError: no distribution fits ``space`` (an integer Box unbounded somewhere, or with
+            more than :data:`MAX_CATEGORIES` values in an entry, is refused with what to use
+            instead), or it (or a part of it) holds no action to choose: an empty Tuple, Dict,
+            MultiDiscrete, MultiBinary or Box.
     """
-    if isinstance(space, (spaces.Tuple, spaces.MultiDiscrete, spaces.Box)) and not (
-            space.spaces if isinstance(space, spaces.Tuple) else int(np.prod(space.shape))):
+    if isinstance(space, (spaces.Tuple, spaces.Dict)):
+        if not space.spaces:
+            raise SpaceError(f"{space} holds no action to choose (it is empty); give every acting agent at least one")
+        members = space.spaces.values() if isinstance(space, spaces.Dict) else space.spaces
+        return [leaf for sub in members for leaf in leaves(sub)]
+    if isinstance(space, (spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)) and not int(np.prod(space.shape)):
         raise SpaceError(f"{space} holds no action to choose (it is empty); give every acting agent at least one")
     if isinstance(space, spaces.Discrete):
         return [Leaf("cat", int(space.n), space)]
     if isinstance(space, spaces.MultiDiscrete):
         return [Leaf("cat", int(n), space) for n in space.nvec.flat]
+    if isinstance(space, spaces.MultiBinary):
+        return [Leaf("cat", 2, space)] * int(np.prod(space.shape))
     if isinstance(space, spaces.Box) and np.issubdtype(space.dtype, np.floating):
         return [Leaf("gauss", int(np.prod(space.shape)), space)]
-    if isinstance(space, spaces.Tuple):
-        return [leaf for sub in space.spaces for leaf in leaves(sub)]
+    if isinstance(space, spaces.Box) and space.dtype.kind in "iub":
+        return [Leaf("cat", int(n), space) for n in _integer_box_sizes(space).flat]
     raise SpaceError(f"no action distribution for {short_repr(space, 120)}; supported: Discrete, MultiDiscrete, "
-                     "float Box and Tuple of these")
+                     "MultiBinary, Box (float, or integer with bounds), and Tuple and Dict of these")
+
+
+MAX_CATEGORIES = 65536
+"""The most values one entry of an integer Box action may take: each is one logit of the model."""
+
+
+def _integer_box_sizes(space: spaces.Box) -> np.ndarray:
+    """How many values each entry of an integer (or bool) Box takes, as int64."""
+    if not (np.all(space.bounded_below) and np.all(space.bounded_above)):
+        raise SpaceError(f"no action distribution for {short_repr(space, 120)}: an integer Box action needs finite "
+                         "bounds in every entry (each entry is a categorical over its values); give it bounds, or "
+                         "use a float Box or a MultiDiscrete")
+    sizes = space.high.astype(np.int64) - space.low.astype(np.int64) + 1
+    if int(sizes.max()) > MAX_CATEGORIES:
+        raise SpaceError(f"no action distribution for {short_repr(space, 120)}: an entry takes {int(sizes.max())} "
+                         f"values, more than the {MAX_CATEGORIES} one categorical may have; use a float Box instead")
+    return sizes
 
 
 class ActionLayout:
@@ -194,9 +221,11 @@ def _middle_and_half_width(space: spaces.Box) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _boxes(space: spaces.Space) -> list[spaces.Box]:
-    """The Box spaces in ``space`` (itself, or inside its Tuples)."""
+    """The Box spaces in ``space`` (itself, or inside its Tuples and Dicts)."""
     if isinstance(space, spaces.Tuple):
         return [box for sub in space.spaces for box in _boxes(sub)]
+    if isinstance(space, spaces.Dict):
+        return [box for sub in space.spaces.values() for box in _boxes(sub)]
     return [space] if isinstance(space, spaces.Box) else []
 
 
@@ -209,6 +238,13 @@ def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], mapped: dict
         at[0] += space.nvec.size
         values = row[start : at[0]].astype(np.int64).reshape(space.shape) + space.start
         return (values.astype(space.dtype),)
+    if isinstance(space, spaces.MultiBinary):
+        at[0] += int(np.prod(space.shape))
+        return (row[start : at[0]].astype(space.dtype).reshape(space.shape),)
+    if isinstance(space, spaces.Box) and space.dtype.kind in "iub":
+        at[0] += int(np.prod(space.shape))
+        values = row[start : at[0]].astype(np.int64).reshape(space.shape) + space.low.astype(np.int64)
+        return (np.asarray(values, dtype=space.dtype),)  # a 0-d array for shape (): the sum gives a scalar
     if isinstance(space, spaces.Box):
         at[0] += int(np.prod(space.shape))
         value = row[start : at[0]].reshape(space.shape)
@@ -217,6 +253,8 @@ def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], mapped: dict
             value = middle + np.clip(value, -1.0, 1.0) * half_width  # clipped first: beyond ±1 it may overflow
         value = np.clip(value, space.low, space.high)
         return (np.asarray(value, dtype=space.dtype),)  # 0-d arrays for shape (): np.clip gives a scalar
+    if isinstance(space, spaces.Dict):  # members in the space's key order, as the rows hold them
+        return ({key: _unflatten(sub, row, at, mapped)[0] for key, sub in space.spaces.items()},)
     return (tuple(_unflatten(sub, row, at, mapped)[0] for sub in space.spaces),)
 
 
@@ -225,12 +263,18 @@ def _flatten(space: spaces.Space, action: Any, mapped: dict[int, Any]) -> list[f
         return [int(action) - int(space.start)]
     if isinstance(space, spaces.MultiDiscrete):
         return list((np.asarray(action) - space.start).reshape(-1))
+    if isinstance(space, spaces.MultiBinary):
+        return list(np.asarray(action).reshape(-1))
+    if isinstance(space, spaces.Box) and space.dtype.kind in "iub":
+        return list((np.asarray(action).astype(np.int64) - space.low.astype(np.int64)).reshape(-1))
     if isinstance(space, spaces.Box):
         value = np.asarray(action, dtype=np.float64).reshape(-1)
         if (mapping := mapped.get(id(space))) is not None:
             middle, half_width = (part.reshape(-1) for part in mapping)
             value = np.where(half_width > 0, (value - middle) / np.where(half_width > 0, half_width, 1.0), 0.0)
         return list(value.astype(np.float32))
+    if isinstance(space, spaces.Dict):
+        return [x for key, sub in space.spaces.items() for x in _flatten(sub, action[key], mapped)]
     return [x for sub, a in zip(space.spaces, action, strict=True) for x in _flatten(sub, a, mapped)]
 
 

@@ -7,10 +7,12 @@ mask sets masked logits to a large negative number, so a masked action is never 
 grouped agent's Tuple of member observations with masks in its slots reads as that form too
 (:class:`marl_core.ppo.actions.ObservationMasks`).
 
-Actions: Discrete, MultiDiscrete (one categorical per dimension), float Box (a Gaussian with a
-free, state-independent log standard deviation; with the config's ``normalize_actions``, RLlib's
-default, it acts in [-1, 1] mapped onto a Box bounded in every entry; actions sent to the env are
-clipped to the bounds) and Tuple (a product of its members, as for grouped agents). Inside the
+Actions: Discrete, MultiDiscrete (one categorical per dimension), MultiBinary (one per bit), an
+integer Box bounded in every entry (one categorical per entry, over its values), float Box (a
+Gaussian with a free, state-independent log standard deviation; with the config's
+``normalize_actions``, RLlib's default, it acts in [-1, 1] mapped onto a Box bounded in every
+entry; actions sent to the env are clipped to the bounds), Tuple (a product of its members, as for
+grouped agents) and Dict (a product of its members, in the space's key order). Inside the
 trainer every action is one row of float32 columns (:mod:`marl_core.ppo.actions`), where sampling
 happens in numpy; env runners evaluate this module's default model with
 :mod:`marl_core.ppo.numpy_policy`.

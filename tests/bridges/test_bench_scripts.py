@@ -39,6 +39,7 @@ def test_the_shimmy_loop_counts_one_step_per_joint_action(monkeypatch):
     ("bench_vector", ["--seconds", "nan"], "argument --seconds: expected a number above 0, received 'nan'"),
     ("bench_ppo", ["--num-envs", "0"], "argument --num-envs: expected an integer above 0, received '0'"),
     ("bench_box_actions", ["--seeds", "0"], "argument --seeds: expected an integer above 0, received '0'"),
+    ("bench_structured_actions", ["--at", "5", "0"], "argument --at: expected an integer above 0, received '0'"),
     ("bench_connect4", ["--games", "bogus=3"], "argument --games: 'bogus=3': expected OPPONENT=GAMES"),
     ("bench_connect4", ["--at", "0,1"], "argument --at: expected minutes above 0, received '0,1'"),
 ])

@@ -214,3 +214,45 @@ class WideBoxBandit(MultiAgentEnv):
         WideBoxBandit.received.append(action)
         return ({"agent": np.zeros(2, np.float32)}, {"agent": -abs(action - 70.0) / 100.0},
                 {"agent": True, "__all__": True}, {"__all__": False}, {})
+
+
+class StructuredActionsEnv(MultiAgentEnv):
+    """Three agents acting together for ``config["length"]`` steps (default 4), each with a
+    structured action space: ``pick`` a Dict (a Discrete starting at 1, a MultiBinary, a float Box),
+    ``switch`` a MultiBinary, ``level`` a bounded integer Box. Every action is checked against its
+    space (types, dtypes and shapes too) and kept in the class's ``received`` list; ``level`` is paid
+    for its first entry, so it has something to learn."""
+
+    ACTION_SPACES = {
+        "pick": gym.spaces.Dict({"move": gym.spaces.Discrete(3, start=1), "bits": gym.spaces.MultiBinary([2, 2]),
+                                 "push": gym.spaces.Box(0.0, 10.0, (2,), np.float32)}),
+        "switch": gym.spaces.MultiBinary(3),
+        "level": gym.spaces.Box(np.array([-3, 0]), np.array([3, 9]), (2,), np.int32),
+    }
+    received: list[tuple[str, Any]] = []
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.length = int((config or {}).get("length", 4))
+        self.agents = self.possible_agents = list(self.ACTION_SPACES)
+        self.observation_spaces = {a: gym.spaces.Box(-1.0, 1.0, (3,), np.float32) for a in self.agents}
+        self.action_spaces = dict(self.ACTION_SPACES)
+        self.t = 0
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        return {a: np.full(3, self.t / self.length, np.float32) for a in self.agents}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action_dict):
+        check_action_dict(self, action_dict, self.agents)
+        StructuredActionsEnv.received.extend(action_dict.items())
+        self.t += 1
+        rewards = {"pick": float(action_dict["pick"]["move"] == 2), "switch": float(np.sum(action_dict["switch"])),
+                   "level": float(action_dict["level"][0])}
+        done = self.t >= self.length
+        flags = {a: done for a in self.agents}
+        return self._obs(), rewards, {**flags, "__all__": done}, {"__all__": False}, {}

@@ -23,7 +23,7 @@ from marl_core.ppo import PPO, PolicySpec, PPOConfig
 from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
 from marl_core.spaces import check_action_dict
 from tests.fixtures.envs import HeterogeneousSpacesEnv, JoinLeaveEnv, ManyAgentsEnv, TicTacToe
-from tests.ppo.helpers import CorruptingRockPaperScissors, TwoMoveGame, WideBoxBandit
+from tests.ppo.helpers import CorruptingRockPaperScissors, StructuredActionsEnv, TwoMoveGame, WideBoxBandit
 
 
 def _rps_config(**training):
@@ -1026,6 +1026,38 @@ def test_an_action_space_without_a_distribution_names_where_it_came_from():
                                          r"it; its action space from its PolicySpec\): no action distribution for "
                                          r"Text\(1, 5, charset=[0-9A-Za-z]+\); supported"):
         config.build()
+
+
+def _structured_config():
+    return (PPOConfig().environment(StructuredActionsEnv)
+            .multi_agent(policies={a: None for a in StructuredActionsEnv.ACTION_SPACES},
+                         policy_mapping_fn=_own_policy)
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=2)
+            .training(train_batch_size=80, minibatch_size=40, num_epochs=2).debugging(seed=0))
+
+
+def test_multibinary_integer_box_and_dict_actions_train_save_and_act_in_their_spaces(tmp_path):
+    # They were refused when the policies were built ("no action distribution").
+    StructuredActionsEnv.received.clear()
+    with _structured_config().build() as algo:
+        for _ in range(2):
+            result = algo.train()
+        obs, _ = StructuredActionsEnv().reset(seed=1)
+        greedy = algo.compute_actions(obs)
+        saved = algo.save(tmp_path / "structured")
+    assert result["num_env_errors_lifetime"] == 0 and len(StructuredActionsEnv.received) == 3 * 160
+    assert {agent for agent, _ in StructuredActionsEnv.received} == set(StructuredActionsEnv.ACTION_SPACES)
+    for policy_id in StructuredActionsEnv.ACTION_SPACES:
+        assert math.isfinite(result["policies"][policy_id]["policy_loss"]), policy_id
+    levels = np.array([action for agent, action in StructuredActionsEnv.received if agent == "level"])
+    assert set(levels[:, 0].tolist()) == set(range(-3, 4))  # every value of the entry is drawn
+    with PPO.from_checkpoint(saved) as restored:
+        again = restored.compute_actions(obs)
+    for agent_id, space in StructuredActionsEnv.ACTION_SPACES.items():
+        assert space.contains(greedy[agent_id]) and space.contains(again[agent_id])
+    assert again["pick"].keys() == greedy["pick"].keys() and again["pick"]["move"] == greedy["pick"]["move"]
+    np.testing.assert_array_equal(again["switch"], greedy["switch"])
+    np.testing.assert_array_equal(again["level"], greedy["level"])
 
 
 def test_every_space_kind_trains_one_iteration():

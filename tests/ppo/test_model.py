@@ -177,12 +177,72 @@ def test_custom_module_factory():
     assert rows.shape == (5, 1)
 
 
+STRUCTURED_ACTIONS = {
+    "multibinary": gym.spaces.MultiBinary([2, 3]),
+    "int-box": gym.spaces.Box(np.array([-2, 0]), np.array([1, 255]), (2,), np.int64),
+    "uint8-box-scalar": gym.spaces.Box(3, 9, (), np.uint8),
+    "bool-box": gym.spaces.Box(0, 1, (3,), np.bool_),
+    "dict": gym.spaces.Dict({"move": gym.spaces.Discrete(3, start=1), "bits": gym.spaces.MultiBinary(2),
+                             "force": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                             "pair": gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.Box(0, 4, (1,), np.int32)])}),
+}
+
+
+@pytest.mark.parametrize("name", list(STRUCTURED_ACTIONS))
+def test_multibinary_integer_box_and_dict_actions_reach_the_env_in_their_space(name):
+    # They were refused ("no action distribution"); RLlib takes Dict, not MultiBinary or integer Box.
+    from marl_core.spaces import check_action
+
+    space = STRUCTURED_ACTIONS[name]
+    policy = _policy(BOX, space)
+    obs = np.random.default_rng(0).uniform(-1, 1, (300, 4)).astype(np.float32)
+    rows, logp, _ = policy.act(obs, explore=True, rng=np.random.default_rng(1))
+    actions = policy.layout.to_env(rows)
+    for row, action in zip(rows, actions, strict=True):
+        check_action("a", space, action)  # type, dtype and shape as the env's own check wants them
+        assert space.contains(action)
+        if name != "dict":  # the float Box inside is clipped on the way out
+            np.testing.assert_array_equal(policy.layout.from_env(action), row)
+    again, _, _ = policy.evaluate(torch.as_tensor(obs), torch.as_tensor(rows))
+    np.testing.assert_allclose(again.detach().numpy(), logp, rtol=1e-5, atol=1e-5)
+    # Every value of every categorical entry is drawn: the whole range reaches the env.
+    flat = [np.concatenate([np.ravel(np.asarray(part, np.float64)) for part in gym.spaces.flatten(space, a)[None]])
+            for a in actions]
+    assert len({tuple(row) for row in flat}) > 1
+    if name == "int-box":
+        values = np.array(actions)
+        assert set(values[:, 0].tolist()) == {-2, -1, 0, 1} and values[:, 1].min() >= 0 and values[:, 1].max() <= 255
+
+
+def test_dict_actions_follow_the_spaces_key_order_not_the_actions():
+    space = STRUCTURED_ACTIONS["dict"]
+    layout = ActionLayout(space)
+    action = {"pair": (1, np.array([3], np.int32)), "force": np.array([0.5, -0.5], np.float32),
+              "bits": np.array([1, 0], np.int8), "move": np.int64(2)}  # another key order than the space's
+    row = layout.from_env(action)
+    back = layout.to_env(row[None])[0]
+    assert list(back) == list(space.spaces) and space.contains(back)
+    assert back["move"] == 2 and back["bits"].tolist() == [1, 0] and back["pair"][1].tolist() == [3]
+    np.testing.assert_allclose(back["force"], [0.5, -0.5])
+
+
+def test_normalized_actions_map_a_float_box_inside_a_dict():
+    space = gym.spaces.Dict({"n": gym.spaces.Discrete(2), "x": gym.spaces.Box(0.0, 10.0, (1,), np.float32)})
+    action = ActionLayout(space, normalize_actions=True).to_env(np.array([[1.0, 0.0]], np.float32))[0]
+    assert action["n"] == 1 and action["x"].tolist() == [5.0]
+
+
 def test_unsupported_spaces_raise_clear_errors():
-    with pytest.raises(SpaceError, match="no action distribution"):
-        ActionLayout(gym.spaces.Box(0, 3, (2,), np.int64))
+    with pytest.raises(SpaceError, match=r"no action distribution for Text\("):
+        ActionLayout(gym.spaces.Text(4))
+    with pytest.raises(SpaceError, match=r"an integer Box action needs finite bounds in every entry.*MultiDiscrete"):
+        ActionLayout(gym.spaces.Box(np.array([0, -np.inf]), np.array([3, 3]), (2,), np.int64))
+    with pytest.raises(SpaceError, match=r"an entry takes 100001 values, more than the 65536"):
+        ActionLayout(gym.spaces.Box(0, 100_000, (2,), np.int64))
     # Empty spaces were taken, then failed inside numpy while sampling ("need at least one array").
     empty = [gym.spaces.Tuple(()), gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Tuple(()))),
-             gym.spaces.MultiDiscrete(np.zeros(0, np.int64)), gym.spaces.Box(0.0, 1.0, (0,), np.float32)]
+             gym.spaces.MultiDiscrete(np.zeros(0, np.int64)), gym.spaces.Box(0.0, 1.0, (0,), np.float32),
+             gym.spaces.Dict({}), gym.spaces.Box(0, 3, (0,), np.int64)]
     for space in empty:
         with pytest.raises(SpaceError, match="holds no action to choose"):
             ActionLayout(space)

@@ -39,6 +39,12 @@ CASES = {
                           gym.spaces.Box(-1.0, 1.0, (2,), np.float32)]),
         {},
     ),
+    "structured-actions": (
+        BOX,
+        gym.spaces.Dict({"bits": gym.spaces.MultiBinary([2, 2]), "level": gym.spaces.Box(-2, 5, (3,), np.int16),
+                         "push": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "move": gym.spaces.Discrete(4)}),
+        {},
+    ),
     "nested": (
         gym.spaces.Dict({"img": IMAGE, "pos": BOX, "mode": gym.spaces.Discrete(3, start=1),
                          "grid": gym.spaces.MultiDiscrete([2, 4]), "pair": gym.spaces.Tuple([BOX, gym.spaces.MultiBinary(3)])}),
