@@ -109,7 +109,11 @@ def _state_of(value: Any) -> dict[str, Any]:
 
 
 def _same_arrays(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.names:  # a structured array, field by field: NaN in a float field equals itself
+        return all(_same_arrays(a[name], b[name]) for name in a.dtype.names)
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
 
 
 def _compare_or_identity(a: np.ndarray, b: np.ndarray) -> bool:

@@ -608,6 +608,14 @@ class PPO:
             self.sampler.close()
             self.sampler = None
 
+    def __repr__(self) -> str:
+        if not hasattr(self, "policies"):  # a failed build
+            return f"<{type(self).__name__}, not built>"
+        env = self.config.env if isinstance(self.config.env, str) else getattr(
+            self.config.env, "__qualname__", repr(self.config.env))
+        return (f"{type(self).__name__}(env={env!r}, policies={list(self.policies)!r}, "
+                f"training={list(self.to_train)!r}, iteration={self.iteration})")
+
     def __enter__(self) -> PPO:
         return self
 

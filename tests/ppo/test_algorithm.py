@@ -1028,6 +1028,15 @@ def test_an_action_space_without_a_distribution_names_where_it_came_from():
         config.build()
 
 
+def test_an_algorithm_says_what_it_trains_in_its_repr():
+    with _rps_config().build() as algo:
+        assert repr(algo) == ("PPO(env='RockPaperScissors', policies=['learned', 'beat_last'], training=['learned'], "
+                              "iteration=0)")
+        algo.train()
+        assert repr(algo).endswith("iteration=1)")
+    assert repr(PPO.__new__(PPO)) == "<PPO, not built>"
+
+
 def _structured_config():
     return (PPOConfig().environment(StructuredActionsEnv)
             .multi_agent(policies={a: None for a in StructuredActionsEnv.ACTION_SPACES},
