@@ -115,9 +115,15 @@ def snapshot(value: Any, depth: int = 0) -> Any:
         items = [snapshot(v, depth + 1) for v in value]
         if all(new is old for new, old in zip(items, value, strict=True)):  # a copy would hold the same objects
             return value
-        if hasattr(value, "_make") and hasattr(value, "_fields"):  # a namedtuple stays one
-            return value._make(items)
-        return tuple(items)
+        if type(value) is tuple:
+            return tuple(items)
+        try:  # a namedtuple or other tuple subclass stays one, without calling its own constructor
+            copied = tuple.__new__(type(value), items)
+            if hasattr(value, "__dict__"):  # attributes a subclass keeps beside its items
+                copied.__dict__.update(value.__dict__)
+            return copied
+        except Exception:
+            return tuple(items)
     if isinstance(value, collections.deque):
         return collections.deque((snapshot(v, depth + 1) for v in value), maxlen=value.maxlen)
     if isinstance(value, (set, bytearray)):  # a set's items are hashable: not changed in place

@@ -85,3 +85,37 @@ class _GraphActions(MultiAgentEnv):
 def test_namedtuple_actions_reach_the_env_as_themselves_and_are_not_reported_as_changed() -> None:
     report = check_env(_GraphActions, skip=["spaces.obs-contains"])
     assert "actions.unchanged" not in report.rules and "api.step" not in report.rules, str(report)
+
+
+class _Move(tuple):
+    """An action type: a tuple of a direction array and a speed."""
+
+
+class _MoveSpace(spaces.Space):
+    """A space of :class:`_Move` actions: a direction in [-1, 1]^2 and a speed of 0, 1 or 2."""
+
+    def sample(self, mask=None, probability=None):
+        return _Move((self.np_random.uniform(-1, 1, 2).astype(np.float32), int(self.np_random.integers(3))))
+
+    def contains(self, x) -> bool:
+        return isinstance(x, _Move) and len(x) == 2 and x[0].shape == (2,) and x[1] in (0, 1, 2)
+
+
+class _MoveActions(_GraphActions):
+    """:class:`_GraphActions` whose actions are :class:`_Move` tuples holding an array; only read."""
+
+    def __init__(self, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.action_spaces = dict.fromkeys(self.agents, _MoveSpace())
+
+    def step(self, action_dict):
+        self.t += 1
+        rewards = {a: float(action[1]) for a, action in action_dict.items()}
+        done = self.t >= 3
+        return dict.fromkeys(self.agents, self.t), rewards, {"__all__": done}, {"__all__": False}, {}
+
+
+def test_tuple_subclass_actions_holding_arrays_are_not_reported_as_changed() -> None:
+    # The checker's copy of such an action was a plain tuple: actions.unchanged warned of every action.
+    report = check_env(_MoveActions)
+    assert "actions.unchanged" not in report.rules, str(report)

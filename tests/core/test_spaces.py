@@ -516,6 +516,10 @@ class _PairRecord(tuple):
         return super().__new__(cls, items)
 
 
+class _Tagged(tuple):
+    """A tuple subclass that keeps an attribute beside its items."""
+
+
 def test_snapshot_keeps_tuples_of_unchanging_items_and_copies_arrays_in_namedtuples() -> None:
     # The record's constructor refused snapshot's namedtuple call (the checker itself raised), or
     # took the items for other arguments: a record of two became one of three zeros.
@@ -529,8 +533,20 @@ def test_snapshot_keeps_tuples_of_unchanging_items_and_copies_arrays_in_namedtup
     pair = Pair(np.zeros(2), 3)
     copied = snapshot(pair)
     assert type(copied) is Pair and copied.x is not pair.x and copied.y == 3
-    copied = snapshot(_PairRecord((np.zeros(3), 2)))
-    assert type(copied) is tuple and len(copied) == 2 and copied[1] == 2  # not rebuilt as a record: a plain tuple
+    record = _PairRecord((np.zeros(3), 2))
+    copied = snapshot(record)  # built without its constructor: the items are the items
+    assert type(copied) is _PairRecord and len(copied) == 2 and copied[1] == 2 and copied[0] is not record[0]
+    # A tuple subclass (a plain one, one keeping attributes beside its items) stays what it is:
+    # copied as a plain tuple, an unchanged action was reported as changed (actions.unchanged).
+    tagged = _Tagged((np.ones(2), 5))
+    tagged.label = "move"
+    copied = snapshot(tagged)
+    assert type(copied) is _Tagged and copied.label == "move" and copied[0] is not tagged[0] and copied[1] == 5
+    LabelledPair = type("LabelledPair", (Pair,), {})  # a namedtuple's subclass has a __dict__
+    labelled = LabelledPair(np.zeros(1), 1)
+    labelled.note = "kept"
+    copied = snapshot(labelled)
+    assert type(copied) is LabelledPair and copied.note == "kept" and copied.x is not labelled.x
 
 
 def test_snapshot_copies_dict_subclasses_as_what_they_are() -> None:
