@@ -53,10 +53,26 @@ def is_masked(space: spaces.Space) -> bool:
 
 
 def action_mask_of(observation: Any) -> np.ndarray | None:
-    """The action mask inside ``observation``, or None when it has none."""
-    if isinstance(observation, Mapping) and MASK_KEY in observation:
-        return np.asarray(observation[MASK_KEY])
-    return None
+    """The action mask inside ``observation``, or None when it has none.
+
+    Gymnasium's form of a MultiDiscrete mask, a tuple of one array per dimension, comes back
+    flat (the dimensions' masks one after another, the canonical form). A value numpy cannot
+    make one array of comes back as an object array, which fits no action space: checks do not
+    apply it, and the checker's ``masks.valid`` names it.
+    """
+    if not (isinstance(observation, Mapping) and MASK_KEY in observation):
+        return None
+    mask = observation[MASK_KEY]
+    if type(mask) is np.ndarray:
+        return mask
+    if isinstance(mask, tuple) and mask and all(isinstance(part, np.ndarray) and part.ndim == 1 for part in mask):
+        return np.concatenate(mask)
+    try:
+        return np.asarray(mask)
+    except ValueError:  # ragged
+        shell = np.empty(1, dtype=object)
+        shell[0] = mask
+        return shell
 
 
 # One entry per slot of a Tuple action space: a slot's mask, None (that slot has none) or,

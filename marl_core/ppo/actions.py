@@ -52,10 +52,10 @@ def leaves(space: spaces.Space) -> list[Leaf]:
     """The factors of ``space``'s distribution, in row order.
 
     Raises:
-        SpaceError: no distribution fits ``space`` (an integer Box unbounded somewhere, or with
-            more than :data:`MAX_CATEGORIES` values in an entry, is refused with what to use
-            instead), or it (or a part of it) holds no action to choose: an empty Tuple, Dict,
-            MultiDiscrete, MultiBinary or Box.
+        SpaceError: no distribution fits ``space`` (an integer Box unbounded somewhere, with
+            more than :data:`MAX_CATEGORIES` values in an entry or :data:`MAX_INTEGER_BOX_LOGITS`
+            in all, is refused with what to use instead), or it (or a part of it) holds no action
+            to choose: an empty Tuple, Dict, MultiDiscrete, MultiBinary or Box.
     """
     if isinstance(space, (spaces.Tuple, spaces.Dict)):
         if not space.spaces:
@@ -81,6 +81,9 @@ def leaves(space: spaces.Space) -> list[Leaf]:
 MAX_CATEGORIES = 65536
 """The most values one entry of an integer Box action may take: each is one logit of the model."""
 
+MAX_INTEGER_BOX_LOGITS = 1 << 20
+"""The most values the entries of one integer Box action may take in all."""
+
 
 def _integer_box_sizes(space: spaces.Box) -> np.ndarray:
     """How many values each entry of an integer (or bool) Box takes, as int64."""
@@ -88,11 +91,20 @@ def _integer_box_sizes(space: spaces.Box) -> np.ndarray:
         raise SpaceError(f"no action distribution for {short_repr(space, 120)}: an integer Box action needs finite "
                          "bounds in every entry (each entry is a categorical over its values); give it bounds, or "
                          "use a float Box or a MultiDiscrete")
-    sizes = space.high.astype(np.int64) - space.low.astype(np.int64) + 1
-    if int(sizes.max()) > MAX_CATEGORIES:
-        raise SpaceError(f"no action distribution for {short_repr(space, 120)}: an entry takes {int(sizes.max())} "
+    # In Python ints: high - low + 1 overflows int64 (and uint64) for the widest bounds.
+    sizes = [int(high) - int(low) + 1 for low, high in zip(space.low.flat, space.high.flat, strict=True)]
+    if max(sizes) > MAX_CATEGORIES:
+        raise SpaceError(f"no action distribution for {short_repr(space, 120)}: an entry takes {max(sizes)} "
                          f"values, more than the {MAX_CATEGORIES} one categorical may have; use a float Box instead")
-    return sizes
+    if sum(sizes) > MAX_INTEGER_BOX_LOGITS:
+        raise SpaceError(f"no action distribution for {short_repr(space, 120)}: its entries take {sum(sizes)} values "
+                         f"in all (one logit each), more than {MAX_INTEGER_BOX_LOGITS}; use a float Box instead")
+    return np.array(sizes, np.int64)
+
+
+def _offset_dtype(space: spaces.Box) -> type:
+    """The integer type in which a Box's values and their offsets from ``low`` never overflow."""
+    return np.uint64 if space.dtype == np.uint64 else np.int64
 
 
 class ActionLayout:
@@ -127,6 +139,10 @@ class ActionLayout:
         """Raise :class:`SpaceError` unless an ``action_mask`` of ``mask_space`` fits this space."""
         if self.mask_size is None:
             raise SpaceError(f"an action_mask needs a Discrete or MultiDiscrete action space, not {self.space}")
+        if isinstance(mask_space, spaces.Tuple):  # gymnasium's per-dimension form of a MultiDiscrete mask
+            raise SpaceError(f"an action_mask space {short_repr(mask_space, 120)} does not fit {self.space}: the "
+                             f"trainer takes a flat mask of shape ({self.mask_size},), the dimensions' masks one "
+                             "after another")
         if mask_space.shape != (self.mask_size,):
             raise SpaceError(f"action_mask of shape {mask_space.shape} does not fit {self.space} "
                              f"(expected ({self.mask_size},))")
@@ -243,7 +259,8 @@ def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], mapped: dict
         return (row[start : at[0]].astype(space.dtype).reshape(space.shape),)
     if isinstance(space, spaces.Box) and space.dtype.kind in "iub":
         at[0] += int(np.prod(space.shape))
-        values = row[start : at[0]].astype(np.int64).reshape(space.shape) + space.low.astype(np.int64)
+        work = _offset_dtype(space)
+        values = row[start : at[0]].astype(work).reshape(space.shape) + space.low.astype(work)
         return (np.asarray(values, dtype=space.dtype),)  # a 0-d array for shape (): the sum gives a scalar
     if isinstance(space, spaces.Box):
         at[0] += int(np.prod(space.shape))
@@ -266,7 +283,8 @@ def _flatten(space: spaces.Space, action: Any, mapped: dict[int, Any]) -> list[f
     if isinstance(space, spaces.MultiBinary):
         return list(np.asarray(action).reshape(-1))
     if isinstance(space, spaces.Box) and space.dtype.kind in "iub":
-        return list((np.asarray(action).astype(np.int64) - space.low.astype(np.int64)).reshape(-1))
+        work = _offset_dtype(space)
+        return list((np.asarray(action).astype(work) - space.low.astype(work)).reshape(-1))
     if isinstance(space, spaces.Box):
         value = np.asarray(action, dtype=np.float64).reshape(-1)
         if (mapping := mapped.get(id(space))) is not None:

@@ -27,6 +27,7 @@ from marl_core.errors import (
     InvalidActionError,
     MissingActionError,
     ResetNeededError,
+    SpaceError,
     UnexpectedActionError,
     UnknownAgentError,
 )
@@ -501,6 +502,50 @@ def test_masks_in_any_mapping_observation_are_enforced():
     with pytest.raises(IllegalActionError, match="'player_2': received 4"):
         env.step({"player_2": 4})
     assert env.env.unwrapped.board.squares[4] == 1 and env.env.agent_selection == "player_2"
+
+
+class _TupleMaskDuel(ParallelEnv):
+    """Two agents, one step, MultiDiscrete([2, 3]) actions; each observation holds its mask in
+    gymnasium's form, a tuple of one array per dimension (of different lengths)."""
+
+    metadata = {"name": "tuple_mask_duel_v0"}
+    possible_agents = ["a", "b"]
+    MASK = (np.array([1, 0], np.int8), np.array([0, 1, 1], np.int8))
+
+    def observation_space(self, agent):
+        return spaces.Dict({"observation": spaces.Box(0, 1, (1,), np.float32),
+                            "action_mask": spaces.Tuple((spaces.MultiBinary(2), spaces.MultiBinary(3)))})
+
+    def action_space(self, agent):
+        return spaces.MultiDiscrete([2, 3])
+
+    def _obs(self):
+        return {a: {"observation": np.zeros(1, np.float32), "action_mask": self.MASK} for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        obs = self._obs()
+        self.agents = []
+        return obs, dict.fromkeys(obs, 1.0), dict.fromkeys(obs, True), dict.fromkeys(obs, False), {a: {} for a in obs}
+
+
+def test_a_multidiscrete_mask_in_gymnasiums_tuple_form_is_enforced_per_dimension():
+    # numpy could not make one array of the tuple: reset() raised a bare ValueError.
+    env = ParallelPettingZooEnv(_TupleMaskDuel())
+    obs, _ = env.reset(seed=0)
+    assert obs["a"]["action_mask"] is _TupleMaskDuel.MASK  # the observation as the env gave it
+    with pytest.raises(IllegalActionError, match=r"'b': received array\(\[1, 1\]\), legal actions now: \[\[0\], \[1, 2\]\]"):
+        env.step({"a": np.array([0, 1]), "b": np.array([1, 1])})
+    _, rewards, terminateds, _, _ = env.step({"a": np.array([0, 1]), "b": np.array([0, 2])})
+    assert rewards == {"a": 1.0, "b": 1.0} and terminateds[ALL]
+    from marl_core.ppo import PPOConfig  # the trainer takes flat masks only: said, with the form it takes
+
+    with pytest.raises(SpaceError, match=r"an action_mask space Tuple\(MultiBinary\(2\), MultiBinary\(3\)\) does not "
+                                         r"fit MultiDiscrete\(\[2 3\]\): the trainer takes a flat mask of shape \(5,\)"):
+        PPOConfig().environment(lambda config: ParallelPettingZooEnv(_TupleMaskDuel())).build()
 
 
 def test_step_before_reset_and_options_and_seeds_reach_the_env():

@@ -11,12 +11,9 @@ import pytest
 
 from bridges.compat.rllib_cases import CASES
 from bridges.rllib import from_rllib
-from marl_core.errors import SpaceError
 from tests.fixtures import rllib_seed_envs
 
 RUNNABLE = [pytest.param(case, id=case.id) for case in CASES if case.left_out is None]
-# What our trainer cannot learn on, and the error that says so.
-UNSUPPORTED_BY_TRAINER = {"rllib/multi_agent_nested_space_repeat_after_me": r"no action distribution for Dict"}
 
 
 def rllib_env(cls: type, kwargs: dict[str, Any] | None, config: dict[str, Any]) -> Any:
@@ -55,11 +52,6 @@ def test_our_trainer_runs_on_rllib_seed_envs_with_ray_env_runners(cls: type) -> 
 def test_our_trainer_runs_one_iteration_on_rllib_examples(case: Any) -> None:
     module, attr = case.target.split(":")
     creator = functools.partial(rllib_env, getattr(importlib.import_module(module), attr), dict(case.kwargs))
-    expected_error = UNSUPPORTED_BY_TRAINER.get(case.id)
-    if expected_error is not None:
-        with pytest.raises(SpaceError, match=expected_error):
-            _config(creator, runners=0).build().train()
-        return
     algo = _config(creator, runners=0).build()
     try:
         result = algo.train()

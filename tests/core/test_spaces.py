@@ -516,6 +516,17 @@ class _PairRecord(tuple):
         return super().__new__(cls, items)
 
 
+def test_action_mask_of_reads_gymnasiums_tuple_form_and_never_raises() -> None:
+    from marl_core.spaces import action_mask_of
+
+    parts = (np.array([1, 0], np.int8), np.array([0, 1, 1], np.int8))
+    assert action_mask_of({"action_mask": parts}).tolist() == [1, 0, 0, 1, 1]
+    assert action_mask_of({"action_mask": (1, 0, 1)}).tolist() == [1, 0, 1]  # a plain tuple of entries
+    ragged = action_mask_of({"action_mask": [[1, 0], [1]]})  # numpy cannot make one array of it
+    assert ragged.dtype == object and ragged.shape == (1,)
+    assert action_mask_of({"observation": 1}) is None and action_mask_of(3) is None
+
+
 class _Tagged(tuple):
     """A tuple subclass that keeps an attribute beside its items."""
 

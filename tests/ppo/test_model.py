@@ -182,6 +182,8 @@ STRUCTURED_ACTIONS = {
     "int-box": gym.spaces.Box(np.array([-2, 0]), np.array([1, 255]), (2,), np.int64),
     "uint8-box-scalar": gym.spaces.Box(3, 9, (), np.uint8),
     "bool-box": gym.spaces.Box(0, 1, (3,), np.bool_),
+    "int8-box-full-range": gym.spaces.Box(-128, 127, (2,), np.int8),
+    "uint64-box-high": gym.spaces.Box(np.uint64(2**63), np.uint64(2**63 + 3), (2,), np.uint64),
     "dict": gym.spaces.Dict({"move": gym.spaces.Discrete(3, start=1), "bits": gym.spaces.MultiBinary(2),
                              "force": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
                              "pair": gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.Box(0, 4, (1,), np.int32)])}),
@@ -206,9 +208,7 @@ def test_multibinary_integer_box_and_dict_actions_reach_the_env_in_their_space(n
     again, _, _ = policy.evaluate(torch.as_tensor(obs), torch.as_tensor(rows))
     np.testing.assert_allclose(again.detach().numpy(), logp, rtol=1e-5, atol=1e-5)
     # Every value of every categorical entry is drawn: the whole range reaches the env.
-    flat = [np.concatenate([np.ravel(np.asarray(part, np.float64)) for part in gym.spaces.flatten(space, a)[None]])
-            for a in actions]
-    assert len({tuple(row) for row in flat}) > 1
+    assert len({policy.layout.from_env(action).tobytes() for action in actions}) > 1
     if name == "int-box":
         values = np.array(actions)
         assert set(values[:, 0].tolist()) == {-2, -1, 0, 1} and values[:, 1].min() >= 0 and values[:, 1].max() <= 255
@@ -239,6 +239,16 @@ def test_unsupported_spaces_raise_clear_errors():
         ActionLayout(gym.spaces.Box(np.array([0, -np.inf]), np.array([3, 3]), (2,), np.int64))
     with pytest.raises(SpaceError, match=r"an entry takes 100001 values, more than the 65536"):
         ActionLayout(gym.spaces.Box(0, 100_000, (2,), np.int64))
+    # The widest bounds: high - low + 1 overflowed int64, to 0 or a negative size, and numpy or
+    # torch failed while sampling or building the model.
+    widest = np.iinfo(np.int64)
+    for space, values in [(gym.spaces.Box(widest.min, widest.max, (2,), np.int64), 2**64),
+                          (gym.spaces.Box(0, widest.max, (2,), np.int64), 2**63),
+                          (gym.spaces.Box(0, 2**64 - 1, (1,), np.uint64), 2**64)]:
+        with pytest.raises(SpaceError, match=f"an entry takes {values} values, more than the 65536"):
+            ActionLayout(space)
+    with pytest.raises(SpaceError, match=r"its entries take 5419008 values in all \(one logit each\), more than 1048576"):
+        ActionLayout(gym.spaces.Box(0, 255, (84, 84, 3), np.uint8))  # an image as an action
     # Empty spaces were taken, then failed inside numpy while sampling ("need at least one array").
     empty = [gym.spaces.Tuple(()), gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Tuple(()))),
              gym.spaces.MultiDiscrete(np.zeros(0, np.int64)), gym.spaces.Box(0.0, 1.0, (0,), np.float32),
