@@ -7,6 +7,7 @@ concatenate each policy's batch, run its PPO epochs, return a metrics dict names
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -21,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from marl_core.env import AgentID
 from marl_core.errors import (
     ConfigError,
     EnvContractError,
@@ -60,6 +62,7 @@ def _merge(batches: list[dict[str, Any]]) -> dict[str, Any]:
 # What the trainer calls on an env (a MultiAgentEnv, or anything with its API).
 _ENV_API = ("possible_agents", "get_observation_space", "get_action_space", "reset", "step")
 _ACT_TAG = 0xAC7  # tags compute_actions' stream: no sampler has this worker index
+_EVALUATION_TAG = 0xE7A1  # tags evaluate()'s streams (its env seeds and exploring actions) apart from the others
 
 
 class PPO:
@@ -412,7 +415,9 @@ class PPO:
         ``episode_return_*`` are single agents' returns (over the last 100 agent-episodes) and
         ``episode_len_mean`` is the number of actions the agent took (an agent paid but never
         asked to act has an agent-episode of length 0: its return counts, as ``rollout`` counts it,
-        unless the mapping fn refuses its id).
+        unless the mapping fn refuses its id). Every ``evaluation_interval`` iterations,
+        ``result["evaluation"]`` holds what :meth:`evaluate` returns (an error it raises comes
+        after the iteration's update, which stays).
         """
         if self.sampler is None and self.runners is None:
             raise EnvRunnerError("train() after stop(): the env runners and their envs are closed; build the "
@@ -471,7 +476,7 @@ class PPO:
         self.env_steps_lifetime += env_steps
         elapsed = learn_done - start
         self.time_total_s += elapsed
-        return {
+        result = {
             "training_iteration": self.iteration,
             "num_env_steps_sampled": env_steps,
             "num_env_steps_sampled_lifetime": self.env_steps_lifetime,
@@ -488,6 +493,10 @@ class PPO:
             "num_episodes": len({e["episode_id"] for s in samples for e in s["episodes"]}),
             "policies": self._policy_metrics(samples, learner_metrics),
         }
+        interval = self.config.evaluation_interval
+        if interval is not None and self.iteration % interval == 0:
+            result["evaluation"] = self.evaluate()  # after the update: it evaluates what this iteration learned
+        return result
 
     def _policy_metrics(self, samples: list[dict], learner_metrics: dict[PolicyID, dict]) -> dict[PolicyID, dict]:
         episodes: dict[PolicyID, list[dict]] = {}
@@ -501,13 +510,7 @@ class PPO:
             done = episodes.get(policy_id, [])
             returns.extend(e["return"] for e in done)
             lengths.extend(e["length"] for e in done)
-            metrics = {
-                "episode_return_mean": float(np.mean(returns)) if returns else float("nan"),
-                "episode_return_min": float(np.min(returns)) if returns else float("nan"),
-                "episode_return_max": float(np.max(returns)) if returns else float("nan"),
-                "episode_len_mean": float(np.mean(lengths)) if lengths else float("nan"),
-                "num_episodes": len(done),
-            }
+            metrics = {**episode_stats(returns, lengths), "num_episodes": len(done)}
             metrics.update(learner_metrics.get(policy_id, {}))
             out[policy_id] = metrics
         return out
@@ -560,6 +563,9 @@ class PPO:
 
     def get_policy_callable(self, policy_id: PolicyID, explore: bool = False) -> Callable[[Any], Any]:
         """``fn(observation) -> action`` acting with one policy (for evaluation and play)."""
+        return self._policy_callable(policy_id, explore, self.act_rng)
+
+    def _policy_callable(self, policy_id: PolicyID, explore: bool, rng: np.random.Generator) -> Callable[[Any], Any]:
         policy = self.policies.get(policy_id)
         if policy is None:
             raise ConfigError(f"no policy {policy_id!r}; policies: {sorted(self.policies)}")
@@ -568,8 +574,7 @@ class PPO:
 
         def act(observation: Any) -> Any:
             try:
-                rows, _, _ = policy.act(stack_obs(policy.observation_space, [observation]), explore=explore,
-                                        rng=self.act_rng)
+                rows, _, _ = policy.act(stack_obs(policy.observation_space, [observation]), explore=explore, rng=rng)
             except EnvContractError as error:
                 if hasattr(error, "rows"):  # a mask that allows nothing: a final observation, say
                     raise EnvContractError(f"policy {policy_id!r} was asked to act on an observation whose action "
@@ -581,6 +586,95 @@ class PPO:
             return policy.layout.to_env(rows)[0]
 
         return act
+
+    def evaluate(self) -> dict[str, Any]:
+        """Play evaluation episodes in the driver and return what they earned; nothing is trained.
+
+        Plays ``evaluation_duration`` episodes (``evaluation_duration_unit="timesteps"``: whole
+        episodes until at least that many env steps) of the config's env and ``env_config``, each
+        agent acting with the policy the mapping fn gives it per episode (evaluation episodes
+        have negative ``episode.id_``: -2, -3, ...): learned policies take their most likely
+        action unless ``evaluation_explore``; fixed policies act as they always do. With a
+        ``seed``, every call plays the same seeded episodes (and draws the same exploring actions),
+        so figures from different iterations compare the policies, not the luck of the draw.
+        ``train()`` calls this every ``evaluation_interval`` iterations.
+
+        Returns:
+            ``num_episodes``; ``num_env_steps``; ``episode_return_mean``, ``_min`` and ``_max`` (an
+            episode's return is the sum over its agents, as RLlib's) and ``episode_len_mean`` (env
+            steps); ``agent_episode_returns_mean`` by agent id (over the episodes it took part
+            in); ``policies``: per policy, over its agent-episodes, the keys ``train()`` gives
+            (``episode_return_mean``, ``_min``, ``_max``, ``episode_len_mean`` in the agent's
+            actions, ``num_episodes``); ``explore``; ``time_s``.
+
+        Raises:
+            EnvRunnerError: after :meth:`stop`.
+            ConfigError: the mapping fn fails for an agent that acts, or names no policy.
+        """
+        from marl_core.rollout import rollout
+
+        if self.sampler is None and self.runners is None:
+            raise EnvRunnerError("evaluate() after stop(): build the trainer again (config.build(), or "
+                                 "PPO.from_checkpoint() of a saved checkpoint)")
+        config, start = self.config, time.perf_counter()
+        seed = config.seed
+        explore = bool(config.evaluation_explore)
+        rng = np.random.default_rng(None if seed is None else [seed, _EVALUATION_TAG])
+        callables: dict[PolicyID, Callable[[Any], Any]] = {}
+        episodes: list[tuple[Any, dict[AgentID, PolicyID]]] = []
+        env = self.env_creator(dict(config.env_config))
+        try:
+            steps = 0
+            while (len(episodes) if config.evaluation_duration_unit == "episodes" else steps) < config.evaluation_duration:
+                episode = Episode(-2 - len(episodes), 0, 0)
+
+                def act(agent_id: AgentID, observation: Any, episode: Episode = episode) -> Any:
+                    policy_id = episode.agent_to_policy.get(agent_id)
+                    if policy_id is None:
+                        policy_id = episode.agent_to_policy[agent_id] = self._mapped(agent_id, episode)
+                    if policy_id not in callables:
+                        callables[policy_id] = self._policy_callable(policy_id, explore, rng)
+                    return callables[policy_id](observation)
+
+                episode_seed = None if seed is None else int(np.random.SeedSequence(
+                    [seed, _EVALUATION_TAG, len(episodes)]).generate_state(1)[0])
+                result = rollout(env, act, seed=episode_seed)
+                for agent_id in result.returns:  # paid, never asked to act: mapped now, left out if refused
+                    if agent_id not in episode.agent_to_policy:
+                        with contextlib.suppress(ConfigError):
+                            episode.agent_to_policy[agent_id] = self._mapped(agent_id, episode)
+                episodes.append((result, episode.agent_to_policy))
+                steps += result.steps
+        finally:
+            env.close()
+        totals = [sum(result.returns.values()) for result, _ in episodes]
+        by_agent: dict[AgentID, list[float]] = {}
+        by_policy: dict[PolicyID, tuple[list[float], list[int]]] = {p: ([], []) for p in self.policies}
+        for result, mapping in episodes:
+            for agent_id, total in result.returns.items():
+                by_agent.setdefault(agent_id, []).append(total)
+                if agent_id in mapping:
+                    returns, lengths = by_policy[mapping[agent_id]]
+                    returns.append(total)
+                    lengths.append(result.lengths.get(agent_id, 0))
+        return {
+            "num_episodes": len(episodes),
+            "num_env_steps": steps,
+            **episode_stats(totals, [result.steps for result, _ in episodes]),
+            "agent_episode_returns_mean": {agent_id: float(np.mean(found)) for agent_id, found in by_agent.items()},
+            "policies": {policy_id: {**episode_stats(returns, lengths), "num_episodes": len(returns)}
+                         for policy_id, (returns, lengths) in by_policy.items()},
+            "explore": explore,
+            "time_s": time.perf_counter() - start,
+        }
+
+    def _mapped(self, agent_id: AgentID, episode: Episode) -> PolicyID:
+        """The policy the mapping fn gives ``agent_id`` in ``episode``, which must be one of ours."""
+        policy_id = map_agent(self.config.policy_mapping_fn, agent_id, episode)
+        if policy_id not in self.policies:
+            raise ConfigError(f"policy_mapping_fn mapped agent {agent_id!r} to {policy_id!r}, which is not a policy; "
+                              f"policies: {sorted(self.policies)}")
+        return policy_id
 
     # Checkpoints and lifetime -------------------------------------------------------------------
 
@@ -621,6 +715,18 @@ class PPO:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def episode_stats(returns: Iterable[float], lengths: Iterable[int]) -> dict[str, float]:
+    """``episode_return_mean``, ``_min``, ``_max`` and ``episode_len_mean`` (NaN when empty)."""
+    returns, lengths = list(returns), list(lengths)
+    nan = float("nan")
+    return {
+        "episode_return_mean": float(np.mean(returns)) if returns else nan,
+        "episode_return_min": float(np.min(returns)) if returns else nan,
+        "episode_return_max": float(np.max(returns)) if returns else nan,
+        "episode_len_mean": float(np.mean(lengths)) if lengths else nan,
+    }
 
 
 def _refuse_unfit(error: Exception, policy_id: PolicyID, space: Any, observations: list[tuple[str, Any]]) -> None:

@@ -73,6 +73,11 @@ def _summary(result: dict[str, Any]) -> str:
         value = metrics.get("episode_return_mean", math.nan)
         if not math.isnan(value):
             parts.append(f"{policy_id} {value:.2f}")
+    evaluation = result.get("evaluation", {}).get("policies", {})
+    played = [f"{policy_id} {metrics['episode_return_mean']:.2f}" for policy_id, metrics in evaluation.items()
+              if not math.isnan(metrics["episode_return_mean"])]
+    if played:
+        parts.append("evaluation: " + ", ".join(played))
     return " | ".join(parts)
 
 

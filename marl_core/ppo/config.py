@@ -188,6 +188,10 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
                           _optional(lambda v: (callable(v) and not inspect.isclass(v))
                                     or (isinstance(v, list) and all(isinstance(p, str) for p in v)))),
     "model": ("a dict of model settings", lambda v: isinstance(v, Mapping)),
+    "evaluation_interval": ("None or an integer of at least 1", _optional(_int_at_least(1))),
+    "evaluation_duration": ("an integer of at least 1", _int_at_least(1)),
+    "evaluation_duration_unit": ("'episodes' or 'timesteps'", lambda v: v in ("episodes", "timesteps")),
+    "evaluation_explore": ("true or false", lambda v: isinstance(v, bool)),
 }
 #: Each builder method -> the fields it sets; its name may prefix them in ``set("training.lr", ...)``.
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -199,6 +203,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
                  "train_batch_size", "entropy_coeff", "vf_coeff", "grad_clip", "normalize_advantages", "model"),
     "resources": ("ray_address", "num_cpus", "device", "torch_threads", "sampling_torch_threads"),
     "debugging": ("seed", "log_level"),
+    "evaluation": ("evaluation_interval", "evaluation_duration", "evaluation_duration_unit", "evaluation_explore"),
 }
 _SECTION_OF = {name: section for section, names in SECTIONS.items() for name in names}
 _INTEGER_FIELDS = frozenset(name for name, (what, _) in _FIELD_RULES.items() if "integer" in what)
@@ -418,6 +423,19 @@ class PPOConfig:
     """torch threads while sampling, in every runner and in the driver (``num_env_runners=0``):
     batched forward passes of small models run fastest on one thread."""
 
+    # evaluation
+    evaluation_interval: int | None = None
+    """Every this many iterations, ``train()`` also evaluates (:meth:`PPO.evaluate`) and puts the
+    figures under ``result["evaluation"]``; None: never (``evaluate()`` may still be called)."""
+    evaluation_duration: int = 10
+    """How much :meth:`PPO.evaluate` plays: episodes, or env steps (whole episodes until at least
+    this many), after ``evaluation_duration_unit``."""
+    evaluation_duration_unit: Literal["episodes", "timesteps"] = "episodes"
+    """What ``evaluation_duration`` counts."""
+    evaluation_explore: bool = False
+    """Whether learned policies sample their actions while evaluating (False: the most likely
+    action, as RLlib's ``evaluation_config={"explore": False}``)."""
+
     # debugging
     seed: int | None = 0
     """Seeds torch, numpy, every env (runner r, env i: seed + 1000 * r + i) and minibatch order."""
@@ -480,6 +498,22 @@ class PPOConfig:
     def debugging(self, **kwargs: Any) -> PPOConfig:
         """Set ``seed`` and ``log_level``."""
         return self._update("debugging", kwargs)
+
+    def evaluation(self, *, evaluation_config: Mapping[str, Any] | None = None, **kwargs: Any) -> PPOConfig:
+        """Set ``evaluation_interval``, ``evaluation_duration``, ``evaluation_duration_unit`` and
+        ``evaluation_explore``; RLlib's ``evaluation_config={"explore": ...}`` sets the last one
+        (its other keys are refused by name: evaluation runs with the training config)."""
+        if evaluation_config is not None:
+            if not isinstance(evaluation_config, Mapping):
+                raise ConfigError(f"evaluation_config must be a dict such as {{'explore': False}}, received "
+                                  f"{evaluation_config!r}")
+            others = sorted(map(str, set(evaluation_config) - {"explore"}))
+            if others:
+                raise ConfigError(f"evaluation_config takes only 'explore' here, received {others}: evaluation "
+                                  "runs with the training config's env, env_config and policies")
+            if "explore" in evaluation_config:
+                kwargs = {"evaluation_explore": evaluation_config["explore"], **kwargs}
+        return self._update("evaluation", kwargs)
 
     def _update(self, section: str, kwargs: Mapping[str, Any]) -> PPOConfig:
         """Set ``kwargs``: fields of ``section`` (of any section for ``"from_checkpoint"``)."""

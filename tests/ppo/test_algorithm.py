@@ -17,10 +17,18 @@ import torch
 
 from examples.rock_paper_scissors import RockPaperScissors
 from marl_core import MultiAgentEnv
-from marl_core.errors import CheckpointError, ConfigError, EnvContractError, SpaceError, TrainingError
+from marl_core.errors import (
+    CheckpointError,
+    ConfigError,
+    EnvContractError,
+    EnvRunnerError,
+    SpaceError,
+    TrainingError,
+)
 from marl_core.grouping import GroupAgentsWrapper
 from marl_core.ppo import PPO, PolicySpec, PPOConfig
 from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
+from marl_core.rollout import rollout
 from marl_core.spaces import check_action_dict
 from tests.fixtures.envs import HeterogeneousSpacesEnv, JoinLeaveEnv, ManyAgentsEnv, TicTacToe
 from tests.ppo.helpers import CorruptingRockPaperScissors, StructuredActionsEnv, TwoMoveGame, WideBoxBandit
@@ -1035,6 +1043,79 @@ def test_an_algorithm_says_what_it_trains_in_its_repr():
         algo.train()
         assert repr(algo).endswith("iteration=1)")
     assert repr(PPO.__new__(PPO)) == "<PPO, not built>"
+
+
+def _seen_episode_ids(agent_id, episode, **kwargs):
+    _seen_episode_ids.ids.append(episode.id_)
+    return rps_policy_mapping_fn(agent_id, episode, **kwargs)
+
+
+_seen_episode_ids.ids = []
+
+
+def test_evaluate_plays_the_same_seeded_episodes_greedily_and_train_adds_it_every_interval(tmp_path):
+    config = _rps_config().evaluation(evaluation_interval=2, evaluation_duration=3)
+    with config.build() as algo:
+        first = algo.train()
+        second = algo.train()
+        assert "evaluation" not in first and "evaluation" in second
+        evaluation = second["evaluation"]
+        again = algo.evaluate()
+        saved = algo.save(tmp_path / "evaluated")
+        # What rollout gives for the same policies: the figures are the episodes' own.
+        learned, fixed = algo.get_policy_callable("learned"), algo.get_policy_callable("beat_last")
+    assert evaluation["num_episodes"] == 3 and evaluation["num_env_steps"] == 30 and evaluation["explore"] is False
+    assert {k: v for k, v in again.items() if k != "time_s"} == {k: v for k, v in evaluation.items() if k != "time_s"}
+    assert set(evaluation["policies"]) == {"learned", "beat_last"}
+    learned_returns = evaluation["policies"]["learned"]
+    assert learned_returns["num_episodes"] == 3 and learned_returns["episode_len_mean"] == 10.0
+    assert learned_returns["episode_return_mean"] == evaluation["agent_episode_returns_mean"]["player1"]
+    assert evaluation["episode_return_mean"] == pytest.approx(
+        sum(evaluation["agent_episode_returns_mean"].values()))  # an episode's return: the sum over its agents
+    # RockPaperScissors draws nothing and both policies are deterministic: every episode is this one.
+    result = rollout(RockPaperScissors(), {"player1": learned, "player2": fixed}, seed=0)
+    assert learned_returns["episode_return_min"] == learned_returns["episode_return_max"] == result.returns["player1"]
+    assert evaluation["policies"]["beat_last"]["episode_return_mean"] == result.returns["player2"]
+    with PPO.from_checkpoint(saved) as restored:  # the settings come back with the checkpoint
+        assert (restored.config.evaluation_interval, restored.config.evaluation_duration) == (2, 3)
+
+
+def test_evaluation_counts_timesteps_in_whole_episodes_explores_when_asked_and_maps_negative_ids():
+    _seen_episode_ids.ids.clear()
+    config = (_rps_config().multi_agent(policy_mapping_fn=_seen_episode_ids)
+              .evaluation(evaluation_duration=25, evaluation_duration_unit="timesteps",
+                          evaluation_config={"explore": True}))
+    assert config.evaluation_explore is True
+    with config.build() as algo:
+        _seen_episode_ids.ids.clear()
+        first = algo.evaluate()
+        ids = sorted(set(_seen_episode_ids.ids))
+        second = algo.evaluate()
+    assert first["num_episodes"] == 3 and first["num_env_steps"] == 30 and first["explore"] is True  # 10 per episode
+    assert ids == [-4, -3, -2]  # apart from training episodes (ids from 0) and compute_actions' -1
+    assert first["policies"] == second["policies"]  # the same draws: a seeded evaluation repeats
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"evaluation_duration": 0}, "evaluation_duration must be an integer of at least 1, received 0"),
+    ({"evaluation_duration_unit": "auto"}, "evaluation_duration_unit must be 'episodes' or 'timesteps', received 'auto'"),
+    ({"evaluation_interval": 0}, "evaluation_interval must be None or an integer of at least 1, received 0"),
+    ({"evaluation_config": {"explore": False, "env_config": {}}},
+     r"evaluation_config takes only 'explore' here, received \['env_config'\]"),
+    ({"evaluation_config": "greedy"}, "evaluation_config must be a dict such as"),
+])
+def test_evaluation_settings_are_checked_by_name(change, message):
+    with pytest.raises(ConfigError, match=message):
+        _rps_config().evaluation(**change).build()
+
+
+def test_evaluate_after_stop_is_refused_and_the_setting_is_set_from_text():
+    config = _rps_config().set("evaluation.evaluation_interval", "1")
+    assert config.evaluation_interval == 1
+    algo = config.build()
+    algo.stop()
+    with pytest.raises(EnvRunnerError, match=r"evaluate\(\) after stop\(\)"):
+        algo.evaluate()
 
 
 def _structured_config():

@@ -36,12 +36,16 @@ def test_presets_are_lazy_references_and_build_configs():
 def test_train_two_iterations_with_overrides(tmp_path, capsys):
     code = main(["rps", "--iterations", "2", "--out", str(tmp_path), "--no-progress", "--seed", "5",
                  "--set", "env_runners.num_env_runners=0", "--set", "training.train_batch_size=160",
-                 "--set", "num_envs_per_env_runner=4", "--checkpoint-every", "1"])
+                 "--set", "num_envs_per_env_runner=4", "--checkpoint-every", "1",
+                 "--set", "evaluation.evaluation_interval=2", "--set", "evaluation_duration=2"])
     assert code == 0
     printed = capsys.readouterr().out
     assert "learned_vs_beat_last_mean_return" in printed
     rows = list(csv.DictReader((tmp_path / "progress.csv").read_text().splitlines()))
     assert [row["training_iteration"] for row in rows] == ["1", "2"]
+    # The evaluation of iteration 2 is logged beside its training figures (none in iteration 1).
+    assert rows[0]["evaluation/num_episodes"] == "" and rows[1]["evaluation/num_episodes"] == "2"
+    assert rows[1]["evaluation/policies/learned/episode_len_mean"] == "10.0"
     assert rows[0]["num_env_steps_sampled"] == "160"
     assert "policies/learned/episode_return_mean" in rows[0]
     assert (tmp_path / "learning_curve.png").stat().st_size > 0
@@ -52,6 +56,17 @@ def test_train_two_iterations_with_overrides(tmp_path, capsys):
     restored = PPO.from_checkpoint(tmp_path / "final")
     assert restored.iteration == 2
     restored.stop()
+
+
+def test_the_iteration_line_shows_the_evaluation():
+    from marl_core.ppo.cli import _summary
+
+    result = {"training_iteration": 2, "env_steps_per_s": 100.0, "policies": {"learned": {"episode_return_mean": 1.5}},
+              "evaluation": {"policies": {"learned": {"episode_return_mean": 3.0},
+                                          "beat_last": {"episode_return_mean": float("nan")}}}}
+    assert _summary(result) == "it 2 | 100 steps/s | learned 1.50 | evaluation: learned 3.00"
+    del result["evaluation"]
+    assert _summary(result) == "it 2 | 100 steps/s | learned 1.50"
 
 
 def test_resume_continues_the_run_and_its_logs(tmp_path, capsys):
