@@ -462,8 +462,9 @@ class PPO:
             for policy_id, learner in self.learners.items():
                 parts = [s["batches"][policy_id] for s in samples if policy_id in s["batches"]]
                 if parts:
-                    learner_metrics[policy_id] = learner.update(_merge(parts), self.rng,
-                                                                self.config.normalize_advantages)
+                    learner_metrics[policy_id] = learner.update(
+                        _merge(parts), self.rng, self.config.normalize_advantages,
+                        env_steps=self.env_steps_lifetime + sum(s["env_steps"] for s in samples))
         except BaseException:  # TrainingError, KeyboardInterrupt, ...
             for policy_id, state in before_update.items():
                 self.learners[policy_id].load_state_dict(state)

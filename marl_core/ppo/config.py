@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
+import itertools
 import json
 import logging
 import math
@@ -114,6 +115,39 @@ def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda value: value is None or check(value)
 
 
+def _whole(value: Any) -> bool:
+    """A whole number of at least 0, as an int or a float (``1e6`` from JSON)."""
+    return _number(value) and float(value).is_integer() and value >= 0
+
+
+def _or_schedule(value_ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """A value ``value_ok`` takes, or RLlib's schedule of such values: ``[[env_steps, value], ...]``,
+    the first at step 0 and the steps increasing (see :func:`scheduled`)."""
+
+    def check(value: Any) -> bool:
+        if not isinstance(value, (list, tuple)):
+            return value_ok(value)
+        pairs = all(isinstance(pair, (list, tuple)) and len(pair) == 2 and _whole(pair[0]) and value_ok(pair[1])
+                    for pair in value)
+        return (pairs and len(value) >= 1 and value[0][0] == 0
+                and all(earlier[0] < later[0] for earlier, later in itertools.pairwise(value)))
+
+    return check
+
+
+def scheduled(value: float | list[list[float]], env_steps: int) -> float:
+    """A setting at ``env_steps`` sampled: a number as it is; RLlib's schedule ``[[env_steps,
+    value], ...]`` interpolated linearly between its points and held after the last.
+
+    Example:
+        >>> scheduled([[0, 1e-3], [1000, 1e-4]], 500), scheduled([[0, 1e-3], [1000, 1e-4]], 5000)
+        (0.00055, 0.0001)
+    """
+    if not isinstance(value, (list, tuple)):
+        return float(value)
+    return float(np.interp(env_steps, [float(step) for step, _ in value], [float(at) for _, at in value]))
+
+
 def _clip(value: Any) -> bool:
     """None, or a clip range above 0 (inf: no clipping)."""
     return value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0)
@@ -159,7 +193,8 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "max_env_errors_in_a_row": ("an integer of at least 1", _int_at_least(1)),
     "vector_mode": ("'sync' or 'async'", lambda v: v in ("sync", "async")),
     "vector_num_workers": ("None or an integer of at least 1", _optional(_int_at_least(1))),
-    "lr": ("a number above 0", lambda v: _number(v) and v > 0),
+    "lr": ("a number above 0, or a schedule [[env_steps, lr], ...] from step 0, its steps increasing",
+           _or_schedule(lambda v: _number(v) and v > 0)),
     "gamma": ("a number from 0 to 1", lambda v: _number(v) and 0 <= v <= 1),
     "lambda_": ("a number from 0 to 1", lambda v: _number(v) and 0 <= v <= 1),
     "clip_param": ("a number above 0", lambda v: _number(v) and v > 0),
@@ -167,7 +202,8 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "num_epochs": ("an integer of at least 1", _int_at_least(1)),
     "minibatch_size": ("an integer of at least 1", _int_at_least(1)),
     "train_batch_size": ("an integer of at least 1", _int_at_least(1)),
-    "entropy_coeff": ("a number", _number),
+    "entropy_coeff": ("a number, or a schedule [[env_steps, coefficient], ...] from step 0, its steps increasing",
+                      _or_schedule(_number)),
     "vf_coeff": ("a number of at least 0", lambda v: _number(v) and v >= 0),
     "grad_clip": ("None or a number above 0 (inf: no clipping)", _clip),
     "normalize_advantages": ("true or false", lambda v: isinstance(v, bool)),
@@ -381,8 +417,10 @@ class PPOConfig:
     """"async" only: worker processes per runner (default: one per env)."""
 
     # training
-    lr: float = 3e-4
-    """Adam learning rate."""
+    lr: float | list[list[float]] = 3e-4
+    """Adam learning rate, or RLlib's schedule of it, ``[[env_steps, lr], ...]`` (the first at step
+    0): interpolated linearly in the env steps sampled so far, this iteration's included, and
+    held after the last point (the value in use is reported as ``curr_lr``)."""
     gamma: float = 0.99
     """Discount factor."""
     lambda_: float = 0.95
@@ -399,8 +437,8 @@ class PPOConfig:
     """Env steps sampled per iteration (over all runners): ``step()`` calls, so one agent's turn in
     a turn-based env (a PettingZoo AEC env, an OpenSpiel game) and every live agent's move in a
     parallel one, as RLlib counts env steps."""
-    entropy_coeff: float = 0.0
-    """Entropy bonus weight."""
+    entropy_coeff: float | list[list[float]] = 0.0
+    """Entropy bonus weight, or a schedule of it as ``lr`` takes one (reported as ``curr_entropy_coeff``)."""
     vf_coeff: float = 0.5
     """Value loss weight."""
     grad_clip: float | None = 0.5

@@ -14,6 +14,7 @@ import torch
 
 from marl_core.errors import TrainingError
 from marl_core.ppo.batching import index_obs
+from marl_core.ppo.config import scheduled
 from marl_core.ppo.model import TorchPolicy, to_tensor
 from marl_core.ppo.optim import Adam
 
@@ -25,12 +26,15 @@ class Learner:
         self.policy = policy
         self.name = name
         self.params = dict(params)
-        self.optimizer = Adam(policy.module.parameters(), lr=self.params["lr"], eps=1e-5)
+        self.optimizer = Adam(policy.module.parameters(), lr=scheduled(self.params["lr"], 0), eps=1e-5)
 
-    def update(self, batch: dict[str, Any], rng: np.random.Generator, normalize_advantages: bool = True
-               ) -> dict[str, float]:
-        """Run ``num_epochs`` passes of minibatch SGD over ``batch``; return the loss metrics."""
+    def update(self, batch: dict[str, Any], rng: np.random.Generator, normalize_advantages: bool = True,
+               env_steps: int = 0) -> dict[str, float]:
+        """Run ``num_epochs`` passes of minibatch SGD over ``batch``; return the loss metrics.
+        Scheduled settings (``lr``, ``entropy_coeff``) take their values at ``env_steps``."""
         p = self.params
+        self.optimizer.lr = scheduled(p["lr"], env_steps)
+        entropy_coeff = scheduled(p["entropy_coeff"], env_steps)
         device = self.policy.device
         size = len(batch["advantages"])
         advantages = batch["advantages"]
@@ -66,7 +70,7 @@ class Learner:
                     value_error = torch.max(value_error, (clipped - returns[idx]) ** 2)
                 vf_loss = 0.5 * value_error.mean()
                 entropy_mean = entropy.mean()
-                loss = policy_loss + p["vf_coeff"] * vf_loss - p["entropy_coeff"] * entropy_mean
+                loss = policy_loss + p["vf_coeff"] * vf_loss - entropy_coeff * entropy_mean
                 total_loss = loss.item()
                 where = f"epoch {epoch + 1}, minibatch {start // minibatch + 1}"
                 if not math.isfinite(total_loss):
@@ -95,6 +99,7 @@ class Learner:
         metrics = {key: value / max(count, 1) for key, value in sums.items()}
         metrics["explained_variance"] = explained_variance(batch["values"], batch["returns"])
         metrics["num_agent_steps_trained"] = float(size)
+        metrics["curr_lr"], metrics["curr_entropy_coeff"] = self.optimizer.lr, entropy_coeff
         return metrics
 
     def _diverged(self, what: str, batch: dict[str, Any]) -> None:

@@ -1118,6 +1118,36 @@ def test_evaluate_after_stop_is_refused_and_the_setting_is_set_from_text():
         algo.evaluate()
 
 
+def test_lr_and_entropy_coeff_follow_rllibs_schedules_in_env_steps(tmp_path):
+    lr = [[0, 1e-3], [400, 1e-4]]
+    assert PPOConfig().set("training.lr", "[[0, 0.001], [400, 0.0001]]").lr == lr  # marl-train --set's form
+    config = _rps_config(lr=lr, entropy_coeff=[[0, 0.1], [400, 0.0]]).set("training.train_batch_size", "200")
+    with config.build() as algo:
+        seen = [algo.train()["policies"]["learned"] for _ in range(2)]
+        saved = algo.save(tmp_path / "scheduled")
+    # At the env steps sampled so far, this iteration's included: 200, then 400.
+    assert [m["curr_lr"] for m in seen] == pytest.approx([5.5e-4, 1e-4])
+    assert [m["curr_entropy_coeff"] for m in seen] == pytest.approx([0.05, 0.0])
+    with PPO.from_checkpoint(saved) as restored:  # the schedule comes back and goes on from 400 steps
+        assert restored.config.lr == lr
+        assert restored.train()["policies"]["learned"]["curr_lr"] == pytest.approx(1e-4)
+    # One policy's own schedule, in its PolicySpec, with RLlib's float steps from JSON.
+    own = _rps_config().multi_agent(policies={"learned": PolicySpec(config={"lr": [[0, 2e-3], [4e2, 0.0002]]}),
+                                              "beat_last": beat_last_move})
+    with own.build() as algo:
+        assert algo.train()["policies"]["learned"]["curr_lr"] == pytest.approx(2e-3 - 1.8e-3 / 2)
+
+
+@pytest.mark.parametrize("schedule", [[[100, 1e-3]], [[0, 1e-3], [0, 1e-4]], [[0, 1e-3], [50, -1.0]], [],
+                                      [[0, 1e-3, 5]], [[-1, 1e-3]], [[0.5, 1e-3]]],
+                         ids=["not-from-0", "steps-not-increasing", "negative-lr", "empty", "triple", "negative-step",
+                              "fraction-step"])
+def test_a_schedule_that_is_not_one_is_refused_by_name(schedule):
+    with pytest.raises(ConfigError, match=r"lr must be a number above 0, or a schedule \[\[env_steps, lr\], \.\.\.\] "
+                                          r"from step 0, its steps increasing"):
+        _rps_config(lr=schedule).build()
+
+
 def _structured_config():
     return (PPOConfig().environment(StructuredActionsEnv)
             .multi_agent(policies={a: None for a in StructuredActionsEnv.ACTION_SPACES},
