@@ -67,6 +67,8 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
                     "module": policy.module.state_dict(),
                     "optimizer": learner.optimizer.state_dict() if learner is not None else {},
                 }
+                if learner is not None:
+                    policies[policy_id]["kl_coeff"] = learner.kl_coeff
         state = {
             "format": FORMAT_VERSION,
             "iteration": algo.iteration,
@@ -309,6 +311,8 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                 ) from error
             if saved["optimizer"] and policy_id in algo.learners:
                 algo.learners[policy_id].optimizer.load_state_dict(saved["optimizer"])
+            if "kl_coeff" in saved and policy_id in algo.learners:  # older checkpoints: the config's
+                algo.learners[policy_id].kl_coeff = float(_number(saved, "kl_coeff"))
             _check_finite(policy_id, saved)
         algo.iteration = _count(state, "iteration")
         algo.env_steps_lifetime = _count(state, "env_steps_lifetime")

@@ -95,7 +95,7 @@ PolicyEntry = Union[None, PolicySpec, Callable[[Any], Any]]
 
 PER_POLICY_FIELDS = (
     "lr", "gamma", "lambda_", "clip_param", "entropy_coeff", "vf_coeff", "num_epochs",
-    "minibatch_size", "grad_clip", "vf_clip_param",
+    "minibatch_size", "grad_clip", "vf_clip_param", "use_kl_loss", "kl_coeff", "kl_target",
 )
 
 
@@ -207,6 +207,9 @@ _FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "vf_coeff": ("a number of at least 0", lambda v: _number(v) and v >= 0),
     "grad_clip": ("None or a number above 0 (inf: no clipping)", _clip),
     "normalize_advantages": ("true or false", lambda v: isinstance(v, bool)),
+    "use_kl_loss": ("true or false", lambda v: isinstance(v, bool)),
+    "kl_coeff": ("a number of at least 0", lambda v: _number(v) and v >= 0),
+    "kl_target": ("a number above 0", lambda v: _number(v) and v > 0),
     "normalize_actions": ("true or false", lambda v: isinstance(v, bool)),
     "num_cpus": ("None or an integer of at least 1", _optional(_int_at_least(1))),
     "ray_address": ("None or a string (host:port, ray://host:port, auto or local)", _optional(lambda v: isinstance(v, str))),
@@ -236,7 +239,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "env_runners": ("num_env_runners", "num_envs_per_env_runner", "rollout_fragment_length", "max_runner_restarts",
                     "sample_timeout_s", "max_env_errors_in_a_row", "vector_mode", "vector_num_workers"),
     "training": ("lr", "gamma", "lambda_", "clip_param", "vf_clip_param", "num_epochs", "minibatch_size",
-                 "train_batch_size", "entropy_coeff", "vf_coeff", "grad_clip", "normalize_advantages", "model"),
+                 "train_batch_size", "entropy_coeff", "vf_coeff", "grad_clip", "normalize_advantages", "use_kl_loss",
+                 "kl_coeff", "kl_target", "model"),
     "resources": ("ray_address", "num_cpus", "device", "torch_threads", "sampling_torch_threads"),
     "debugging": ("seed", "log_level"),
     "evaluation": ("evaluation_interval", "evaluation_duration", "evaluation_duration_unit", "evaluation_explore"),
@@ -445,6 +449,17 @@ class PPOConfig:
     """Max global gradient norm; None: no clipping."""
     normalize_advantages: bool = True
     """Normalize advantages per policy over its train batch."""
+    use_kl_loss: bool = False
+    """Add RLlib's KL penalty, ``kl_coeff`` times the KL divergence of the new policy from the
+    one that sampled the batch (estimated on the sampled actions as ``(ratio - 1) - log ratio``),
+    to the clipped surrogate. RLlib's PPO has it on; here it is off by default (the clipped
+    surrogate alone, as CleanRL's PPO, which the presets are tuned for)."""
+    kl_coeff: float = 0.2
+    """The KL penalty's starting coefficient; after each update it is adapted as RLlib adapts it
+    (times 1.5 when the update's mean KL exceeded twice ``kl_target``, times 0.5 when it was
+    under half of it), kept per policy in checkpoints and reported as ``curr_kl_coeff``."""
+    kl_target: float = 0.01
+    """The KL divergence per update that ``kl_coeff`` is adapted towards."""
     model: dict[str, Any] = field(default_factory=dict)
     """Overrides of DEFAULT_MODEL for every learned policy."""
 

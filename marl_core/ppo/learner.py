@@ -1,6 +1,7 @@
 """The PPO update of one policy: minibatch epochs over its train batch (CleanRL's loop).
 
-Loss = clipped surrogate + ``vf_coeff`` * value loss - ``entropy_coeff`` * entropy. Diagnostics:
+Loss = clipped surrogate + ``vf_coeff`` * value loss - ``entropy_coeff`` * entropy (+ ``kl_coeff`` *
+KL with ``use_kl_loss``, the coefficient adapted after each update as RLlib adapts it). Diagnostics:
 approximate KL (``(ratio - 1) - log ratio``), clip fraction and explained variance.
 """
 
@@ -27,6 +28,7 @@ class Learner:
         self.name = name
         self.params = dict(params)
         self.optimizer = Adam(policy.module.parameters(), lr=scheduled(self.params["lr"], 0), eps=1e-5)
+        self.kl_coeff = float(self.params["kl_coeff"])  # adapted after every update (use_kl_loss)
 
     def update(self, batch: dict[str, Any], rng: np.random.Generator, normalize_advantages: bool = True,
                env_steps: int = 0) -> dict[str, float]:
@@ -70,7 +72,10 @@ class Learner:
                     value_error = torch.max(value_error, (clipped - returns[idx]) ** 2)
                 vf_loss = 0.5 * value_error.mean()
                 entropy_mean = entropy.mean()
+                kl = ((ratio - 1) - log_ratio).mean()  # KL(old || new), estimated on the sampled actions
                 loss = policy_loss + p["vf_coeff"] * vf_loss - entropy_coeff * entropy_mean
+                if p["use_kl_loss"]:
+                    loss = loss + self.kl_coeff * kl
                 total_loss = loss.item()
                 where = f"epoch {epoch + 1}, minibatch {start // minibatch + 1}"
                 if not math.isfinite(total_loss):
@@ -89,7 +94,7 @@ class Learner:
                         "policy_loss": policy_loss.item(),
                         "vf_loss": vf_loss.item(),
                         "entropy": entropy_mean.item(),
-                        "approx_kl": ((ratio - 1) - log_ratio).mean().item(),
+                        "approx_kl": kl.item(),
                         "clip_fraction": ((ratio - 1).abs() > p["clip_param"]).float().mean().item(),
                     }
                 for key, value in stats.items():
@@ -100,6 +105,12 @@ class Learner:
         metrics["explained_variance"] = explained_variance(batch["values"], batch["returns"])
         metrics["num_agent_steps_trained"] = float(size)
         metrics["curr_lr"], metrics["curr_entropy_coeff"] = self.optimizer.lr, entropy_coeff
+        if p["use_kl_loss"]:
+            metrics["curr_kl_coeff"] = self.kl_coeff  # the coefficient this update used
+            if metrics["approx_kl"] > 2.0 * p["kl_target"]:  # RLlib's adaptation
+                self.kl_coeff *= 1.5
+            elif metrics["approx_kl"] < 0.5 * p["kl_target"]:
+                self.kl_coeff *= 0.5
         return metrics
 
     def _diverged(self, what: str, batch: dict[str, Any]) -> None:
@@ -113,13 +124,15 @@ class Learner:
             "scale the env's rewards down, or lower training.lr or training.grad_clip")
 
     def state_dict(self) -> dict[str, Any]:
-        """Module and optimizer state."""
-        return {"module": self.policy.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+        """Module and optimizer state, and the KL coefficient."""
+        return {"module": self.policy.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "kl_coeff": self.kl_coeff}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`state_dict`."""
         self.policy.module.load_state_dict(state["module"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self.kl_coeff = float(state.get("kl_coeff", self.kl_coeff))
 
 
 # Past this size a value's square overflows float32 (its largest value is 3.4e38).

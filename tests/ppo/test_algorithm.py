@@ -1148,6 +1148,32 @@ def test_a_schedule_that_is_not_one_is_refused_by_name(schedule):
         _rps_config(lr=schedule).build()
 
 
+@pytest.mark.parametrize(("kl_target", "coefficients"), [(1e-12, [0.2, 0.3, 0.45]), (10.0, [0.2, 0.1, 0.05])],
+                         ids=["kl-above-target", "kl-below-target"])
+def test_the_kl_penalty_adapts_its_coefficient_as_rllib_does_and_checkpoints_keep_it(tmp_path, kl_target, coefficients):
+    config = _rps_config(use_kl_loss=True, kl_target=kl_target)
+    with config.build() as algo:
+        seen = [algo.train()["policies"]["learned"]["curr_kl_coeff"] for _ in range(2)]
+        saved = algo.save(tmp_path / "kl")
+    with PPO.from_checkpoint(saved) as restored:
+        seen.append(restored.train()["policies"]["learned"]["curr_kl_coeff"])
+    assert seen == pytest.approx(coefficients)
+
+
+def test_the_kl_penalty_enters_the_loss_only_when_asked():
+    def first_losses(**training):
+        with _rps_config(**training).build() as algo:
+            return algo.train()["policies"]["learned"]
+
+    plain = first_losses()
+    assert "curr_kl_coeff" not in plain
+    assert first_losses(use_kl_loss=True, kl_coeff=0.0)["total_loss"] == plain["total_loss"]
+    penalized = first_losses(use_kl_loss=True, kl_coeff=1000.0)
+    assert penalized["total_loss"] != plain["total_loss"] and penalized["approx_kl"] < plain["approx_kl"]
+    with pytest.raises(ConfigError, match="kl_target must be a number above 0, received 0"):
+        _rps_config(kl_target=0).build()
+
+
 def _structured_config():
     return (PPOConfig().environment(StructuredActionsEnv)
             .multi_agent(policies={a: None for a in StructuredActionsEnv.ACTION_SPACES},

@@ -402,8 +402,8 @@ def test_bad_arguments_are_refused_with_status_2(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("training.lr=fast", "lr must be a number above 0, received 'fast'"),
-        ("training.lr=-1", "lr must be a number above 0, received -1"),
+        ("training.lr=fast", "lr must be a number above 0, or a schedule [[env_steps, lr], ...] from step 0, its steps increasing, received 'fast'"),
+        ("training.lr=-1", "lr must be a number above 0, or a schedule [[env_steps, lr], ...] from step 0, its steps increasing, received -1"),
         ("training.gamma=1.5", "gamma must be a number from 0 to 1, received 1.5"),
         ("training.num_epochs=2.5", "num_epochs must be an integer of at least 1, received 2.5"),
         ("training.minibatch_size=0", "minibatch_size must be an integer of at least 1, received 0"),
