@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from marl_core.env import AgentID
+from marl_core.env import ALL, AgentID
 from marl_core.errors import (
     ConfigError,
     EnvContractError,
@@ -595,83 +595,128 @@ class PPO:
         episodes until at least that many env steps) of the config's env and ``env_config``, each
         agent acting with the policy the mapping fn gives it per episode (evaluation episodes
         have negative ``episode.id_``: -2, -3, ...): learned policies take their most likely
-        action unless ``evaluation_explore``; fixed policies act as they always do. With a
-        ``seed``, every call plays the same seeded episodes (and draws the same exploring actions),
-        so figures from different iterations compare the policies, not the luck of the draw.
-        ``train()`` calls this every ``evaluation_interval`` iterations.
+        action unless ``evaluation_explore``. Fixed policies act through copies made for each
+        call, so random numbers they draw themselves leave training's draws alone (and may
+        differ from call to call). With a ``seed``, every call plays the same seeded episodes
+        (and learned policies draw the same exploring actions), so figures from different
+        iterations compare the policies, not the luck of the draw. An env that raises is rebuilt
+        and its episode dropped and counted, as in training; ``max_env_errors_in_a_row`` failures
+        in a row stop the evaluation. ``train()`` calls this every ``evaluation_interval`` iterations.
 
         Returns:
             ``num_episodes``; ``num_env_steps``; ``episode_return_mean``, ``_min`` and ``_max`` (an
             episode's return is the sum over its agents, as RLlib's) and ``episode_len_mean`` (env
-            steps); ``agent_episode_returns_mean`` by agent id (over the episodes it took part
-            in); ``policies``: per policy, over its agent-episodes, the keys ``train()`` gives
-            (``episode_return_mean``, ``_min``, ``_max``, ``episode_len_mean`` in the agent's
-            actions, ``num_episodes``); ``explore``; ``time_s``.
+            steps); ``agent_episode_returns_mean`` by agent id (over the episodes where it acted
+            or was paid); ``policies``: per policy, over its agent-episodes counted as ``train()``
+            counts them, the keys it gives (``episode_return_mean``, ``_min``, ``_max``,
+            ``episode_len_mean`` in the agent's actions, ``num_episodes``); ``num_env_errors``;
+            ``explore``; ``time_s``.
 
         Raises:
             EnvRunnerError: after :meth:`stop`.
+            EnvContractError: the env failed ``max_env_errors_in_a_row`` times in a row.
             ConfigError: the mapping fn fails for an agent that acts, or names no policy.
         """
-        from marl_core.rollout import rollout
-
         if self.sampler is None and self.runners is None:
             raise EnvRunnerError("evaluate() after stop(): build the trainer again (config.build(), or "
                                  "PPO.from_checkpoint() of a saved checkpoint)")
         config, start = self.config, time.perf_counter()
-        seed = config.seed
         explore = bool(config.evaluation_explore)
-        rng = np.random.default_rng(None if seed is None else [seed, _EVALUATION_TAG])
-        callables: dict[PolicyID, Callable[[Any], Any]] = {}
-        episodes: list[tuple[Any, dict[AgentID, PolicyID]]] = []
-        env = self.env_creator(dict(config.env_config))
+        rng = np.random.default_rng(None if config.seed is None else [config.seed, _EVALUATION_TAG])
+        callables = {pid: _private_copy(policy) for pid, policy in self.policies.items()
+                     if not isinstance(policy, TorchPolicy)}
+        episodes: list[Episode] = []
+        env, attempt, errors, in_a_row = None, 0, 0, 0
         try:
-            steps = 0
-            while (len(episodes) if config.evaluation_duration_unit == "episodes" else steps) < config.evaluation_duration:
-                episode = Episode(-2 - len(episodes), 0, 0)
-
-                def act(agent_id: AgentID, observation: Any, episode: Episode = episode) -> Any:
-                    policy_id = episode.agent_to_policy.get(agent_id)
-                    if policy_id is None:
-                        policy_id = episode.agent_to_policy[agent_id] = self._mapped(agent_id, episode)
-                    if policy_id not in callables:
-                        callables[policy_id] = self._policy_callable(policy_id, explore, rng)
-                    return callables[policy_id](observation)
-
-                episode_seed = None if seed is None else int(np.random.SeedSequence(
-                    [seed, _EVALUATION_TAG, len(episodes)]).generate_state(1)[0])
-                result = rollout(env, act, seed=episode_seed)
-                for agent_id in result.returns:  # paid, never asked to act: mapped now, left out if refused
-                    if agent_id not in episode.agent_to_policy:
-                        with contextlib.suppress(ConfigError):
-                            episode.agent_to_policy[agent_id] = self._mapped(agent_id, episode)
-                episodes.append((result, episode.agent_to_policy))
-                steps += result.steps
+            while (len(episodes) if config.evaluation_duration_unit == "episodes"
+                   else sum(e.env_steps for e in episodes)) < config.evaluation_duration:
+                episode = Episode(-2 - attempt, 0, 0)
+                seed = None if config.seed is None else int(
+                    np.random.SeedSequence([config.seed, _EVALUATION_TAG, attempt]).generate_state(1)[0])
+                attempt += 1
+                try:
+                    env = env or self.env_creator(dict(config.env_config))
+                    self._evaluation_episode(env, episode, seed, explore, rng, callables)
+                except ConfigError:  # the mapping fn's or the policies': no env will do better
+                    raise
+                except Exception as error:
+                    errors, in_a_row = errors + 1, in_a_row + 1
+                    where = f"evaluation episode {episode.id_} (seed {seed})"
+                    with contextlib.suppress(Exception):
+                        env.close()  # type: ignore[union-attr]
+                    env = None
+                    if in_a_row >= config.max_env_errors_in_a_row:
+                        raise EnvContractError(f"the env failed {in_a_row} times in a row while evaluating; the last, "
+                                               f"in {where}: {type(error).__name__}: {error}") from error
+                    logger.warning("the env raised %s in %s: %s; the episode is dropped and the env rebuilt",
+                                   type(error).__name__, where, error)
+                    continue
+                in_a_row = 0
+                episodes.append(episode)
         finally:
-            env.close()
-        totals = [sum(result.returns.values()) for result, _ in episodes]
+            if env is not None:
+                env.close()
+        return self._evaluation_metrics(episodes, errors, explore, time.perf_counter() - start)
+
+    def _evaluation_episode(self, env: Any, episode: Episode, seed: int | None, explore: bool,
+                            rng: np.random.Generator, callables: dict[PolicyID, Callable[[Any], Any]]) -> None:
+        """Play one episode into ``episode``: its returns (paid agents), actions per agent, env steps
+        and each counted agent's policy (those that acted, and those paid that the mapping fn maps)."""
+        from marl_core.rollout import play
+
+        def act(agent_id: AgentID, observation: Any) -> Any:
+            policy_id = episode.agent_to_policy.get(agent_id)
+            if policy_id is None:
+                policy_id = episode.agent_to_policy[agent_id] = self._mapped(agent_id, episode)
+            if policy_id not in callables:
+                callables[policy_id] = self._policy_callable(policy_id, explore, rng)
+            episode.lengths[agent_id] = episode.lengths.get(agent_id, 0) + 1
+            return callables[policy_id](observation)
+
+        for transition in play(env, act, seed=seed):
+            for agent_id, reward in transition.rewards.items():
+                if agent_id != ALL:
+                    episode.returns[agent_id] = episode.returns.get(agent_id, 0.0) + float(reward)
+            episode.env_steps = transition.index
+        for agent_id in episode.returns:  # paid, never asked to act: as train() counts it
+            if agent_id not in episode.agent_to_policy:
+                policy_id = self._mapped(agent_id, episode, acts=False)
+                if policy_id is not None:
+                    episode.agent_to_policy[agent_id] = policy_id
+
+    def _evaluation_metrics(self, episodes: list[Episode], errors: int, explore: bool, seconds: float) -> dict[str, Any]:
         by_agent: dict[AgentID, list[float]] = {}
         by_policy: dict[PolicyID, tuple[list[float], list[int]]] = {p: ([], []) for p in self.policies}
-        for result, mapping in episodes:
-            for agent_id, total in result.returns.items():
+        for episode in episodes:
+            for agent_id, policy_id in episode.agent_to_policy.items():
+                total = episode.returns.get(agent_id, 0.0)
                 by_agent.setdefault(agent_id, []).append(total)
-                if agent_id in mapping:
-                    returns, lengths = by_policy[mapping[agent_id]]
-                    returns.append(total)
-                    lengths.append(result.lengths.get(agent_id, 0))
+                returns, lengths = by_policy[policy_id]
+                returns.append(total)
+                lengths.append(episode.lengths.get(agent_id, 0))
         return {
             "num_episodes": len(episodes),
-            "num_env_steps": steps,
-            **episode_stats(totals, [result.steps for result, _ in episodes]),
+            "num_env_steps": sum(episode.env_steps for episode in episodes),
+            **episode_stats([sum(episode.returns.values()) for episode in episodes],
+                            [episode.env_steps for episode in episodes]),
             "agent_episode_returns_mean": {agent_id: float(np.mean(found)) for agent_id, found in by_agent.items()},
             "policies": {policy_id: {**episode_stats(returns, lengths), "num_episodes": len(returns)}
                          for policy_id, (returns, lengths) in by_policy.items()},
+            "num_env_errors": errors,
             "explore": explore,
-            "time_s": time.perf_counter() - start,
+            "time_s": seconds,
         }
 
-    def _mapped(self, agent_id: AgentID, episode: Episode) -> PolicyID:
-        """The policy the mapping fn gives ``agent_id`` in ``episode``, which must be one of ours."""
-        policy_id = map_agent(self.config.policy_mapping_fn, agent_id, episode)
+    def _mapped(self, agent_id: AgentID, episode: Episode, acts: bool = True) -> PolicyID | None:
+        """The policy the mapping fn gives ``agent_id`` in ``episode``, which must be one of ours;
+        ``acts=False`` for an agent only paid: None when the mapping fn raises for it (as training
+        leaves such an agent out of the metrics)."""
+        try:
+            policy_id = map_agent(self.config.policy_mapping_fn, agent_id, episode)
+        except ConfigError:
+            if acts:
+                raise
+            return None
         if policy_id not in self.policies:
             raise ConfigError(f"policy_mapping_fn mapped agent {agent_id!r} to {policy_id!r}, which is not a policy; "
                               f"policies: {sorted(self.policies)}")
@@ -709,13 +754,24 @@ class PPO:
         env = self.config.env if isinstance(self.config.env, str) else getattr(
             self.config.env, "__qualname__", repr(self.config.env))
         return (f"{type(self).__name__}(env={env!r}, policies={list(self.policies)!r}, "
-                f"training={list(self.to_train)!r}, iteration={self.iteration})")
+                f"training={list(getattr(self, 'to_train', []))!r}, iteration={self.iteration})")
 
     def __enter__(self) -> PPO:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _private_copy(policy: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A copy of a fixed policy with its own state (its random generator, say), as env runners
+    get one; the policy itself when it cannot be pickled."""
+    import cloudpickle
+
+    try:
+        return cloudpickle.loads(cloudpickle.dumps(policy))
+    except Exception:
+        return policy
 
 
 def episode_stats(returns: Iterable[float], lengths: Iterable[int]) -> dict[str, float]:

@@ -555,8 +555,8 @@ class Connect4Evaluation:
         if self.out_dir is not None:
             self.write(self.out_dir)
         self.last_evaluation = time.perf_counter()
-        result["evaluation"] = {**flat_metrics(point.results), "minutes": point.minutes,
-                                "seconds_evaluating": self.seconds_evaluating}
+        result["evaluation"] = {**result.get("evaluation", {}), **flat_metrics(point.results),  # beside evaluate()'s
+                                "minutes": point.minutes, "seconds_evaluating": self.seconds_evaluating}
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         """Write ``evaluation.jsonl`` and ``win_rate.png`` into ``out_dir``."""

@@ -256,3 +256,43 @@ class StructuredActionsEnv(MultiAgentEnv):
         done = self.t >= self.length
         flags = {a: done for a in self.agents}
         return self._obs(), rewards, {**flags, "__all__": done}, {"__all__": False}, {}
+
+
+class PaidAndLateEnv(MultiAgentEnv):
+    """``actor`` acts for ``config["length"]`` steps (default 2) and is paid 1 per step; ``paid``
+    never acts and is paid 0.5 per step; ``late`` appears only in the final observations (ended,
+    never acting, never paid). ``config["fail_resets"]``: reset() raises for seeds above 10**6
+    (evaluation's) that many times, counted over every instance of the class."""
+
+    failures = 0
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        config = config or {}
+        self.length = int(config.get("length", 2))
+        self.fail_resets = int(config.get("fail_resets", 0))
+        self.possible_agents = ["actor", "paid", "late"]
+        self.agents = []
+        self.observation_spaces = {a: gym.spaces.Box(0.0, 1.0, (1,), np.float32) for a in self.possible_agents}
+        self.action_spaces = {a: gym.spaces.Discrete(2) for a in self.possible_agents}
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None and seed > 10**6 and PaidAndLateEnv.failures < self.fail_resets:
+            PaidAndLateEnv.failures += 1
+            raise RuntimeError("evaluation env broken")
+        super().reset(seed=seed)
+        self.t = 0
+        self.agents = ["actor"]
+        return {"actor": np.zeros(1, np.float32)}, {}
+
+    def step(self, action_dict):
+        check_action_dict(self, action_dict, ["actor"])
+        self.t += 1
+        done = self.t >= self.length
+        obs = {"actor": np.zeros(1, np.float32)}
+        if done:
+            obs["late"] = np.ones(1, np.float32)
+            self.agents = []
+        flags = {"actor": done, "late": done} if done else {}
+        return obs, {"actor": 1.0, "paid": 0.5}, {**flags, "__all__": done}, {"__all__": False}, {}

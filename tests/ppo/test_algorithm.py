@@ -31,7 +31,13 @@ from marl_core.ppo.presets import beat_last_move, rps_policy_mapping_fn
 from marl_core.rollout import rollout
 from marl_core.spaces import check_action_dict
 from tests.fixtures.envs import HeterogeneousSpacesEnv, JoinLeaveEnv, ManyAgentsEnv, TicTacToe
-from tests.ppo.helpers import CorruptingRockPaperScissors, StructuredActionsEnv, TwoMoveGame, WideBoxBandit
+from tests.ppo.helpers import (
+    CorruptingRockPaperScissors,
+    PaidAndLateEnv,
+    StructuredActionsEnv,
+    TwoMoveGame,
+    WideBoxBandit,
+)
 
 
 def _rps_config(**training):
@@ -1094,6 +1100,70 @@ def test_evaluation_counts_timesteps_in_whole_episodes_explores_when_asked_and_m
     assert first["num_episodes"] == 3 and first["num_env_steps"] == 30 and first["explore"] is True  # 10 per episode
     assert ids == [-4, -3, -2]  # apart from training episodes (ids from 0) and compute_actions' -1
     assert first["policies"] == second["policies"]  # the same draws: a seeded evaluation repeats
+
+
+def _paid_and_late_config(**env_config):
+    return (PPOConfig().environment(PaidAndLateEnv, env_config=env_config)
+            .multi_agent(policies={"p": None}, policy_mapping_fn=lambda agent_id, episode, **kwargs: "p")
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=1)
+            .training(train_batch_size=20, minibatch_size=10, num_epochs=1).evaluation(evaluation_duration=3))
+
+
+def test_evaluation_counts_agent_episodes_as_training_does():
+    # An agent seen only in the final observations (never acting, never paid) was counted.
+    with _paid_and_late_config().build() as algo:
+        trained = algo.train()
+        evaluated = algo.evaluate()
+    assert trained["policies"]["p"]["num_episodes"] == 2 * trained["num_episodes"]  # actor and paid, not late
+    assert evaluated["policies"]["p"]["num_episodes"] == 2 * evaluated["num_episodes"] == 6
+    assert evaluated["agent_episode_returns_mean"] == {"actor": 2.0, "paid": 1.0}
+    assert evaluated["policies"]["p"]["episode_len_mean"] == 1.0  # actor's two actions, paid's none
+    assert evaluated["episode_return_mean"] == 3.0
+
+
+def test_evaluation_maps_paid_agents_as_training_does():
+    def refuses_paid(agent_id, episode, **kwargs):
+        if agent_id == "paid":
+            raise KeyError(agent_id)
+        return "p"
+
+    with _paid_and_late_config().multi_agent(policy_mapping_fn=refuses_paid).build() as algo:
+        evaluated = algo.evaluate()  # a paid agent the mapping fn refuses: left out, as train() leaves it
+    assert evaluated["policies"]["p"]["num_episodes"] == 3 and "paid" not in evaluated["agent_episode_returns_mean"]
+    config = _paid_and_late_config().multi_agent(
+        policy_mapping_fn=lambda agent_id, episode, **kwargs: "missing" if agent_id == "paid" else "p")
+    with config.build() as algo:  # a paid agent mapped to no policy: refused, as train() refuses it
+        with pytest.raises(ConfigError, match="mapped agent 'paid' to 'missing', which is not a policy"):
+            algo.evaluate()
+        with pytest.raises(ConfigError, match="mapped agent 'paid' to 'missing', which is not a policy"):
+            algo.train()
+
+
+def test_an_env_failing_while_evaluating_is_rebuilt_and_counted_and_stops_it_after_many_in_a_row(caplog):
+    PaidAndLateEnv.failures = 0
+    with _paid_and_late_config(fail_resets=2).build() as algo:
+        evaluated = algo.evaluate()
+        assert evaluated["num_episodes"] == 3 and evaluated["num_env_errors"] == 2
+        assert "RuntimeError in evaluation episode -2" in caplog.text
+    PaidAndLateEnv.failures = 0
+    config = _paid_and_late_config(fail_resets=100).env_runners(max_env_errors_in_a_row=3).evaluation(evaluation_interval=1)
+    with config.build() as algo:
+        with pytest.raises(EnvContractError, match=r"the env failed 3 times in a row while evaluating; the last, in "
+                                                   r"evaluation episode -4 \(seed \d+\): RuntimeError: evaluation env broken"):
+            algo.train()
+        assert algo.iteration == 1  # the iteration's update stays
+
+
+def test_evaluation_leaves_training_draws_alone_with_a_fixed_policy_that_draws_its_own():
+    # evaluate() called the fixed policy the driver's sampler uses: its draws changed training.
+    def run(interval):
+        draws = np.random.default_rng(7)
+        config = (_rps_config().multi_agent(policies={"learned": None, "beat_last": lambda obs: int(draws.integers(3))})
+                  .evaluation(evaluation_interval=interval, evaluation_duration=2))
+        with config.build() as algo:
+            return [algo.train()["policies"]["learned"]["episode_return_mean"] for _ in range(3)]
+
+    assert run(1) == run(None)
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -225,6 +225,7 @@ def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path, capsys)
                                         strong_every_minutes=10.0, strong_opponents=(("mcts:8", 2),),
                                         final_opponents=(("random", 6), ("mcts:10", 2)))
         algo.out_dir = tmp_path / "run"
+        algo.config.evaluation_interval, algo.config.evaluation_duration = 3, 2  # evaluate()'s figures, at the 3rd
         evaluation.attach(algo)  # a new run: evaluations reach the run directory as they are played
         results = []
         for _ in range(3):
@@ -241,6 +242,7 @@ def test_evaluation_callback_reports_metrics_history_and_chart(tmp_path, capsys)
         metrics = results[1]["evaluation"]
         assert metrics["random/games"] == 4 and metrics["mcts5/games"] == 2 and "mcts8/games" not in metrics
         assert results[2]["evaluation"]["mcts8/games"] == 2 and results[2]["evaluation"]["random/games"] == 4
+        assert results[2]["evaluation"]["num_episodes"] == 2  # kept beside the matches' (they replaced it)
         assert 0.0 <= metrics["random/win_low"] <= metrics["random/win_rate"] <= metrics["random/win_high"] <= 1.0
         capsys.readouterr()
         summary = evaluation.final(algo, tmp_path / "run")
