@@ -4,7 +4,8 @@ Both sides: OpenSpiel connect_four, policies "main" (learned) and "random" (unif
 mapped by episode id parity as in RLlib's ``self_play_with_open_spiel.py``; one env runner; the
 example's model (MLP 512x512, tanh, separate value net) and PPO settings (RLlib 2.60 defaults
 with ``num_epochs=20``: lr 5e-5, train batch 4000, minibatch 128, gamma 0.99, lambda 1.0, clip
-0.3, vf clip 10, no entropy bonus). The example's SelfPlayCallback is left out on both sides (it
+0.3, vf clip 10, the KL penalty (0.2, target 0.01), value loss weight 1.0 (our ``vf_coeff`` 2.0, as
+our value loss is half the squared error), no entropy bonus). The example's SelfPlayCallback is left out on both sides (it
 only adds frozen opponents; in RLlib it crashes its runner now and then).
 
 Each configuration runs in a fresh subprocess; the parent samples the memory (PSS and RSS, summed
@@ -82,7 +83,8 @@ def run_ours(num_envs: int, seconds: float, launch: float, torch_threads: int | 
         .multi_agent(policies={"main": None, "random": RandomLegal(0)}, policy_mapping_fn=main_vs_random,
                      policies_to_train=["main"])
         .env_runners(num_env_runners=1, num_envs_per_env_runner=num_envs)
-        .training(grad_clip=None, model={"hiddens": [512, 512], "activation": "tanh"}, **HPARAMS)
+        .training(grad_clip=None, model={"hiddens": [512, 512], "activation": "tanh"}, **HPARAMS,
+                  use_kl_loss=True, kl_coeff=0.2, kl_target=0.01, vf_coeff=2.0)  # RLlib's KL penalty and value weight
         .resources(num_cpus=2, torch_threads=torch_threads)
     )
     algo = config.build()

@@ -45,7 +45,7 @@ from marl_core.ppo.config import (
 )
 from marl_core.ppo.learner import Learner
 from marl_core.ppo.model import TorchPolicy
-from marl_core.ppo.rollout import Episode, LearnedSpec, Sampler
+from marl_core.ppo.rollout import Episode, LearnedSpec, Sampler, check_fixed_action
 from marl_core.ppo.runners import RunnerGroup
 
 logger = logging.getLogger(__name__)
@@ -194,6 +194,11 @@ class PPO:
             config.policies_to_train = list(self.to_train)
         self._returns: dict[PolicyID, deque] = {}
         self._lengths: dict[PolicyID, deque] = {}
+        # Whole episodes (the sum over their agents; env steps) and single agents, for result["env_runners"].
+        self._episode_returns: deque = deque(maxlen=100)
+        self._episode_lengths: deque = deque(maxlen=100)
+        self._agent_returns: dict[AgentID, deque] = {}
+        self._unmapped: set[AgentID] = set()  # paid agents the mapping fn refuses, warned of once
         self._state_version = 0
         if config.num_env_runners == 0:
             self.sampler = Sampler(self.env_creator, config.env_config, config.num_envs_per_env_runner,
@@ -494,6 +499,7 @@ class PPO:
             "num_episodes": len({e["episode_id"] for s in samples for e in s["episodes"]}),
             "policies": self._policy_metrics(samples, learner_metrics),
         }
+        result["env_runners"] = self._env_runner_metrics(samples, result)
         interval = self.config.evaluation_interval
         if interval is not None and self.iteration % interval == 0:
             result["evaluation"] = self.evaluate()  # after the update: it evaluates what this iteration learned
@@ -515,6 +521,21 @@ class PPO:
             metrics.update(learner_metrics.get(policy_id, {}))
             out[policy_id] = metrics
         return out
+
+    def _env_runner_metrics(self, samples: list[dict], result: dict[str, Any]) -> dict[str, Any]:
+        """RLlib's ``result["env_runners"]`` over the last 100 whole episodes (their return is the
+        sum over their agents, their length in env steps) and each agent's last 100."""
+        episodes: dict[Any, dict[str, Any]] = {}
+        for sample in samples:
+            for record in sample["episodes"]:
+                episode = episodes.setdefault(record["episode_id"], {"return": 0.0, "env_steps": record["env_steps"]})
+                episode["return"] += record["return"]
+                self._agent_returns.setdefault(record["agent_id"], deque(maxlen=100)).append(record["return"])
+        self._episode_returns.extend(episode["return"] for episode in episodes.values())
+        self._episode_lengths.extend(episode["env_steps"] for episode in episodes.values())
+        return rllib_view(episode_stats(self._episode_returns, self._episode_lengths), len(episodes),
+                          {agent_id: float(np.mean(window)) for agent_id, window in self._agent_returns.items()},
+                          result["policies"], result["num_env_steps_sampled"], result["num_env_steps_sampled_lifetime"])
 
     # Inference ----------------------------------------------------------------------------------
 
@@ -599,23 +620,29 @@ class PPO:
         call, so random numbers they draw themselves leave training's draws alone (and may
         differ from call to call). With a ``seed``, every call plays the same seeded episodes
         (and learned policies draw the same exploring actions), so figures from different
-        iterations compare the policies, not the luck of the draw. An env that raises is rebuilt
-        and its episode dropped and counted, as in training; ``max_env_errors_in_a_row`` failures
-        in a row stop the evaluation. ``train()`` calls this every ``evaluation_interval`` iterations.
+        iterations compare the policies, not the luck of the draw. Agents are counted as
+        ``train()`` counts them: those that acted, and those paid that the mapping fn maps (one it
+        refuses is left out of every figure, an episode's return included). An env that raises
+        is rebuilt and its episode dropped and counted, as in training; ``max_env_errors_in_a_row``
+        failures in a row stop the evaluation. A fixed policy that raises, or chooses an action
+        outside the agent's space or mask, stops it at once (its own error, or a
+        :class:`ConfigError`), as in training. ``train()`` calls this every ``evaluation_interval``
+        iterations.
 
         Returns:
             ``num_episodes``; ``num_env_steps``; ``episode_return_mean``, ``_min`` and ``_max`` (an
             episode's return is the sum over its agents, as RLlib's) and ``episode_len_mean`` (env
             steps); ``agent_episode_returns_mean`` by agent id (over the episodes where it acted
-            or was paid); ``policies``: per policy, over its agent-episodes counted as ``train()``
-            counts them, the keys it gives (``episode_return_mean``, ``_min``, ``_max``,
+            or was paid); ``policies``: per policy, over its agent-episodes, the keys ``train()``
+            gives (``episode_return_mean``, ``_min``, ``_max``,
             ``episode_len_mean`` in the agent's actions, ``num_episodes``); ``num_env_errors``;
             ``explore``; ``time_s``.
 
         Raises:
             EnvRunnerError: after :meth:`stop`.
             EnvContractError: the env failed ``max_env_errors_in_a_row`` times in a row.
-            ConfigError: the mapping fn fails for an agent that acts, or names no policy.
+            ConfigError: the mapping fn fails for an agent that acts, or names no policy; a fixed
+                policy's action is outside its agent's space or mask.
         """
         if self.sampler is None and self.runners is None:
             raise EnvRunnerError("evaluate() after stop(): build the trainer again (config.build(), or "
@@ -623,7 +650,7 @@ class PPO:
         config, start = self.config, time.perf_counter()
         explore = bool(config.evaluation_explore)
         rng = np.random.default_rng(None if config.seed is None else [config.seed, _EVALUATION_TAG])
-        callables = {pid: _private_copy(policy) for pid, policy in self.policies.items()
+        callables = {pid: _private_copy(pid, policy) for pid, policy in self.policies.items()
                      if not isinstance(policy, TorchPolicy)}
         episodes: list[Episode] = []
         env, attempt, errors, in_a_row = None, 0, 0, 0
@@ -637,7 +664,9 @@ class PPO:
                 try:
                     env = env or self.env_creator(dict(config.env_config))
                     self._evaluation_episode(env, episode, seed, explore, rng, callables)
-                except ConfigError:  # the mapping fn's or the policies': no env will do better
+                except _PolicyFailure as failure:  # a fixed policy's own error: no env will do better
+                    raise failure.error from None
+                except ConfigError:  # the mapping fn's, or a fixed policy's action
                     raise
                 except Exception as error:
                     errors, in_a_row = errors + 1, in_a_row + 1
@@ -671,18 +700,27 @@ class PPO:
             if policy_id not in callables:
                 callables[policy_id] = self._policy_callable(policy_id, explore, rng)
             episode.lengths[agent_id] = episode.lengths.get(agent_id, 0) + 1
-            return callables[policy_id](observation)
+            if isinstance(self.policies[policy_id], TorchPolicy):
+                return callables[policy_id](observation)
+            try:
+                action = callables[policy_id](observation)
+            except Exception as error:
+                raise _PolicyFailure(error) from error
+            check_fixed_action(policy_id, agent_id, env.get_action_space(agent_id), observation, action)
+            return action
 
         for transition in play(env, act, seed=seed):
             for agent_id, reward in transition.rewards.items():
                 if agent_id != ALL:
                     episode.returns[agent_id] = episode.returns.get(agent_id, 0.0) + float(reward)
             episode.env_steps = transition.index
-        for agent_id in episode.returns:  # paid, never asked to act: as train() counts it
+        for agent_id in list(episode.returns):  # paid, never asked to act: counted as train() counts it
             if agent_id not in episode.agent_to_policy:
                 policy_id = self._mapped(agent_id, episode, acts=False)
                 if policy_id is not None:
                     episode.agent_to_policy[agent_id] = policy_id
+                else:  # the mapping fn refuses it: left out of every figure, as train() leaves it out
+                    del episode.returns[agent_id]
 
     def _evaluation_metrics(self, episodes: list[Episode], errors: int, explore: bool, seconds: float) -> dict[str, Any]:
         by_agent: dict[AgentID, list[float]] = {}
@@ -694,17 +732,22 @@ class PPO:
                 returns, lengths = by_policy[policy_id]
                 returns.append(total)
                 lengths.append(episode.lengths.get(agent_id, 0))
+        steps = sum(episode.env_steps for episode in episodes)
+        whole = episode_stats([sum(episode.returns.values()) for episode in episodes],
+                              [episode.env_steps for episode in episodes])
+        agents = {agent_id: float(np.mean(found)) for agent_id, found in by_agent.items()}
+        policies = {policy_id: {**episode_stats(returns, lengths), "num_episodes": len(returns)}
+                    for policy_id, (returns, lengths) in by_policy.items()}
         return {
             "num_episodes": len(episodes),
-            "num_env_steps": sum(episode.env_steps for episode in episodes),
-            **episode_stats([sum(episode.returns.values()) for episode in episodes],
-                            [episode.env_steps for episode in episodes]),
-            "agent_episode_returns_mean": {agent_id: float(np.mean(found)) for agent_id, found in by_agent.items()},
-            "policies": {policy_id: {**episode_stats(returns, lengths), "num_episodes": len(returns)}
-                         for policy_id, (returns, lengths) in by_policy.items()},
+            "num_env_steps": steps,
+            **whole,
+            "agent_episode_returns_mean": agents,
+            "policies": policies,
             "num_env_errors": errors,
             "explore": explore,
             "time_s": seconds,
+            "env_runners": rllib_view(whole, len(episodes), agents, policies, steps, steps),
         }
 
     def _mapped(self, agent_id: AgentID, episode: Episode, acts: bool = True) -> PolicyID | None:
@@ -713,9 +756,13 @@ class PPO:
         leaves such an agent out of the metrics)."""
         try:
             policy_id = map_agent(self.config.policy_mapping_fn, agent_id, episode)
-        except ConfigError:
+        except ConfigError as error:
             if acts:
                 raise
+            if agent_id not in self._unmapped:
+                self._unmapped.add(agent_id)
+                logger.warning("%s; agent %r was paid but never asked to act: its rewards are left out of the "
+                               "evaluation's figures", error, agent_id)
             return None
         if policy_id not in self.policies:
             raise ConfigError(f"policy_mapping_fn mapped agent {agent_id!r} to {policy_id!r}, which is not a policy; "
@@ -763,15 +810,39 @@ class PPO:
         self.stop()
 
 
-def _private_copy(policy: Callable[[Any], Any]) -> Callable[[Any], Any]:
+class _PolicyFailure(Exception):
+    """A fixed policy's own exception while evaluating (``error``): raised as it is, not taken for the env's."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _private_copy(policy_id: PolicyID, policy: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """A copy of a fixed policy with its own state (its random generator, say), as env runners
-    get one; the policy itself when it cannot be pickled."""
+    get one (a module-level function is pickled by reference: its module's globals stay shared);
+    the policy itself, with a warning, when it cannot be pickled."""
     import cloudpickle
 
     try:
         return cloudpickle.loads(cloudpickle.dumps(policy))
-    except Exception:
+    except Exception as error:
+        logger.warning("fixed policy %r cannot be copied (%s: %s): evaluate() calls it itself, so random numbers it "
+                       "draws there are not drawn in training", policy_id, type(error).__name__, error)
         return policy
+
+
+def rllib_view(whole: Mapping[str, float], num_episodes: int, agents: Mapping[AgentID, float],
+               policies: Mapping[PolicyID, Mapping[str, Any]], env_steps: int, lifetime: int) -> dict[str, Any]:
+    """The episode figures under RLlib's ``env_runners`` names, for scripts written against its results."""
+    return {
+        **whole,
+        "num_episodes": num_episodes,
+        "agent_episode_returns_mean": dict(agents),
+        "module_episode_returns_mean": {policy_id: metrics["episode_return_mean"] for policy_id, metrics in policies.items()},
+        "num_env_steps_sampled": env_steps,
+        "num_env_steps_sampled_lifetime": lifetime,
+    }
 
 
 def episode_stats(returns: Iterable[float], lengths: Iterable[int]) -> dict[str, float]:

@@ -67,7 +67,7 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
                     "module": policy.module.state_dict(),
                     "optimizer": learner.optimizer.state_dict() if learner is not None else {},
                 }
-                if learner is not None:
+                if learner is not None and learner.params["use_kl_loss"]:  # adapted: its own value now
                     policies[policy_id]["kl_coeff"] = learner.kl_coeff
         state = {
             "format": FORMAT_VERSION,
@@ -81,6 +81,9 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             "policies": policies,
             "recent_returns": {p: [float(x) for x in r] for p, r in algo._returns.items()},
             "recent_lengths": {p: [float(x) for x in r] for p, r in algo._lengths.items()},
+            "recent_episodes": {"returns": [float(x) for x in algo._episode_returns],
+                                "lengths": [float(x) for x in algo._episode_lengths],
+                                "agents": {a: [float(x) for x in r] for a, r in algo._agent_returns.items()}},
             "rng_numpy": json.dumps(algo.rng.bit_generator.state),
             "rng_torch": torch.get_rng_state(),
             "callback_state": _callback_state_json(algo.callback_state),
@@ -311,7 +314,8 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                 ) from error
             if saved["optimizer"] and policy_id in algo.learners:
                 algo.learners[policy_id].optimizer.load_state_dict(saved["optimizer"])
-            if "kl_coeff" in saved and policy_id in algo.learners:  # older checkpoints: the config's
+            # The adapted coefficient goes on, unless the caller sets one (or the policies) anew.
+            if "kl_coeff" in saved and policy_id in algo.learners and not {"kl_coeff", "policies"} & set(overrides):
                 algo.learners[policy_id].kl_coeff = float(_number(saved, "kl_coeff"))
             _check_finite(policy_id, saved)
         algo.iteration = _count(state, "iteration")
@@ -322,6 +326,11 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         for key, recent in (("recent_returns", algo._returns), ("recent_lengths", algo._lengths)):
             for policy_id, values in state[key].items():
                 recent.setdefault(policy_id, _deque()).extend(_numbers(values, f"{key}[{policy_id!r}]"))
+        episodes = state.get("recent_episodes", {"returns": [], "lengths": [], "agents": {}})  # older: none
+        algo._episode_returns.extend(_numbers(episodes["returns"], "recent_episodes['returns']"))
+        algo._episode_lengths.extend(_numbers(episodes["lengths"], "recent_episodes['lengths']"))
+        for agent_id, values in episodes["agents"].items():
+            algo._agent_returns.setdefault(agent_id, _deque()).extend(_numbers(values, f"recent_episodes[{agent_id!r}]"))
         algo.callback_state = _saved_callback_state(state.get("callback_state", "{}"))  # older: none
         algo.rng = np.random.default_rng()
         algo.rng.bit_generator.state = json.loads(state["rng_numpy"])

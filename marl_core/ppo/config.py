@@ -148,6 +148,28 @@ def scheduled(value: float | list[list[float]], env_steps: int) -> float:
     return float(np.interp(env_steps, [float(step) for step, _ in value], [float(at) for _, at in value]))
 
 
+#: RLlib's names (older ones too) that this config spells otherwise -> what to write here.
+RLLIB_NAMES: dict[str, str] = {
+    "sgd_minibatch_size": "minibatch_size",
+    "num_sgd_iter": "num_epochs",
+    "lambda": "lambda_",
+    "vf_loss_coeff": "vf_coeff, twice RLlib's value (the value loss here is half the mean squared error)",
+    "lr_schedule": "lr, which takes the schedule itself: lr=[[0, 1e-3], [1000000, 1e-4]]",
+    "entropy_coeff_schedule": "entropy_coeff, which takes the schedule itself: entropy_coeff=[[0, 0.01], [1000000, 0.0]]",
+    "num_rollout_workers": "num_env_runners (in env_runners())",
+    "num_workers": "num_env_runners (in env_runners())",
+    "num_envs_per_worker": "num_envs_per_env_runner (in env_runners())",
+    "train_batch_size_per_learner": "train_batch_size (env steps over all runners; there is one learner)",
+    "evaluation_num_env_runners": "nothing: evaluate() plays in the driver",
+}
+
+
+def rllib_hint(key: str) -> str | None:
+    """What to write here for RLlib's setting ``key`` (None when RLlib has no such name)."""
+    instead = RLLIB_NAMES.get(key)
+    return None if instead is None else f"{key!r} is RLlib's name; write {instead}"
+
+
 def _clip(value: Any) -> bool:
     """None, or a clip range above 0 (inf: no clipping)."""
     return value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0)
@@ -432,7 +454,8 @@ class PPOConfig:
     clip_param: float = 0.2
     """PPO surrogate clip range."""
     vf_clip_param: float | None = None
-    """Clip range of the value update around the old values; None: no clipping."""
+    """As RLlib's: each sample's squared value error is capped at this (errors beyond its square
+    root give the value function no gradient); None: no cap."""
     num_epochs: int = 4
     """Passes over each train batch."""
     minibatch_size: int = 128
@@ -444,7 +467,8 @@ class PPOConfig:
     entropy_coeff: float | list[list[float]] = 0.0
     """Entropy bonus weight, or a schedule of it as ``lr`` takes one (reported as ``curr_entropy_coeff``)."""
     vf_coeff: float = 0.5
-    """Value loss weight."""
+    """Value loss weight. The value loss is half the mean squared error (CleanRL's), so RLlib's
+    ``vf_loss_coeff`` (on the whole mean squared error) is ``vf_coeff / 2``."""
     grad_clip: float | None = 0.5
     """Max global gradient norm; None: no clipping."""
     normalize_advantages: bool = True
@@ -541,8 +565,53 @@ class PPOConfig:
         return self._update("env_runners", kwargs)
 
     def training(self, **kwargs: Any) -> PPOConfig:
-        """Set ``lr``, ``gamma``, ``lambda_``, ``clip_param``, ``num_epochs``, ``minibatch_size``, ..."""
+        """Set ``lr``, ``gamma``, ``lambda_``, ``clip_param``, ``num_epochs``, ``minibatch_size``, ...;
+        a ``model`` dict updates the model settings already set (as RLlib's does)."""
+        model = kwargs.get("model")
+        if isinstance(model, Mapping) and isinstance(self.model, Mapping):
+            kwargs = {**kwargs, "model": {**self.model, **model}}
         return self._update("training", kwargs)
+
+    def framework(self, framework: str = "torch", **kwargs: Any) -> PPOConfig:
+        """RLlib's framework choice: this trainer runs torch, so ``"torch"`` is taken (a no-op)."""
+        if framework != "torch":
+            raise ConfigError(f"framework {framework!r}: this trainer runs torch only; write .framework('torch') "
+                              "or leave it out")
+        return self
+
+    def api_stack(self, **kwargs: Any) -> PPOConfig:
+        """RLlib's API stack switch: this trainer has one stack, so any setting is taken (a no-op)."""
+        return self
+
+    @classmethod
+    def overrides(cls, **kwargs: Any) -> dict[str, Any]:
+        """Per-policy training overrides, as RLlib's ``PPOConfig.overrides(lr=...)`` gives them for
+        a policy's config (``PolicySpec(config=PPOConfig.overrides(lr=1e-4))``); checked by name."""
+        cls().for_policy(PolicySpec(config=kwargs))
+        return dict(kwargs)
+
+    # RLlib's builders with no counterpart here: refused with what to do instead.
+
+    def callbacks(self, *args: Any, **kwargs: Any) -> PPOConfig:
+        """Not here: ``train()`` returns every metric; run your code on its result after each call."""
+        raise ConfigError("callbacks() is RLlib's; this trainer takes no callbacks: read the metrics train() returns "
+                          "after each call (per policy under result['policies'], evaluate()'s under result['evaluation'])")
+
+    def rl_module(self, *args: Any, **kwargs: Any) -> PPOConfig:
+        """Not here: models are set through ``model`` (PolicySpec's too)."""
+        raise ConfigError("rl_module() is RLlib's; set the model through training(model={...}) or a policy's "
+                          "PolicySpec(model={...}), a torch module through model={'module': factory}")
+
+    def learners(self, *args: Any, **kwargs: Any) -> PPOConfig:
+        """Not here: one learner in the driver (``resources(device=...)`` picks its device)."""
+        raise ConfigError("learners() is RLlib's; this trainer learns in the driver: resources(device='cuda') "
+                          "puts the learner on a GPU")
+
+    def rollouts(self, *args: Any, **kwargs: Any) -> PPOConfig:
+        """RLlib's older name of :meth:`env_runners` (its older option names too): refused, with the new names."""
+        hints = [hint for key in kwargs if (hint := rllib_hint(key))]
+        raise ConfigError("rollouts() is RLlib's older name of env_runners(); write env_runners(...)"
+                          + "".join(f"; {hint}" for hint in hints))
 
     def resources(self, **kwargs: Any) -> PPOConfig:
         """Set ``ray_address``, ``num_cpus``, ``device``, ``torch_threads`` and ``sampling_torch_threads``."""
@@ -574,10 +643,9 @@ class PPOConfig:
         for key, value in kwargs.items():
             if key not in names:
                 elsewhere = _SECTION_OF.get(key)
-                raise ConfigError(
-                    f"{section}() does not set {key!r}, {elsewhere}() does" if elsewhere else
-                    f"unknown {section}() option {key!r}; known options: {sorted(names)}"
-                )
+                if elsewhere:
+                    raise ConfigError(f"{section}() does not set {key!r}, {elsewhere}() does")
+                raise ConfigError(rllib_hint(key) or f"unknown {section}() option {key!r}; known options: {sorted(names)}")
             setattr(self, key, value)
         return self
 
@@ -739,7 +807,9 @@ class PPOConfig:
         unknown = sorted(set(overrides) - set(PER_POLICY_FIELDS))
         whose = f"policy {policy_id!r}: " if policy_id is not None else ""
         if unknown:
-            raise ConfigError(f"{whose}PolicySpec.config has unknown keys {unknown}; allowed: {list(PER_POLICY_FIELDS)}")
+            hints = "".join(f"; {hint}" for key in unknown if (hint := rllib_hint(key)))
+            raise ConfigError(f"{whose}PolicySpec.config has unknown keys {unknown}; allowed: {list(PER_POLICY_FIELDS)}"
+                              f"{hints}")
         _check_fields(overrides, f"{whose}PolicySpec.config ")
         values.update(overrides)
         return values

@@ -48,7 +48,6 @@ class Learner:
         obs = to_tensor(self.policy.masks.canonical(batch["obs"]), device)
         actions = to_tensor(batch["actions"], device)
         old_logp = to_tensor(batch["logp"], device)
-        old_values = to_tensor(batch["values"], device)
         adv = torch.as_tensor(advantages, dtype=torch.float32, device=device)
         returns = to_tensor(batch["returns"], device)
         minibatch = max(1, min(int(p["minibatch_size"]), size))
@@ -67,9 +66,8 @@ class Learner:
                                       -mb_adv * ratio.clamp(1 - p["clip_param"], 1 + p["clip_param"]))
                 policy_loss = surrogate.mean()
                 value_error = (values - returns[idx]) ** 2
-                if p["vf_clip_param"] is not None:
-                    clipped = old_values[idx] + (values - old_values[idx]).clamp(-p["vf_clip_param"], p["vf_clip_param"])
-                    value_error = torch.max(value_error, (clipped - returns[idx]) ** 2)
+                if p["vf_clip_param"] is not None:  # RLlib's: each squared error capped
+                    value_error = value_error.clamp(max=p["vf_clip_param"])
                 vf_loss = 0.5 * value_error.mean()
                 entropy_mean = entropy.mean()
                 kl = ((ratio - 1) - log_ratio).mean()  # KL(old || new), estimated on the sampled actions

@@ -69,6 +69,20 @@ class LearnedSpec:
     normalize_actions: bool = False
 
 
+def check_fixed_action(policy_id: PolicyID, agent_id: AgentID, space: Any, observation: Any, action: Any) -> None:
+    """Raise :class:`ConfigError` unless a fixed policy's ``action`` is in the agent's action
+    ``space`` and legal under the observation's mask (the fixed policy's fault, not the env's)."""
+    mask = observation.get(MASK_KEY) if type(observation) is dict else None
+    if type(mask) is not np.ndarray:  # other forms (a tuple of 0/1, group slots): read as numpy masks
+        mask = action_masks_of(observation)
+    if surely_valid_action(space, action, mask):
+        return
+    try:
+        check_action(agent_id, space, action, mask)
+    except InvalidActionError as error:  # IllegalActionError too
+        raise ConfigError(f"fixed policy {policy_id!r} chose for agent {agent_id!r}: {error}") from error
+
+
 @dataclass
 class Episode:
     """One episode of one env, as seen by ``policy_mapping_fn(agent_id, episode)``.
@@ -436,20 +450,12 @@ class Sampler:
         return scatter(actions_by_policy, batches, self.num_envs), count
 
     def _check_fixed(self, policy_id: PolicyID, agent_id: AgentID, observation: Any, action: Any) -> None:
-        """Raise unless a fixed policy's ``action`` is in the agent's space and legal under its
-        mask: the vector does not check actions (the learned policies' are so by construction)."""
+        """:func:`check_fixed_action`: the vector does not check actions (the learned policies'
+        are so by construction)."""
         space = self._fixed_spaces.get(agent_id)
         if space is None:
             space = self._fixed_spaces[agent_id] = self.vector.get_action_space(agent_id)
-        mask = observation.get(MASK_KEY) if type(observation) is dict else None
-        if type(mask) is not np.ndarray:  # other forms (a tuple of 0/1, group slots): read as numpy masks
-            mask = action_masks_of(observation)
-        if surely_valid_action(space, action, mask):
-            return
-        try:
-            check_action(agent_id, space, action, mask)
-        except InvalidActionError as error:  # IllegalActionError too
-            raise ConfigError(f"fixed policy {policy_id!r} chose for agent {agent_id!r}: {error}") from error
+        check_fixed_action(policy_id, agent_id, space, observation, action)
 
     def _raise_for_observations(self, error: Exception, rows: list[tuple[int, AgentID, Any]] | None = None,
                                 what: str = "observations") -> None:

@@ -1102,9 +1102,13 @@ def test_evaluation_counts_timesteps_in_whole_episodes_explores_when_asked_and_m
     assert first["policies"] == second["policies"]  # the same draws: a seeded evaluation repeats
 
 
+def _to_p(agent_id, episode, **kwargs):
+    return "p"
+
+
 def _paid_and_late_config(**env_config):
     return (PPOConfig().environment(PaidAndLateEnv, env_config=env_config)
-            .multi_agent(policies={"p": None}, policy_mapping_fn=lambda agent_id, episode, **kwargs: "p")
+            .multi_agent(policies={"p": None}, policy_mapping_fn=_to_p)
             .env_runners(num_env_runners=0, num_envs_per_env_runner=1)
             .training(train_batch_size=20, minibatch_size=10, num_epochs=1).evaluation(evaluation_duration=3))
 
@@ -1121,15 +1125,19 @@ def test_evaluation_counts_agent_episodes_as_training_does():
     assert evaluated["episode_return_mean"] == 3.0
 
 
-def test_evaluation_maps_paid_agents_as_training_does():
+def test_evaluation_maps_paid_agents_as_training_does(caplog):
     def refuses_paid(agent_id, episode, **kwargs):
         if agent_id == "paid":
             raise KeyError(agent_id)
         return "p"
 
     with _paid_and_late_config().multi_agent(policy_mapping_fn=refuses_paid).build() as algo:
-        evaluated = algo.evaluate()  # a paid agent the mapping fn refuses: left out, as train() leaves it
-    assert evaluated["policies"]["p"]["num_episodes"] == 3 and "paid" not in evaluated["agent_episode_returns_mean"]
+        evaluated = algo.evaluate()  # a paid agent the mapping fn refuses: left out of every figure, as in train()
+        trained = algo.train()["env_runners"]
+    assert evaluated["policies"]["p"]["num_episodes"] == 3
+    assert evaluated["episode_return_mean"] == trained["episode_return_mean"] == 2.0  # actor's alone
+    assert evaluated["agent_episode_returns_mean"] == trained["agent_episode_returns_mean"] == {"actor": 2.0}
+    assert "agent 'paid' was paid but never asked to act" in caplog.text
     config = _paid_and_late_config().multi_agent(
         policy_mapping_fn=lambda agent_id, episode, **kwargs: "missing" if agent_id == "paid" else "p")
     with config.build() as algo:  # a paid agent mapped to no policy: refused, as train() refuses it
@@ -1154,6 +1162,21 @@ def test_an_env_failing_while_evaluating_is_rebuilt_and_counted_and_stops_it_aft
         assert algo.iteration == 1  # the iteration's update stays
 
 
+def test_a_fixed_policys_own_failure_stops_evaluation_at_once_as_in_training():
+    # Counted as the env's errors: the env was rebuilt 10 times, then "the env failed".
+    def buggy(observation):
+        raise TypeError("bug in my fixed policy")
+
+    def mapping(agent_id, episode, **kwargs):
+        return "learned" if agent_id == "player1" else "fixed"
+
+    for fixed, error, message in [(buggy, TypeError, "bug in my fixed policy"),
+                                  (lambda observation: 7, ConfigError, "fixed policy 'fixed' chose for agent 'player2'")]:
+        config = _rps_config().multi_agent(policies={"learned": None, "fixed": fixed}, policy_mapping_fn=mapping)
+        with config.build() as algo, pytest.raises(error, match=message):
+            algo.evaluate()
+
+
 def test_evaluation_leaves_training_draws_alone_with_a_fixed_policy_that_draws_its_own():
     # evaluate() called the fixed policy the driver's sampler uses: its draws changed training.
     def run(interval):
@@ -1164,6 +1187,49 @@ def test_evaluation_leaves_training_draws_alone_with_a_fixed_policy_that_draws_i
             return [algo.train()["policies"]["learned"]["episode_return_mean"] for _ in range(3)]
 
     assert run(1) == run(None)
+
+
+def test_results_carry_rllibs_env_runners_figures_over_whole_episodes_and_checkpoints_keep_their_window(tmp_path):
+    with _paid_and_late_config().evaluation(evaluation_interval=1, evaluation_duration=2).build() as algo:
+        result = algo.train()
+        saved = algo.save(tmp_path / "windows")
+    runners = result["env_runners"]  # each episode: actor paid 2 x 1.0, paid 2 x 0.5, in 2 env steps
+    assert runners["episode_return_mean"] == runners["episode_return_min"] == runners["episode_return_max"] == 3.0
+    assert runners["episode_len_mean"] == 2.0 and runners["num_episodes"] == result["num_episodes"] == 10
+    assert runners["agent_episode_returns_mean"] == {"actor": 2.0, "paid": 1.0}
+    assert runners["module_episode_returns_mean"] == {"p": result["policies"]["p"]["episode_return_mean"]} == {"p": 1.5}
+    assert runners["num_env_steps_sampled"] == runners["num_env_steps_sampled_lifetime"] == 20
+    assert result["evaluation"]["env_runners"]["episode_return_mean"] == 3.0  # RLlib's place for evaluate()'s
+    with PPO.from_checkpoint(saved, env_config={"length": 4}) as restored:  # episodes of 6.0 from now on
+        after = restored.train()["env_runners"]
+    assert 3.0 < after["episode_return_mean"] < 6.0 and after["episode_return_min"] == 3.0  # the old ones stay in
+
+
+def test_rllibs_names_are_refused_with_what_to_write_and_its_no_op_builders_are_taken():
+    cases = [(lambda: PPOConfig().training(sgd_minibatch_size=64), "'sgd_minibatch_size' is RLlib's name; write minibatch_size"),
+             (lambda: PPOConfig().training(num_sgd_iter=5), "write num_epochs"),
+             (lambda: PPOConfig().training(vf_loss_coeff=1.0), "write vf_coeff, twice RLlib's value"),
+             (lambda: PPOConfig().training(lr_schedule=[[0, 1e-3]]), "write lr, which takes the schedule itself"),
+             (lambda: PPOConfig().training(**{"lambda": 0.9}), "write lambda_"),
+             (lambda: PPOConfig().env_runners(num_rollout_workers=2), "write num_env_runners"),
+             (lambda: PPOConfig().rollouts(num_envs_per_worker=2), r"rollouts\(\) is RLlib's older name of env_runners"),
+             (lambda: PPOConfig().multi_agent(policies={"p": PolicySpec(config={"num_sgd_iter": 3})}).validate(),
+              r"PolicySpec.config has unknown keys \['num_sgd_iter'\].*write num_epochs"),
+             (lambda: PPOConfig().callbacks(object), r"callbacks\(\) is RLlib's; this trainer takes no callbacks"),
+             (lambda: PPOConfig().rl_module(), r"rl_module\(\) is RLlib's"),
+             (lambda: PPOConfig().learners(num_learners=1), r"learners\(\) is RLlib's"),
+             (lambda: PPOConfig().framework("tf2"), "this trainer runs torch only")]
+    for build, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            build()
+    config = PPOConfig().framework("torch").api_stack(enable_rl_module_and_learner=True)
+    assert config == PPOConfig()  # no-ops, as every RLlib example starts with them
+    assert PPOConfig.overrides(lr=1e-4, num_epochs=2) == {"lr": 1e-4, "num_epochs": 2}  # a PolicySpec's config
+    with pytest.raises(ConfigError, match=r"PolicySpec\.config has unknown keys"):
+        PPOConfig.overrides(explore=False)
+    # Model settings merge over chained calls, as RLlib's do (the second call dropped the first's).
+    merged = PPOConfig().training(model={"hiddens": [32]}).training(model={"activation": "relu"})
+    assert merged.model == {"hiddens": [32], "activation": "relu"}
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -1228,6 +1294,12 @@ def test_the_kl_penalty_adapts_its_coefficient_as_rllib_does_and_checkpoints_kee
     with PPO.from_checkpoint(saved) as restored:
         seen.append(restored.train()["policies"]["learned"]["curr_kl_coeff"])
     assert seen == pytest.approx(coefficients)
+    with PPO.from_checkpoint(saved, kl_coeff=0.7) as restored:  # a coefficient given anew replaces the saved one
+        assert restored.train()["policies"]["learned"]["curr_kl_coeff"] == pytest.approx(0.7)
+    with _rps_config().build() as plain:  # saved without the penalty, resumed with it: the coefficient given
+        off = plain.save(tmp_path / "off")
+    with PPO.from_checkpoint(off, use_kl_loss=True) as restored:
+        assert restored.train()["policies"]["learned"]["curr_kl_coeff"] == pytest.approx(0.2)
 
 
 def test_the_kl_penalty_enters_the_loss_only_when_asked():

@@ -314,3 +314,24 @@ def test_a_policy_with_normalized_actions_starts_in_the_middle_of_a_wide_box():
     plain = TorchPolicy(BOX, wide, dict(DEFAULT_MODEL))
     rows, _, _ = plain.act(obs, explore=True, rng=np.random.default_rng(0))
     assert (np.array(plain.layout.to_env(rows)) <= 0.0).mean() > 0.3
+
+
+@pytest.mark.parametrize("vf_clip_param", [None, 0.5])
+def test_vf_clip_param_caps_each_squared_value_error_as_rllib_does(vf_clip_param):
+    # It clipped the new values around the old ones (CleanRL's), under RLlib's name.
+    from marl_core.ppo.config import PPOConfig
+    from marl_core.ppo.learner import Learner
+
+    policy = _policy(BOX, gym.spaces.Discrete(3))
+    params = PPOConfig().training(vf_clip_param=vf_clip_param, num_epochs=1, minibatch_size=64).for_policy(None)
+    learner = Learner(policy, params)
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, (64, 4)).astype(np.float32)
+    rows, logp, values = policy.act(obs, explore=True, rng=rng)
+    returns = values + np.linspace(-3.0, 3.0, 64, dtype=np.float32)  # errors from 0 to 9 when squared
+    batch = {"obs": obs, "actions": rows, "logp": logp, "values": values, "returns": returns,
+             "advantages": rng.standard_normal(64).astype(np.float32)}
+    errors = (values - returns) ** 2
+    expected = 0.5 * (errors if vf_clip_param is None else np.minimum(errors, vf_clip_param)).mean()
+    metrics = learner.update(batch, np.random.default_rng(1))
+    assert metrics["vf_loss"] == pytest.approx(float(expected), rel=1e-4)
