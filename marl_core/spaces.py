@@ -65,14 +65,20 @@ def action_mask_of(observation: Any) -> np.ndarray | None:
     mask = observation[MASK_KEY]
     if type(mask) is np.ndarray:
         return mask
-    if isinstance(mask, tuple) and mask and all(isinstance(part, np.ndarray) and part.ndim == 1 for part in mask):
-        return np.concatenate(mask)
     try:
-        return np.asarray(mask)
+        return _mask_array(mask)
     except ValueError:  # ragged
         shell = np.empty(1, dtype=object)
         shell[0] = mask
         return shell
+
+
+def _mask_array(mask: Any) -> np.ndarray:
+    """``mask`` as one array: gymnasium's tuple of per-dimension arrays (a MultiDiscrete mask)
+    flat, one after another; anything else as numpy reads it (ValueError: ragged)."""
+    if isinstance(mask, tuple) and mask and all(isinstance(part, np.ndarray) and part.ndim == 1 for part in mask):
+        return np.concatenate(mask)
+    return np.asarray(mask)
 
 
 # One entry per slot of a Tuple action space: a slot's mask, None (that slot has none) or,
@@ -167,14 +173,15 @@ def mask_problem(mask: np.ndarray, size: int, space: spaces.Space) -> str | None
 def mask_from_info(agent_id: AgentID, value: Any, space: spaces.Space) -> np.ndarray:
     """A new int8 array of the action mask an env put in ``agent_id``'s info, for its Discrete
     or MultiDiscrete action ``space`` (a bridge moves it into the observation and checks actions
-    against it: it must not share the env's array).
+    against it: it must not share the env's array). Gymnasium's form of a MultiDiscrete mask, a
+    tuple of one array per dimension, is taken flat.
 
     Raises:
         EnvContractError: ``value`` is not a flat mask with one entry per action, each 0 or 1
             (cast as it is, it would allow or forbid other actions than the env means).
     """
     try:
-        array = np.asarray(value)
+        array = _mask_array(value)
         problem = mask_problem(array, int(action_mask_size(space) or 0), space)
     except (TypeError, ValueError):  # a ragged list, say
         problem = "an action_mask that is not an array"

@@ -516,7 +516,7 @@ class _PairRecord(tuple):
         return super().__new__(cls, items)
 
 
-def test_action_mask_of_reads_gymnasiums_tuple_form_and_never_raises() -> None:
+def test_gymnasiums_tuple_form_of_a_mask_is_read_flat_in_observations_and_infos() -> None:
     from marl_core.spaces import action_mask_of
 
     parts = (np.array([1, 0], np.int8), np.array([0, 1, 1], np.int8))
@@ -525,6 +525,15 @@ def test_action_mask_of_reads_gymnasiums_tuple_form_and_never_raises() -> None:
     ragged = action_mask_of({"action_mask": [[1, 0], [1]]})  # numpy cannot make one array of it
     assert ragged.dtype == object and ragged.shape == (1,)
     assert action_mask_of({"observation": 1}) is None and action_mask_of(3) is None
+    # In an info too (it was "an action_mask that is not an array"), checked as a flat mask.
+    from marl_core.errors import EnvContractError
+    from marl_core.spaces import mask_from_info
+
+    moved = mask_from_info("a", parts, spaces.MultiDiscrete([2, 3]))
+    assert moved.dtype == np.int8 and moved.tolist() == [1, 0, 0, 1, 1]
+    with pytest.raises(EnvContractError, match=r"agent 'a' got an action_mask of shape \(5,\), but its action space "
+                                               r"MultiDiscrete\(\[3 3\]\) needs \(6,\)"):
+        mask_from_info("a", parts, spaces.MultiDiscrete([3, 3]))
 
 
 class _Tagged(tuple):
