@@ -199,6 +199,7 @@ class PPO:
         self._episode_lengths: deque = deque(maxlen=100)
         self._agent_returns: dict[AgentID, deque] = {}
         self._unmapped: set[AgentID] = set()  # paid agents the mapping fn refuses, warned of once
+        self._uncopyable: set[PolicyID] = set()  # fixed policies evaluate() cannot copy, warned of once
         self._state_version = 0
         if config.num_env_runners == 0:
             self.sampler = Sampler(self.env_creator, config.env_config, config.num_envs_per_env_runner,
@@ -650,7 +651,7 @@ class PPO:
         config, start = self.config, time.perf_counter()
         explore = bool(config.evaluation_explore)
         rng = np.random.default_rng(None if config.seed is None else [config.seed, _EVALUATION_TAG])
-        callables = {pid: _private_copy(pid, policy) for pid, policy in self.policies.items()
+        callables = {pid: self._private_copy(pid, policy) for pid, policy in self.policies.items()
                      if not isinstance(policy, TorchPolicy)}
         episodes: list[Episode] = []
         env, attempt, errors, in_a_row = None, 0, 0, 0
@@ -750,6 +751,22 @@ class PPO:
             "env_runners": rllib_view(whole, len(episodes), agents, policies, steps, steps),
         }
 
+    def _private_copy(self, policy_id: PolicyID, policy: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """A copy of a fixed policy with its own state (its random generator, say), as env runners
+        get one (a module-level function is pickled by reference: its module's globals stay shared);
+        the policy itself, with a warning once, when it cannot be pickled."""
+        import cloudpickle
+
+        try:
+            return cloudpickle.loads(cloudpickle.dumps(policy))
+        except Exception as error:
+            if policy_id not in self._uncopyable:
+                self._uncopyable.add(policy_id)
+                logger.warning("fixed policy %r cannot be copied (%s: %s): evaluate() calls it itself, so random "
+                               "numbers it draws there are not drawn in training", policy_id, type(error).__name__,
+                               error)
+            return policy
+
     def _mapped(self, agent_id: AgentID, episode: Episode, acts: bool = True) -> PolicyID | None:
         """The policy the mapping fn gives ``agent_id`` in ``episode``, which must be one of ours;
         ``acts=False`` for an agent only paid: None when the mapping fn raises for it (as training
@@ -816,20 +833,6 @@ class _PolicyFailure(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _private_copy(policy_id: PolicyID, policy: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """A copy of a fixed policy with its own state (its random generator, say), as env runners
-    get one (a module-level function is pickled by reference: its module's globals stay shared);
-    the policy itself, with a warning, when it cannot be pickled."""
-    import cloudpickle
-
-    try:
-        return cloudpickle.loads(cloudpickle.dumps(policy))
-    except Exception as error:
-        logger.warning("fixed policy %r cannot be copied (%s: %s): evaluate() calls it itself, so random numbers it "
-                       "draws there are not drawn in training", policy_id, type(error).__name__, error)
-        return policy
 
 
 def rllib_view(whole: Mapping[str, float], num_episodes: int, agents: Mapping[AgentID, float],

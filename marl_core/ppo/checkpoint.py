@@ -67,8 +67,9 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
                     "module": policy.module.state_dict(),
                     "optimizer": learner.optimizer.state_dict() if learner is not None else {},
                 }
-                if learner is not None and learner.params["use_kl_loss"]:  # adapted: its own value now
+                if learner is not None and learner.params["use_kl_loss"]:  # adapted from the configured start
                     policies[policy_id]["kl_coeff"] = learner.kl_coeff
+                    policies[policy_id]["kl_coeff_start"] = float(learner.params["kl_coeff"])
         state = {
             "format": FORMAT_VERSION,
             "iteration": algo.iteration,
@@ -314,9 +315,10 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
                 ) from error
             if saved["optimizer"] and policy_id in algo.learners:
                 algo.learners[policy_id].optimizer.load_state_dict(saved["optimizer"])
-            # The adapted coefficient goes on, unless the caller sets one (or the policies) anew.
-            if "kl_coeff" in saved and policy_id in algo.learners and not {"kl_coeff", "policies"} & set(overrides):
-                algo.learners[policy_id].kl_coeff = float(_number(saved, "kl_coeff"))
+            # The adapted coefficient goes on, unless the policy now starts from another one (an override).
+            learner = algo.learners.get(policy_id)
+            if "kl_coeff" in saved and learner is not None and learner.params["kl_coeff"] == saved.get("kl_coeff_start"):
+                learner.kl_coeff = float(_number(saved, "kl_coeff"))
             _check_finite(policy_id, saved)
         algo.iteration = _count(state, "iteration")
         algo.env_steps_lifetime = _count(state, "env_steps_lifetime")
@@ -338,6 +340,10 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
             torch.set_rng_state(state["rng_torch"])
         except RuntimeError as error:  # a state of the wrong size or type
             raise ValueError(f"rng_torch: {error}") from error
+        if "use_kl_loss" not in data and "vf_clip_param" not in overrides and _clips_values(algo):  # saved before vf_clip_param took RLlib's meaning
+            logger.warning("%s was saved when vf_clip_param clipped each value update around the old values (PPO2's); "
+                           "it now caps each squared value error, as RLlib's does: pass vf_clip_param=None to "
+                           "from_checkpoint (or --set vf_clip_param=null) to train without it", path)
         learned_with = data.get("normalize_actions", False)  # what its policies learned with (False before the option)
         if config.normalize_actions != learned_with and _maps_box_actions(algo):
             logger.warning("the policies of %s learned with normalize_actions=%s and now act with %s: their Box "
@@ -356,6 +362,11 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         algo.stop()
         raise
     return algo
+
+
+def _clips_values(algo: PPO) -> bool:
+    """Whether one of ``algo``'s learners clips its value loss (``vf_clip_param`` set)."""
+    return any(learner.params["vf_clip_param"] is not None for learner in algo.learners.values())
 
 
 def _maps_box_actions(algo: PPO) -> bool:

@@ -161,6 +161,9 @@ RLLIB_NAMES: dict[str, str] = {
     "num_envs_per_worker": "num_envs_per_env_runner (in env_runners())",
     "train_batch_size_per_learner": "train_batch_size (env steps over all runners; there is one learner)",
     "evaluation_num_env_runners": "nothing: evaluate() plays in the driver",
+    "evaluation_num_workers": "nothing: evaluate() plays in the driver",
+    "num_gpus": "resources(device='cuda') for the learner (env runners infer on CPU)",
+    "num_gpus_per_learner": "resources(device='cuda') for the learner (env runners infer on CPU)",
 }
 
 
@@ -543,9 +546,14 @@ class PPOConfig:
         policies: Mapping[PolicyID, PolicyEntry] | set[PolicyID] | list[PolicyID] | None = None,
         policy_mapping_fn: Callable[..., PolicyID] | None = None,
         policies_to_train: list[PolicyID] | Callable[..., bool] | None = None,
+        count_steps_by: str = "env_steps",
     ) -> PPOConfig:
         """Set policies (a dict, or a set/list of ids meaning learned defaults) and their mapping;
-        ``policies_to_train`` is a list of ids, or RLlib's ``fn(policy_id, batch) -> bool`` (see the field)."""
+        ``policies_to_train`` is a list of ids, or RLlib's ``fn(policy_id, batch) -> bool`` (see the field).
+        RLlib's ``count_steps_by`` is taken as ``"env_steps"``, the only count here."""
+        if count_steps_by != "env_steps":
+            raise ConfigError(f"count_steps_by={count_steps_by!r}: train_batch_size counts env steps here "
+                              "(step() calls), as RLlib's default 'env_steps' does")
         # Collections of ids (a list, set or dict view) are taken; a string (which would be split into
         # characters), a callable or a number is left for validate() to refuse by name.
         if policies is not None:
@@ -585,9 +593,15 @@ class PPOConfig:
 
     @classmethod
     def overrides(cls, **kwargs: Any) -> dict[str, Any]:
-        """Per-policy training overrides, as RLlib's ``PPOConfig.overrides(lr=...)`` gives them for
-        a policy's config (``PolicySpec(config=PPOConfig.overrides(lr=1e-4))``); checked by name."""
-        cls().for_policy(PolicySpec(config=kwargs))
+        """Overrides as RLlib's ``PPOConfig.overrides(...)`` gives them, checked by name: a
+        policy's training settings and ``model`` (``PolicySpec(config=PPOConfig.overrides(lr=1e-4))``,
+        RLlib's PolicySpec form), or ``explore`` for ``evaluation(evaluation_config=...)``."""
+        training = {key: value for key, value in kwargs.items() if key not in ("explore", "model")}
+        cls().for_policy(PolicySpec(config=training))
+        if "explore" in kwargs and not isinstance(kwargs["explore"], (bool, np.bool_)):
+            raise ConfigError(f"explore must be true or false, received {kwargs['explore']!r}")
+        if "model" in kwargs and not isinstance(kwargs["model"], Mapping):
+            raise ConfigError(f"model must be a dict of model settings, received {kwargs['model']!r}")
         return dict(kwargs)
 
     # RLlib's builders with no counterpart here: refused with what to do instead.
@@ -666,7 +680,8 @@ class PPOConfig:
             alone = f" (or the field alone, {name!r})" if name in known else ""
             raise ConfigError(f"unknown config section {section!r} in {key!r}; sections: {sorted(SECTIONS)}{alone}")
         if name not in known:
-            raise ConfigError(f"unknown config field {key!r}; known fields: {sorted(f.name for f in fields(self))}")
+            raise ConfigError(rllib_hint(name) or f"unknown config field {key!r}; known fields: "
+                                                  f"{sorted(f.name for f in fields(self))}")
         if section and name not in SECTIONS[section]:
             raise ConfigError(f"{key!r}: {name} is in section {_SECTION_OF[name]}, not {section} "
                               f"({_SECTION_OF[name]}.{name}, or {name} alone)")

@@ -90,6 +90,13 @@ def complete_lines(text: str, path: Path) -> str:
     return text
 
 
+def _evaluation_repeat(key: str) -> bool:
+    """An evaluation figure the learning curve leaves out: evaluate()'s whole-episode, per-agent,
+    RLlib-named, min and max figures (its per-policy means are drawn)."""
+    return (key.startswith(("evaluation/env_runners/", "evaluation/agent_episode_returns_mean/",
+                            "evaluation/episode_return_")) or key.endswith(("_min", "_max")))
+
+
 def flatten(result: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested dicts -> one level with ``/``-joined keys; only numbers, bools and strings kept."""
     out: dict[str, Any] = {}
@@ -227,7 +234,7 @@ class RunLogger:
             if key.startswith("policies/") and key.endswith("/episode_return_mean"):
                 values = [row.get(key, float("nan")) for row in self.rows]
                 axis.plot(steps, values, label=key.split("/")[1])
-            elif key.startswith("evaluation/") and "return" in key:
+            elif key.startswith("evaluation/") and "return" in key and not _evaluation_repeat(key):
                 axis.plot(steps, [row.get(key, float("nan")) for row in self.rows], "--", label=key)
         axis.set_xlabel("env steps")
         axis.set_ylabel("episode return (mean of last 100)")

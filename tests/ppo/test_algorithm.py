@@ -1177,6 +1177,26 @@ def test_a_fixed_policys_own_failure_stops_evaluation_at_once_as_in_training():
             algo.evaluate()
 
 
+class _LockedPolicy:
+    """A fixed policy holding a lock: it cannot be pickled."""
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+
+    def __call__(self, observation):
+        return 0
+
+
+def test_a_fixed_policy_evaluate_cannot_copy_is_used_as_it_is_and_said_once(caplog):
+    config = _rps_config().multi_agent(policies={"learned": None, "beat_last": _LockedPolicy()})
+    with config.build() as algo:
+        for _ in range(2):
+            assert algo.evaluate()["num_episodes"] == 10
+    assert caplog.text.count("fixed policy 'beat_last' cannot be copied") == 1
+
+
 def test_evaluation_leaves_training_draws_alone_with_a_fixed_policy_that_draws_its_own():
     # evaluate() called the fixed policy the driver's sampler uses: its draws changed training.
     def run(interval):
@@ -1218,15 +1238,26 @@ def test_rllibs_names_are_refused_with_what_to_write_and_its_no_op_builders_are_
              (lambda: PPOConfig().callbacks(object), r"callbacks\(\) is RLlib's; this trainer takes no callbacks"),
              (lambda: PPOConfig().rl_module(), r"rl_module\(\) is RLlib's"),
              (lambda: PPOConfig().learners(num_learners=1), r"learners\(\) is RLlib's"),
-             (lambda: PPOConfig().framework("tf2"), "this trainer runs torch only")]
+             (lambda: PPOConfig().framework("tf2"), "this trainer runs torch only"),
+             (lambda: PPOConfig().set("sgd_minibatch_size", "64"), "write minibatch_size"),  # marl-train --set's way
+             (lambda: PPOConfig().resources(num_gpus=1), r"write resources\(device='cuda'\)"),
+             (lambda: PPOConfig().multi_agent(count_steps_by="agent_steps"), "train_batch_size counts env steps"),
+             (lambda: PPOConfig.overrides(explore="no"), "explore must be true or false")]
     for build, message in cases:
         with pytest.raises(ConfigError, match=message):
             build()
     config = PPOConfig().framework("torch").api_stack(enable_rl_module_and_learner=True)
     assert config == PPOConfig()  # no-ops, as every RLlib example starts with them
     assert PPOConfig.overrides(lr=1e-4, num_epochs=2) == {"lr": 1e-4, "num_epochs": 2}  # a PolicySpec's config
-    with pytest.raises(ConfigError, match=r"PolicySpec\.config has unknown keys"):
-        PPOConfig.overrides(explore=False)
+    # RLlib's evaluation pattern, and a model in RLlib's PolicySpec form.
+    assert PPOConfig().evaluation(evaluation_config=PPOConfig.overrides(explore=True)).evaluation_explore is True
+    spec = PPOConfig.overrides(model={"hiddens": [16]}, lr=1e-3)
+    built = PPOConfig().multi_agent(policies={"p": (None, None, None, spec)})
+    built.validate()
+    assert built.policies["p"].model == {"hiddens": [16]} and built.policies["p"].config == {"lr": 1e-3}
+    assert PPOConfig().multi_agent(count_steps_by="env_steps") == PPOConfig()
+    with pytest.raises(ConfigError, match=r"PolicySpec\.config has unknown keys \['vf_loss_coeff'\].*write vf_coeff"):
+        PPOConfig.overrides(vf_loss_coeff=1.0)
     # Model settings merge over chained calls, as RLlib's do (the second call dropped the first's).
     merged = PPOConfig().training(model={"hiddens": [32]}).training(model={"activation": "relu"})
     assert merged.model == {"hiddens": [32], "activation": "relu"}
@@ -1296,10 +1327,33 @@ def test_the_kl_penalty_adapts_its_coefficient_as_rllib_does_and_checkpoints_kee
     assert seen == pytest.approx(coefficients)
     with PPO.from_checkpoint(saved, kl_coeff=0.7) as restored:  # a coefficient given anew replaces the saved one
         assert restored.train()["policies"]["learned"]["curr_kl_coeff"] == pytest.approx(0.7)
+    # The policies passed again (as a fixed policy without an import path makes a resume do): it goes on.
+    with PPO.from_checkpoint(saved, policies={"learned": None, "beat_last": beat_last_move}) as restored:
+        assert restored.train()["policies"]["learned"]["curr_kl_coeff"] == pytest.approx(coefficients[2])
     with _rps_config().build() as plain:  # saved without the penalty, resumed with it: the coefficient given
         off = plain.save(tmp_path / "off")
     with PPO.from_checkpoint(off, use_kl_loss=True) as restored:
         assert restored.train()["policies"]["learned"]["curr_kl_coeff"] == pytest.approx(0.2)
+
+
+def test_a_checkpoint_saved_when_vf_clip_param_clipped_around_old_values_says_its_meaning_changed(tmp_path, caplog):
+    import json
+
+    for clip in (0.2, None):
+        with _rps_config(vf_clip_param=clip).build() as algo:
+            saved = algo.save(tmp_path / f"clip-{clip}")
+        config_file = saved / "config.json"
+        data = json.loads(config_file.read_text())
+        for newer in ("use_kl_loss", "kl_coeff", "kl_target", "evaluation_interval", "evaluation_duration",
+                      "evaluation_duration_unit", "evaluation_explore"):
+            del data[newer]  # as saved before them
+        config_file.write_text(json.dumps(data))
+        for overrides in ({}, {"vf_clip_param": 0.5}):
+            caplog.clear()
+            with PPO.from_checkpoint(saved, **overrides):
+                pass
+            said = "was saved when vf_clip_param clipped each value update around the old values" in caplog.text
+            assert said is (clip is not None and not overrides), (clip, overrides)
 
 
 def test_the_kl_penalty_enters_the_loss_only_when_asked():

@@ -78,6 +78,25 @@ def test_the_learning_curve_of_a_league_with_dozens_of_policies_fits_its_legend(
     assert png.stat().st_size > 0
 
 
+def test_the_learning_curve_draws_each_policys_evaluation_once(tmp_path, monkeypatch):
+    # evaluate()'s whole-episode, per-agent, min/max and RLlib-named figures were each a line too.
+    from matplotlib.axes import Axes
+
+    labels = []
+    plot = Axes.plot
+    monkeypatch.setattr(Axes, "plot", lambda self, *args, **kwargs: (labels.append(kwargs.get("label")),
+                                                                      plot(self, *args, **kwargs))[1])
+    stats = {"episode_return_mean": 1.0, "episode_return_min": 0.0, "episode_return_max": 2.0}
+    evaluation = {**stats, "agent_episode_returns_mean": {"player1": 1.0},
+                  "policies": {"main": {**stats, "num_episodes": 2}},
+                  "env_runners": {**stats, "module_episode_returns_mean": {"main": 1.0}}}
+    run_log = RunLogger(tmp_path, tensorboard=False)
+    for iteration in (1, 2):
+        run_log.log(_result(iteration, evaluation=evaluation))
+    run_log.plot()
+    assert labels == ["main", "evaluation/policies/main/episode_return_mean"]
+
+
 def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path):
     # The charts were written in place by savefig: Ctrl-C during the final evaluation, which
     # rewrites win_rate.png after every match, could leave half a PNG.
