@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -340,10 +341,13 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
             torch.set_rng_state(state["rng_torch"])
         except RuntimeError as error:  # a state of the wrong size or type
             raise ValueError(f"rng_torch: {error}") from error
-        if "use_kl_loss" not in data and "vf_clip_param" not in overrides and _clips_values(algo):  # saved before vf_clip_param took RLlib's meaning
+        clipping = _clipping_policies(algo)
+        if "use_kl_loss" not in data and "vf_clip_param" not in overrides and clipping:  # saved before RLlib's meaning
             logger.warning("%s was saved when vf_clip_param clipped each value update around the old values (PPO2's); "
-                           "it now caps each squared value error, as RLlib's does: pass vf_clip_param=None to "
-                           "from_checkpoint (or --set vf_clip_param=null) to train without it", path)
+                           "it now caps each squared value error, as RLlib's does. Policies %s clip: pass "
+                           "vf_clip_param=None to from_checkpoint (or --set vf_clip_param=null), and policies=... "
+                           "without it in the PolicySpec config of a policy that sets its own, to train without it",
+                           path, clipping)
         learned_with = data.get("normalize_actions", False)  # what its policies learned with (False before the option)
         if config.normalize_actions != learned_with and _maps_box_actions(algo):
             logger.warning("the policies of %s learned with normalize_actions=%s and now act with %s: their Box "
@@ -364,9 +368,10 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
     return algo
 
 
-def _clips_values(algo: PPO) -> bool:
-    """Whether one of ``algo``'s learners clips its value loss (``vf_clip_param`` set)."""
-    return any(learner.params["vf_clip_param"] is not None for learner in algo.learners.values())
+def _clipping_policies(algo: PPO) -> list[str]:
+    """The policies whose learners clip their value loss (a finite ``vf_clip_param``)."""
+    return [policy_id for policy_id, learner in algo.learners.items()
+            if learner.params["vf_clip_param"] is not None and math.isfinite(learner.params["vf_clip_param"])]
 
 
 def _maps_box_actions(algo: PPO) -> bool:

@@ -164,6 +164,9 @@ RLLIB_NAMES: dict[str, str] = {
     "evaluation_num_workers": "nothing: evaluate() plays in the driver",
     "num_gpus": "resources(device='cuda') for the learner (env runners infer on CPU)",
     "num_gpus_per_learner": "resources(device='cuda') for the learner (env runners infer on CPU)",
+    "fcnet_hiddens": "model={'hiddens': [...]} (the default model's keys are hiddens, activation, ...)",
+    "fcnet_activation": "model={'activation': ...} (the default model's keys are hiddens, activation, ...)",
+    "explore": "evaluation_explore for evaluate(); learned policies always explore while they train",
 }
 
 
@@ -677,6 +680,8 @@ class PPOConfig:
             raise ConfigError(f"{key!r}: model keys are set through the model field, as a JSON object: "
                               f"model='{{\"{name}\": ...}}'")
         if section and section not in SECTIONS:
+            if name not in known and rllib_hint(name):
+                raise ConfigError(rllib_hint(name))
             alone = f" (or the field alone, {name!r})" if name in known else ""
             raise ConfigError(f"unknown config section {section!r} in {key!r}; sections: {sorted(SECTIONS)}{alone}")
         if name not in known:
@@ -823,6 +828,8 @@ class PPOConfig:
         whose = f"policy {policy_id!r}: " if policy_id is not None else ""
         if unknown:
             hints = "".join(f"; {hint}" for key in unknown if (hint := rllib_hint(key)))
+            if "model" in unknown:  # RLlib's PolicySpec config holds it; ours has a field of its own
+                hints += "; a policy's model goes in PolicySpec(model={...})"
             raise ConfigError(f"{whose}PolicySpec.config has unknown keys {unknown}; allowed: {list(PER_POLICY_FIELDS)}"
                               f"{hints}")
         _check_fields(overrides, f"{whose}PolicySpec.config ")

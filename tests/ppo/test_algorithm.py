@@ -1242,7 +1242,11 @@ def test_rllibs_names_are_refused_with_what_to_write_and_its_no_op_builders_are_
              (lambda: PPOConfig().set("sgd_minibatch_size", "64"), "write minibatch_size"),  # marl-train --set's way
              (lambda: PPOConfig().resources(num_gpus=1), r"write resources\(device='cuda'\)"),
              (lambda: PPOConfig().multi_agent(count_steps_by="agent_steps"), "train_batch_size counts env steps"),
-             (lambda: PPOConfig.overrides(explore="no"), "explore must be true or false")]
+             (lambda: PPOConfig.overrides(explore="no"), "explore must be true or false"),
+             (lambda: PPOConfig().set("rollouts.num_rollout_workers", "2"), "write num_env_runners"),
+             (lambda: PPOConfig().set("fcnet_hiddens", "[64]"), r"write model=\{'hiddens': \[\.\.\.\]\}"),
+             (lambda: PPOConfig().multi_agent(policies={"p": PolicySpec(config=PPOConfig.overrides(model={}))}).validate(),
+              r"a policy's model goes in PolicySpec\(model=\{\.\.\.\}\)")]
     for build, message in cases:
         with pytest.raises(ConfigError, match=message):
             build()
@@ -1339,7 +1343,7 @@ def test_the_kl_penalty_adapts_its_coefficient_as_rllib_does_and_checkpoints_kee
 def test_a_checkpoint_saved_when_vf_clip_param_clipped_around_old_values_says_its_meaning_changed(tmp_path, caplog):
     import json
 
-    for clip in (0.2, None):
+    for clip in (0.2, None, float("inf")):  # inf: no clipping, under either meaning
         with _rps_config(vf_clip_param=clip).build() as algo:
             saved = algo.save(tmp_path / f"clip-{clip}")
         config_file = saved / "config.json"
@@ -1353,7 +1357,8 @@ def test_a_checkpoint_saved_when_vf_clip_param_clipped_around_old_values_says_it
             with PPO.from_checkpoint(saved, **overrides):
                 pass
             said = "was saved when vf_clip_param clipped each value update around the old values" in caplog.text
-            assert said is (clip is not None and not overrides), (clip, overrides)
+            assert said is (clip == 0.2 and not overrides), (clip, overrides)
+            assert ("Policies ['learned'] clip" in caplog.text) is said
 
 
 def test_the_kl_penalty_enters_the_loss_only_when_asked():
