@@ -156,6 +156,7 @@ class PPO:
         self.num_env_errors_lifetime = 0
         self.last_env_error: str | None = None  # the first env error of the last iteration, if any
         self.num_runner_restarts_lifetime = 0
+        self.evaluation_env_steps_lifetime = 0  # evaluate()'s, over every call (RLlib's evaluation lifetime count)
         self.time_total_s = 0.0
         self.callback_state: dict[str, Any] = {}
         self._build_mapping_fn = config.policy_mapping_fn
@@ -734,6 +735,7 @@ class PPO:
                 returns.append(total)
                 lengths.append(episode.lengths.get(agent_id, 0))
         steps = sum(episode.env_steps for episode in episodes)
+        self.evaluation_env_steps_lifetime += steps
         whole = episode_stats([sum(episode.returns.values()) for episode in episodes],
                               [episode.env_steps for episode in episodes])
         agents = {agent_id: float(np.mean(found)) for agent_id, found in by_agent.items()}
@@ -748,7 +750,7 @@ class PPO:
             "num_env_errors": errors,
             "explore": explore,
             "time_s": seconds,
-            "env_runners": rllib_view(whole, len(episodes), agents, policies, steps, steps),
+            "env_runners": rllib_view(whole, len(episodes), agents, policies, steps, self.evaluation_env_steps_lifetime),
         }
 
     def _private_copy(self, policy_id: PolicyID, policy: Callable[[Any], Any]) -> Callable[[Any], Any]:

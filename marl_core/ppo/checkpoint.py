@@ -77,6 +77,7 @@ def save_checkpoint(algo: PPO, path: Path) -> Path:
             "env_steps_lifetime": algo.env_steps_lifetime,
             "num_env_errors_lifetime": algo.num_env_errors_lifetime,
             "num_runner_restarts_lifetime": algo.num_runner_restarts_lifetime,
+            "evaluation_env_steps_lifetime": algo.evaluation_env_steps_lifetime,
             "time_total_s": algo.time_total_s,
             "to_train": list(algo.to_train),
             "sampling_stream": algo.sampling_stream,
@@ -325,6 +326,7 @@ def load_checkpoint(cls: type[PPO], path: Path, overrides: dict[str, Any]) -> PP
         algo.env_steps_lifetime = _count(state, "env_steps_lifetime")
         algo.num_env_errors_lifetime = _count(state, "num_env_errors_lifetime")
         algo.num_runner_restarts_lifetime = _count(state, "num_runner_restarts_lifetime", 0)  # older checkpoints
+        algo.evaluation_env_steps_lifetime = _count(state, "evaluation_env_steps_lifetime", 0)
         algo.time_total_s = float(_number(state, "time_total_s"))
         for key, recent in (("recent_returns", algo._returns), ("recent_lengths", algo._lengths)):
             for policy_id, values in state[key].items():

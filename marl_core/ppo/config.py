@@ -483,7 +483,7 @@ class PPOConfig:
     """Add RLlib's KL penalty, ``kl_coeff`` times the KL divergence of the new policy from the
     one that sampled the batch (estimated on the sampled actions as ``(ratio - 1) - log ratio``),
     to the clipped surrogate. RLlib's PPO has it on; here it is off by default (the clipped
-    surrogate alone, as CleanRL's PPO, which the presets are tuned for)."""
+    surrogate alone, which the presets are tuned for)."""
     kl_coeff: float = 0.2
     """The KL penalty's starting coefficient; after each update it is adapted as RLlib adapts it
     (times 1.5 when the update's mean KL exceeded twice ``kl_target``, times 0.5 when it was
@@ -597,8 +597,9 @@ class PPOConfig:
     @classmethod
     def overrides(cls, **kwargs: Any) -> dict[str, Any]:
         """Overrides as RLlib's ``PPOConfig.overrides(...)`` gives them, checked by name: a
-        policy's training settings and ``model`` (``PolicySpec(config=PPOConfig.overrides(lr=1e-4))``,
-        RLlib's PolicySpec form), or ``explore`` for ``evaluation(evaluation_config=...)``."""
+        policy's training settings (``PolicySpec(config=PPOConfig.overrides(lr=1e-4))``), with a
+        ``model`` only in RLlib's PolicySpec forms (ours takes it as ``PolicySpec(model=...)``), or
+        ``explore`` for ``evaluation(evaluation_config=...)``."""
         training = {key: value for key, value in kwargs.items() if key not in ("explore", "model")}
         cls().for_policy(PolicySpec(config=training))
         if "explore" in kwargs and not isinstance(kwargs["explore"], (bool, np.bool_)):

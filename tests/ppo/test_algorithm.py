@@ -1220,8 +1220,12 @@ def test_results_carry_rllibs_env_runners_figures_over_whole_episodes_and_checkp
     assert runners["module_episode_returns_mean"] == {"p": result["policies"]["p"]["episode_return_mean"]} == {"p": 1.5}
     assert runners["num_env_steps_sampled"] == runners["num_env_steps_sampled_lifetime"] == 20
     assert result["evaluation"]["env_runners"]["episode_return_mean"] == 3.0  # RLlib's place for evaluate()'s
+    assert result["evaluation"]["env_runners"]["num_env_steps_sampled_lifetime"] == 4  # 2 episodes of 2 steps
     with PPO.from_checkpoint(saved, env_config={"length": 4}) as restored:  # episodes of 6.0 from now on
-        after = restored.train()["env_runners"]
+        again = restored.train()
+        after = again["env_runners"]
+    # Evaluation steps add up over every call, across the checkpoint too: 4, then 2 episodes of 4 steps.
+    assert again["evaluation"]["env_runners"]["num_env_steps_sampled_lifetime"] == 4 + 8
     assert 3.0 < after["episode_return_mean"] < 6.0 and after["episode_return_min"] == 3.0  # the old ones stay in
 
 
