@@ -1071,6 +1071,8 @@ def test_evaluate_plays_the_same_seeded_episodes_greedily_and_train_adds_it_ever
         # What rollout gives for the same policies: the figures are the episodes' own.
         learned, fixed = algo.get_policy_callable("learned"), algo.get_policy_callable("beat_last")
     assert evaluation["num_episodes"] == 3 and evaluation["num_env_steps"] == 30 and evaluation["explore"] is False
+    lifetimes = [e["env_runners"].pop("num_env_steps_sampled_lifetime") for e in (evaluation, again)]
+    assert lifetimes == [30, 60]  # evaluation steps over every call
     assert {k: v for k, v in again.items() if k != "time_s"} == {k: v for k, v in evaluation.items() if k != "time_s"}
     assert set(evaluation["policies"]) == {"learned", "beat_last"}
     learned_returns = evaluation["policies"]["learned"]
