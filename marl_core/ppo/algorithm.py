@@ -45,7 +45,7 @@ from marl_core.ppo.config import (
 )
 from marl_core.ppo.learner import Learner
 from marl_core.ppo.model import TorchPolicy
-from marl_core.ppo.rollout import Episode, LearnedSpec, Sampler, check_fixed_action
+from marl_core.ppo.rollout import Episode, LearnedSpec, Sampler, check_fixed_action, mapped_policy
 from marl_core.ppo.runners import RunnerGroup
 
 logger = logging.getLogger(__name__)
@@ -773,20 +773,8 @@ class PPO:
         """The policy the mapping fn gives ``agent_id`` in ``episode``, which must be one of ours;
         ``acts=False`` for an agent only paid: None when the mapping fn raises for it (as training
         leaves such an agent out of the metrics)."""
-        try:
-            policy_id = map_agent(self.config.policy_mapping_fn, agent_id, episode)
-        except ConfigError as error:
-            if acts:
-                raise
-            if agent_id not in self._unmapped:
-                self._unmapped.add(agent_id)
-                logger.warning("%s; agent %r was paid but never asked to act: its rewards are left out of the "
-                               "evaluation's figures", error, agent_id)
-            return None
-        if policy_id not in self.policies:
-            raise ConfigError(f"policy_mapping_fn mapped agent {agent_id!r} to {policy_id!r}, which is not a policy; "
-                              f"policies: {sorted(self.policies)}")
-        return policy_id
+        return mapped_policy(self.config.policy_mapping_fn, agent_id, episode, self.policies, acts=acts,
+                             unmapped=self._unmapped, figures="the evaluation's figures")
 
     # Checkpoints and lifetime -------------------------------------------------------------------
 

@@ -69,6 +69,32 @@ class LearnedSpec:
     normalize_actions: bool = False
 
 
+def mapped_policy(mapping_fn: Callable[..., PolicyID], agent_id: AgentID, episode: Episode,
+                  policies: Mapping[PolicyID, Any], *, acts: bool, unmapped: set[AgentID], figures: str) -> PolicyID | None:
+    """The policy ``mapping_fn`` gives ``agent_id`` in ``episode``, which must be in ``policies``;
+    for an agent that only receives rewards (``acts=False``), None when the mapping fn raises for
+    it, with a warning once per id (``unmapped`` holds those warned of) that its rewards are left
+    out of ``figures``.
+
+    Raises:
+        ConfigError: the mapping fn raises for an agent that acts, or names no policy.
+    """
+    try:
+        policy_id = map_agent(mapping_fn, agent_id, episode)
+    except ConfigError as error:
+        if acts:
+            raise
+        if agent_id not in unmapped:
+            unmapped.add(agent_id)
+            logger.warning("%s; agent %r was paid but never asked to act: its rewards are left out of %s",
+                           error, agent_id, figures)
+        return None
+    if policy_id not in policies:
+        raise ConfigError(f"policy_mapping_fn mapped agent {agent_id!r} to {policy_id!r}, which is not a policy; "
+                          f"policies: {sorted(policies)}")
+    return policy_id
+
+
 def check_fixed_action(policy_id: PolicyID, agent_id: AgentID, space: Any, observation: Any, action: Any) -> None:
     """Raise :class:`ConfigError` unless a fixed policy's ``action`` is in the agent's action
     ``space`` and legal under the observation's mask (the fixed policy's fault, not the env's)."""
@@ -307,19 +333,10 @@ class Sampler:
         policy: None, with a warning once per id, when the mapping fn raises for it."""
         policy_id = episode.agent_to_policy.get(agent_id)
         if policy_id is None:
-            try:
-                policy_id = map_agent(self.mapping_fn, agent_id, episode)
-            except ConfigError as error:
-                if acts:
-                    raise
-                if agent_id not in self._unmapped:
-                    self._unmapped.add(agent_id)
-                    logger.warning("%s; agent %r was paid but never asked to act: its rewards are left out of "
-                                   "the episode metrics", error, agent_id)
+            policy_id = mapped_policy(self.mapping_fn, agent_id, episode, self.policies, acts=acts,
+                                      unmapped=self._unmapped, figures="the episode metrics")
+            if policy_id is None:
                 return None
-            if policy_id not in self.policies:
-                raise ConfigError(f"policy_mapping_fn mapped agent {agent_id!r} to {policy_id!r}, which is not "
-                                  f"a policy; policies: {sorted(self.policies)}")
             if acts and (agent_id, policy_id) not in self._fitting:
                 self._check_fit(agent_id, policy_id)
             episode.agent_to_policy[agent_id] = policy_id

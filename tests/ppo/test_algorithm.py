@@ -1360,8 +1360,7 @@ def test_a_checkpoint_saved_when_vf_clip_param_clipped_around_old_values_says_it
         config_file.write_text(json.dumps(data))
         for overrides in ({}, {"vf_clip_param": 0.5}):
             caplog.clear()
-            with PPO.from_checkpoint(saved, **overrides):
-                pass
+            PPO.from_checkpoint(saved, **overrides).stop()
             said = "was saved when vf_clip_param clipped each value update around the old values" in caplog.text
             assert said is (clip == 0.2 and not overrides), (clip, overrides)
             assert ("Policies ['learned'] clip" in caplog.text) is said
