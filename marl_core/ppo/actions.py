@@ -102,8 +102,21 @@ def _integer_box_sizes(space: spaces.Box) -> np.ndarray:
     return np.array(sizes, np.int64)
 
 
-def _offset_dtype(space: spaces.Box) -> type:
-    """The integer type in which a Box's values and their offsets from ``low`` never overflow."""
+def _lowest_values(space: spaces.Space) -> np.ndarray | None:
+    """The lowest value of each entry of a space whose entries are each one categorical
+    (MultiDiscrete, MultiBinary, an integer Box), whose rows hold the offsets from it; None for
+    any other space."""
+    if isinstance(space, spaces.MultiDiscrete):
+        return np.asarray(space.start)
+    if isinstance(space, spaces.MultiBinary):
+        return np.zeros(space.shape, np.int64)
+    if isinstance(space, spaces.Box) and space.dtype.kind in "iub":
+        return space.low
+    return None
+
+
+def _offset_dtype(space: spaces.Space) -> type:
+    """The integer type in which a space's values and their offsets from its lowest never overflow."""
     return np.uint64 if space.dtype == np.uint64 else np.int64
 
 
@@ -250,17 +263,10 @@ def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], mapped: dict
     if isinstance(space, spaces.Discrete):
         at[0] += 1
         return (space.dtype.type(int(row[start]) + int(space.start)),)  # in the space's dtype, as the env checks
-    if isinstance(space, spaces.MultiDiscrete):
-        at[0] += space.nvec.size
-        values = row[start : at[0]].astype(np.int64).reshape(space.shape) + space.start
-        return (values.astype(space.dtype),)
-    if isinstance(space, spaces.MultiBinary):
-        at[0] += int(np.prod(space.shape))
-        return (row[start : at[0]].astype(space.dtype).reshape(space.shape),)
-    if isinstance(space, spaces.Box) and space.dtype.kind in "iub":
+    if (lowest := _lowest_values(space)) is not None:  # a categorical per entry: rows hold offsets
         at[0] += int(np.prod(space.shape))
         work = _offset_dtype(space)
-        values = row[start : at[0]].astype(work).reshape(space.shape) + space.low.astype(work)
+        values = row[start : at[0]].astype(work).reshape(space.shape) + lowest.astype(work)
         return (np.asarray(values, dtype=space.dtype),)  # a 0-d array for shape (): the sum gives a scalar
     if isinstance(space, spaces.Box):
         at[0] += int(np.prod(space.shape))
@@ -278,13 +284,9 @@ def _unflatten(space: spaces.Space, row: np.ndarray, at: list[int], mapped: dict
 def _flatten(space: spaces.Space, action: Any, mapped: dict[int, Any]) -> list[float]:
     if isinstance(space, spaces.Discrete):
         return [int(action) - int(space.start)]
-    if isinstance(space, spaces.MultiDiscrete):
-        return list((np.asarray(action) - space.start).reshape(-1))
-    if isinstance(space, spaces.MultiBinary):
-        return list(np.asarray(action).reshape(-1))
-    if isinstance(space, spaces.Box) and space.dtype.kind in "iub":
+    if (lowest := _lowest_values(space)) is not None:
         work = _offset_dtype(space)
-        return list((np.asarray(action).astype(work) - space.low.astype(work)).reshape(-1))
+        return list((np.asarray(action).astype(work) - lowest.astype(work)).reshape(-1))
     if isinstance(space, spaces.Box):
         value = np.asarray(action, dtype=np.float64).reshape(-1)
         if (mapping := mapped.get(id(space))) is not None:

@@ -655,10 +655,9 @@ class PPO:
         callables = {pid: self._private_copy(pid, policy) for pid, policy in self.policies.items()
                      if not isinstance(policy, TorchPolicy)}
         episodes: list[Episode] = []
-        env, attempt, errors, in_a_row = None, 0, 0, 0
+        env, attempt, errors, in_a_row, steps = None, 0, 0, 0, 0
         try:
-            while (len(episodes) if config.evaluation_duration_unit == "episodes"
-                   else sum(e.env_steps for e in episodes)) < config.evaluation_duration:
+            while (len(episodes) if config.evaluation_duration_unit == "episodes" else steps) < config.evaluation_duration:
                 episode = Episode(-2 - attempt, 0, 0)
                 seed = None if config.seed is None else int(
                     np.random.SeedSequence([config.seed, _EVALUATION_TAG, attempt]).generate_state(1)[0])
@@ -684,6 +683,7 @@ class PPO:
                     continue
                 in_a_row = 0
                 episodes.append(episode)
+                steps += episode.env_steps
         finally:
             if env is not None:
                 env.close()

@@ -681,8 +681,8 @@ class PPOConfig:
             raise ConfigError(f"{key!r}: model keys are set through the model field, as a JSON object: "
                               f"model='{{\"{name}\": ...}}'")
         if section and section not in SECTIONS:
-            if name not in known and rllib_hint(name):
-                raise ConfigError(rllib_hint(name))
+            if name not in known and (hint := rllib_hint(name)):
+                raise ConfigError(hint)
             alone = f" (or the field alone, {name!r})" if name in known else ""
             raise ConfigError(f"unknown config section {section!r} in {key!r}; sections: {sorted(SECTIONS)}{alone}")
         if name not in known:
