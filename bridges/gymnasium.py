@@ -54,7 +54,15 @@ from marl_core.errors import (
     shape_of,
     type_name,
 )
-from marl_core.spaces import MASK_KEY, OBS_KEY, check_action, check_action_dict, mask_from_info, masked_space
+from marl_core.spaces import (
+    MASK_KEY,
+    OBS_KEY,
+    action_mask_size,
+    check_action,
+    check_action_dict,
+    mask_from_info,
+    masked_space,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +77,9 @@ class GymnasiumEnv(MultiAgentEnv):
         agent_id: the id of its one agent.
         mask_info_key: when the env publishes an action mask in ``info`` (Taxi's
             ``info["action_mask"]``), the key it uses; the mask then moves into the observation
-            in the canonical ``{"observation", "action_mask"}`` form. None: no mask.
+            in the canonical ``{"observation", "action_mask"}`` form. None: no mask. It needs a
+            Discrete or MultiDiscrete action space (a MultiDiscrete mask is flat, its dimensions'
+            masks one after another; Gymnasium's tuple of one array per dimension is taken too).
         check_legal: with a mask, raise :class:`~marl_core.errors.IllegalActionError` for an
             action the mask forbids (default); with False it reaches the env.
 
@@ -117,13 +127,14 @@ class GymnasiumEnv(MultiAgentEnv):
         self.possible_agents = [agent_id]
         self.agents = []
         observation_space = env.observation_space
+        self._mask_size = action_mask_size(env.action_space)
         if mask_info_key is not None:
-            if not isinstance(env.action_space, gym.spaces.Discrete):
+            if self._mask_size is None:
                 raise SpaceError(
-                    f"mask_info_key={mask_info_key!r} needs a Discrete action space for agent {agent_id!r}, "
-                    f"received {env.action_space}"
+                    f"mask_info_key={mask_info_key!r} needs a Discrete or MultiDiscrete action space for agent "
+                    f"{agent_id!r}, received {env.action_space}"
                 )
-            observation_space = masked_space(env.observation_space, int(env.action_space.n))
+            observation_space = masked_space(env.observation_space, self._mask_size)
         self.observation_spaces = {agent_id: observation_space}
         self.action_spaces = {agent_id: env.action_space}
         self.render_mode = getattr(env, "render_mode", None)
@@ -134,7 +145,7 @@ class GymnasiumEnv(MultiAgentEnv):
         if self.mask_info_key is None:
             return observation
         if final and self.mask_info_key not in info:  # nothing is left to act on: the step's reward still arrives
-            self._mask = np.zeros(int(self.env.action_space.n), dtype=np.int8)
+            self._mask = np.zeros(self._mask_size, dtype=np.int8)
             return {OBS_KEY: observation, MASK_KEY: self._mask.copy()}
         if self.mask_info_key not in info:
             raise EnvContractError(

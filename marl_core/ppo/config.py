@@ -465,7 +465,9 @@ class PPOConfig:
     num_epochs: int = 4
     """Passes over each train batch."""
     minibatch_size: int = 128
-    """Agent steps per SGD minibatch."""
+    """Agent steps per SGD minibatch; a policy's batch smaller than this is one minibatch (its
+    batch holds its agents' steps, which need not match ``train_batch_size``, so a larger value is
+    not refused as RLlib refuses it)."""
     train_batch_size: int = 2000
     """Env steps sampled per iteration (over all runners): ``step()`` calls, so one agent's turn in
     a turn-based env (a PettingZoo AEC env, an OpenSpiel game) and every live agent's move in a
@@ -702,9 +704,15 @@ class PPOConfig:
         return self
 
     def copy(self) -> PPOConfig:
-        """A shallow copy whose dict and list fields are copied too."""
+        """A shallow copy whose dict and list fields are copied too (a value of the wrong type is
+        kept as it is, for :meth:`validate` to refuse by name)."""
         out = dataclasses.replace(self)
-        out.env_config, out.policies, out.model = dict(self.env_config), dict(self.policies), dict(self.model)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, dict):
+                setattr(out, f.name, dict(value))
+            elif isinstance(value, list):
+                setattr(out, f.name, list(value))
         return out
 
     def build(self) -> PPO:

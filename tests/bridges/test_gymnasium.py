@@ -196,8 +196,48 @@ def test_a_final_step_without_a_mask_keeps_its_reward_with_an_all_zero_mask() ->
         env.step({"agent_0": 0})
 
 
+class TwoDials(gym.Env):
+    """Two dials (MultiDiscrete([3, 2])); info carries Gymnasium's per-dimension mask tuple, which
+    forbids repeating the first dial's last setting. Reward: how far the first dial moved."""
+
+    observation_space = gym.spaces.Discrete(3)
+    action_space = gym.spaces.MultiDiscrete([3, 2])
+
+    def _info(self) -> dict[str, Any]:
+        first = np.ones(3, np.int8)
+        first[self.setting] = 0
+        return {"action_mask": (first, np.ones(2, np.int8))}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[int, dict]:
+        super().reset(seed=seed)
+        self.setting, self.turns = int(self.np_random.integers(3)), 0
+        return self.setting, self._info()
+
+    def step(self, action: Any) -> tuple[Any, ...]:
+        reward = float(abs(int(action[0]) - self.setting))
+        self.setting, self.turns = int(action[0]), self.turns + 1
+        return self.setting, reward, False, self.turns >= 4, self._info()
+
+
+def test_a_multidiscrete_mask_from_info_moves_into_the_observation_flat() -> None:
+    # mask_info_key took Discrete action spaces only.
+    env = from_gymnasium(TwoDials(), agent_id="dials", mask_info_key="action_mask")
+    assert env.get_observation_space("dials")["action_mask"].shape == (5,)
+    obs, _ = env.reset(seed=3)
+    setting = obs["dials"]["observation"]
+    expected = np.ones(5, np.int8)
+    expected[setting] = 0
+    assert obs["dials"]["action_mask"].tolist() == expected.tolist()
+    with pytest.raises(IllegalActionError, match="agent 'dials'"):
+        env.step({"dials": np.array([setting, 1])})
+    assert env.env.setting == setting and env.env.turns == 0  # refused before the env stepped
+    result = rollout(env, seed=3)
+    assert result.steps == 4 and result.truncated and result.returns["dials"] >= 4.0  # every move changes the dial
+    assert env.get_observation_space("dials").contains(obs["dials"])
+
+
 def test_mask_needs_a_discrete_action_space_and_the_info_key() -> None:
-    with pytest.raises(SpaceError, match="Discrete action space for agent 'agent_0'"):
+    with pytest.raises(SpaceError, match="Discrete or MultiDiscrete action space for agent 'agent_0'"):
         from_gymnasium(gym.make("Pendulum-v1"), mask_info_key="action_mask")
     env = from_gymnasium(gym.make("CartPole-v1"), mask_info_key="action_mask")
     with pytest.raises(EnvContractError, match=r"info\['action_mask'\]"):

@@ -1271,6 +1271,12 @@ def test_rllibs_names_are_refused_with_what_to_write_and_its_no_op_builders_are_
     # Model settings merge over chained calls, as RLlib's do (the second call dropped the first's).
     merged = PPOConfig().training(model={"hiddens": [32]}).training(model={"activation": "relu"})
     assert merged.model == {"hiddens": [32], "activation": "relu"}
+    # copy() copies dict and list fields, and keeps a wrong value for validate() to name (it raised a bare TypeError).
+    copied = merged.copy()
+    copied.model["hiddens"] = [8]
+    assert merged.model["hiddens"] == [32]
+    with pytest.raises(ConfigError, match="model must be a dict of model settings, received None"):
+        PPOConfig().training(model=None).copy().validate()
 
 
 @pytest.mark.parametrize(("change", "message"), [
