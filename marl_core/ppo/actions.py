@@ -138,15 +138,23 @@ class ActionLayout:
     def __init__(self, space: spaces.Space, normalize_actions: bool = False) -> None:
         self.space = space
         self.normalize_actions = normalize_actions
-        # id of each Box the rows hold in [-1, 1] -> (middle, half width): computed once, read per row
-        self._mapped = {id(box): _middle_and_half_width(box) for box in _boxes(space)
-                        if normalize_actions and normalized_box(box)}
+        self._mapped = self._normalized_boxes()
         self.leaves = leaves(space)
         self.num_inputs = sum(leaf.size * (2 if leaf.kind == "gauss" else 1) for leaf in self.leaves)
         self.num_columns = sum(1 if leaf.kind == "cat" else leaf.size for leaf in self.leaves)
         self.num_means = self.num_inputs - sum(leaf.size for leaf in self.leaves if leaf.kind == "gauss")
         self.mask_size = action_mask_size(space)
         self.is_discrete = isinstance(space, spaces.Discrete)
+
+    def _normalized_boxes(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """id of each Box the rows hold in [-1, 1] -> (middle, half width): computed once, read per row."""
+        return {id(box): _middle_and_half_width(box) for box in _boxes(self.space)
+                if self.normalize_actions and normalized_box(box)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A pickled or deep-copied layout holds new Box objects: the mapping is keyed anew.
+        self.__dict__.update(state)
+        self._mapped = self._normalized_boxes()
 
     def check_mask(self, mask_space: spaces.Space) -> None:
         """Raise :class:`SpaceError` unless an ``action_mask`` of ``mask_space`` fits this space."""

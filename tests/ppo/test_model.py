@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import copy
+import pickle
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -292,6 +295,11 @@ def test_normalized_box_actions_map_minus_one_to_one_onto_the_bounds():
     grouped = gym.spaces.Tuple([gym.spaces.Discrete(3), wide])
     action = ActionLayout(grouped, normalize_actions=True).to_env(np.array([[2.0, 0.0, 0.0]], np.float32))[0]
     assert action[0] == 2 and np.allclose(action[1], [50.0, 0.0])
+    # A pickled or deep-copied layout still maps (its Boxes are new objects; it lost the mapping).
+    for copied in (pickle.loads(pickle.dumps(ActionLayout(grouped, normalize_actions=True))),
+                   copy.deepcopy(ActionLayout(grouped, normalize_actions=True))):
+        action = copied.to_env(np.array([[2.0, 0.0, 0.0]], np.float32))[0]
+        assert action[0] == 2 and np.allclose(action[1], [50.0, 0.0])
     # The widest bounds of float32 and float64: the mapping does not overflow (to inf, or NaN at -1).
     for dtype in (np.float32, np.float64):
         widest = gym.spaces.Box(np.finfo(dtype).min, np.finfo(dtype).max, (1,), dtype)
