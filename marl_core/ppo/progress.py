@@ -233,7 +233,7 @@ class RunLogger:
         for key in self.columns:
             if key.startswith("policies/") and key.endswith("/episode_return_mean"):
                 values = [row.get(key, float("nan")) for row in self.rows]
-                axis.plot(steps, values, label=key.split("/")[1])
+                axis.plot(steps, values, label=key[len("policies/"):-len("/episode_return_mean")])  # ids may hold "/"
             elif key.startswith("evaluation/") and "return" in key and not _evaluation_repeat(key):
                 axis.plot(steps, [row.get(key, float("nan")) for row in self.rows], "--", label=key)
         axis.set_xlabel("env steps")

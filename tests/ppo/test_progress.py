@@ -95,6 +95,12 @@ def test_the_learning_curve_draws_each_policys_evaluation_once(tmp_path, monkeyp
         run_log.log(_result(iteration, evaluation=evaluation))
     run_log.plot()
     assert labels == ["main", "evaluation/policies/main/episode_return_mean"]
+    # A policy id holding "/" is named whole (its first part only, before).
+    labels.clear()
+    run_log = RunLogger(tmp_path / "slash", tensorboard=False)
+    run_log.log({"training_iteration": 1, "policies": {"team/red": {"episode_return_mean": 1.0}}})
+    run_log.plot()
+    assert labels == ["team/red"]
 
 
 def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path):
