@@ -862,9 +862,10 @@ class PPOConfig:
         numpy numbers and arrays become numbers and lists; any other value without a JSON form
         (inside ``env_config``, say) becomes ``{"__unsaved__": repr}``, and loading it back
         raises :class:`CheckpointError` unless that field is passed again. ``env_config``, which
-        reaches the env's code, comes back exactly: its tuples as tuples and its dicts with keys
-        that are not strings with those keys (marked ``{"__tuple__": [...]}`` and
-        ``{"__items__": [[key, value], ...]}``).
+        reaches the env's code, comes back exactly: its tuples as tuples, its dicts with keys
+        that are not strings with those keys, its numpy arrays (numbers and bools) with their
+        dtype and shape, and its gymnasium spaces as spaces (marked ``{"__tuple__": [...]}``,
+        ``{"__items__": [[key, value], ...]}``, ``{"__array__": ...}`` and ``{"__space__": ...}``).
         """
         out: dict[str, Any] = {}
         for f in fields(self):
@@ -984,30 +985,47 @@ def _json_default(value: Any) -> Any:
     return {"__unsaved__": repr(value)[:200]}
 
 
-_TUPLE, _ITEMS = "__tuple__", "__items__"
+_TUPLE, _ITEMS, _ARRAY, _SPACE = "__tuple__", "__items__", "__array__", "__space__"
 
 
 def _exact_to_json(value: Any) -> Any:
-    """``value`` with its tuples and its dicts of non-string keys marked, so JSON keeps them."""
+    """``value`` with its tuples, dicts of non-string keys, numpy arrays and gymnasium spaces
+    marked, so JSON keeps them."""
+    from gymnasium import spaces
+
+    from marl_core.spaces import space_to_json
+
+    if isinstance(value, spaces.Space):  # first: a Dict space is a Mapping too
+        described = space_to_json(value)
+        return value if described is None else {_SPACE: described}
     if isinstance(value, tuple):
         return {_TUPLE: [_exact_to_json(v) for v in value]}
     if isinstance(value, Mapping):
         # A dict that looks like one of our markers is written as items too, so it reads back as itself.
-        if all(isinstance(k, str) for k in value) and not (len(value) == 1 and set(value) <= {_TUPLE, _ITEMS}):
+        if all(isinstance(k, str) for k in value) and not (len(value) == 1 and set(value) <= {_TUPLE, _ITEMS, _ARRAY, _SPACE}):
             return {k: _exact_to_json(v) for k, v in value.items()}
         return {_ITEMS: [[_exact_to_json(k), _exact_to_json(v)] for k, v in value.items()]}
     if isinstance(value, list):
         return [_exact_to_json(v) for v in value]
-    return value
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return {_ARRAY: {"dtype": value.dtype.str, "shape": list(value.shape), "data": value.reshape(-1).tolist()}}
+    return value  # without a JSON form: marked unsaved by _json_default
 
 
 def _exact_from_json(value: Any) -> Any:
     """The inverse of :func:`_exact_to_json` (on JSON it did not write, the identity)."""
+    from marl_core.spaces import space_from_json
+
     if isinstance(value, dict):
         if len(value) == 1 and _TUPLE in value and isinstance(value[_TUPLE], list):
             return tuple(_exact_from_json(v) for v in value[_TUPLE])
         if len(value) == 1 and _ITEMS in value and isinstance(value[_ITEMS], list):
             return {_exact_from_json(k): _exact_from_json(v) for k, v in value[_ITEMS]}
+        if len(value) == 1 and _ARRAY in value and isinstance(value[_ARRAY], dict):
+            array = value[_ARRAY]
+            return np.array(array["data"], dtype=np.dtype(array["dtype"])).reshape(array["shape"])
+        if len(value) == 1 and _SPACE in value and isinstance(value[_SPACE], dict):
+            return space_from_json(value[_SPACE])
         return {k: _exact_from_json(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_exact_from_json(v) for v in value]

@@ -689,6 +689,16 @@ def test_env_config_comes_back_exactly():
     assert back.env_config == env_config
     assert type(back.env_config["board"]) is tuple and type(back.env_config[(1, 2)][1]) is tuple
     assert back.env_config["looks_like_a_marker"] == {"__tuple__": [1]}
+    # numpy arrays keep dtype and shape, gymnasium spaces come back as spaces (a list, and unsaved, before).
+    shaped = {"weights": np.arange(6, dtype=np.float32).reshape(2, 3), "cells": np.array([[True], [False]]),
+              "space": gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (2,)), "n": gym.spaces.Discrete(4, start=1)}),
+              "like_an_array": {"__array__": {}}}
+    data = json.loads(json.dumps(_rps_config().environment(RockPaperScissors, env_config=shaped).to_json_dict()))
+    back = PPOConfig.from_json_dict(data).env_config
+    assert back["weights"].dtype == np.float32 and back["weights"].shape == (2, 3)
+    np.testing.assert_array_equal(back["weights"], shaped["weights"])
+    assert back["cells"].dtype == np.bool_ and back["cells"].tolist() == [[True], [False]]
+    assert back["space"] == shaped["space"] and back["like_an_array"] == {"__array__": {}}
     # Checkpoints written before, without markers, read as they did.
     assert PPOConfig.from_json_dict({**data, "env_config": {"rounds": 3, "sizes": [1, 2]}}).env_config == {
         "rounds": 3, "sizes": [1, 2]}
