@@ -42,7 +42,7 @@ import numpy as np
 from pettingzoo.utils.env import AECEnv, ParallelEnv
 
 from bridges.wrapping import require_multi_agent_env
-from marl_core.env import ALL, COMMON, AgentID, MultiAgentEnv, merge_common_infos
+from marl_core.env import ALL, COMMON, AgentID, MultiAgentEnv, check_not_back, merge_common_infos
 from marl_core.errors import (
     EnvContractError,
     InvalidActionError,
@@ -105,14 +105,6 @@ class _CommonInfos:
         common = merge_common_infos(infos.get(COMMON, {}), extra)
         self.common_infos = common
         self._new_common_infos = common if common or not isinstance(common, Mapping) else None
-
-
-def _check_not_back(env: MultiAgentEnv, gone: set[AgentID], obs: Mapping[AgentID, Any]) -> None:
-    """An agent that ended never comes back in the same episode."""
-    if gone and not gone.isdisjoint(obs):
-        back = [a for a in obs if a in gone]
-        raise EnvContractError(f"{env} observed {back} again after they ended (an agent that terminated or "
-                               "truncated never comes back in the same episode)")
 
 
 def _metadata(env: MultiAgentEnv, parallelizable: bool) -> dict[str, Any]:
@@ -270,7 +262,7 @@ class MultiAgentAECEnv(_CommonInfos, AECEnv):
     ) -> None:
         all_terminated = bool(terminateds.get(ALL, False))
         all_truncated = bool(truncateds.get(ALL, False))
-        _check_not_back(self.env, self._gone, obs)
+        check_not_back(self.env, self._gone, obs)
         ended = [a for a in obs if terminateds.get(a) or truncateds.get(a)]
         ended_set = set(ended)
         self._observations.update(obs)
@@ -456,7 +448,7 @@ class MultiAgentParallelEnv(_CommonInfos, ParallelEnv):
             mask = action_masks_of(observations.get(agent_id)) if self.check_legal else None
             check_action(agent_id, self.action_space(agent_id), actions[agent_id], mask)
         obs, rewards, terminateds, truncateds, infos = self.env.step(dict(actions))
-        _check_not_back(self.env, self._gone, obs)
+        check_not_back(self.env, self._gone, obs)
         all_terminated = bool(terminateds.get(ALL, False))
         all_truncated = bool(truncateds.get(ALL, False))
         done = all_terminated or all_truncated

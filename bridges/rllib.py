@@ -41,6 +41,7 @@ from marl_core.env import (
     MultiAgentEnv,
     ObsDict,
     StepResult,
+    check_not_back,
     scalar_reward,
     seed_value,
 )
@@ -153,7 +154,9 @@ class RLlibEnv(MultiAgentEnv):
         - **Dead agents / "__all__":** flags pass through; a missing ``truncateds["__all__"]``
           means False (RLlib's own reading) and is added; a missing ``terminateds["__all__"]``
           breaks RLlib's contract and raises :class:`~marl_core.errors.EnvContractError`.
-          ``agents`` drops an agent once it is flagged done; after ``"__all__"``, and after a step
+          ``agents`` drops an agent once it is flagged done, and one observed again later in the
+          episode is an :class:`~marl_core.errors.EnvContractError` (RLlib's episodes refuse it
+          too); after ``"__all__"``, and after a step
           or reset that raised or returned something broken, ``step()`` raises
           :class:`~marl_core.errors.ResetNeededError` without touching the env. Final observations
           are the env's: the bridge invents none.
@@ -191,6 +194,7 @@ class RLlibEnv(MultiAgentEnv):
         self.render_mode = getattr(env, "render_mode", None)
         self.metadata = dict(getattr(env, "metadata", None) or {"render_modes": []})
         self._acting: list[AgentID] = []
+        self._gone: set[AgentID] = set()  # agents that ended this episode
         self._running = False
         super().__init__()
 
@@ -269,6 +273,7 @@ class RLlibEnv(MultiAgentEnv):
         self.agents = sorted((self._ours(a) for a in source_alive), key=lambda a: rank.get(a, len(rank))) or list(obs)
         self.agents += [a for a in obs if a not in self.agents]
         self._acting = list(obs)
+        self._gone = set()
         self._running = True
         return obs, infos
 
@@ -297,7 +302,9 @@ class RLlibEnv(MultiAgentEnv):
         if ALL not in terminateds:
             raise _without_all(self.env, terminateds, "RLlib requires it")
         truncateds.setdefault(ALL, False)
+        check_not_back(type(self.env).__name__, self._gone, obs)
         ended = {a for a in (*terminateds, *truncateds) if a not in _SPECIAL and (terminateds.get(a) or truncateds.get(a))}
+        self._gone |= ended
         if not (terminateds[ALL] or truncateds[ALL]):
             self.agents = [a for a in agents if a not in ended] + [a for a in obs if a not in ended and a not in agents]
             self._acting = [a for a in obs if a not in ended]

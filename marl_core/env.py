@@ -395,6 +395,15 @@ def scalar_reward(agent_id: AgentID, reward: Any, source: Any) -> float:
         ) from None
 
 
+def check_not_back(source: Any, gone: set[AgentID], obs: Mapping[AgentID, Any]) -> None:
+    """Raise :class:`~marl_core.errors.EnvContractError` when ``obs`` (from ``source``) holds an
+    agent of ``gone``: an agent that ended never comes back in the same episode."""
+    if gone and not gone.isdisjoint(obs):
+        back = [a for a in obs if a in gone]
+        raise EnvContractError(f"{source} observed {back} again after they ended (an agent that terminated or "
+                               "truncated never comes back in the same episode)")
+
+
 def copy_seed(seed: int, index: int) -> int:
     """The seed of copy ``index`` of :func:`make_multi_agent`'s env reset with ``seed``: ``seed``
     itself for copy 0 (one copy plays as the env alone would), else 31 bits drawn from numpy's

@@ -169,6 +169,28 @@ class _CollidingIds(RLlibMultiAgentEnv):
         self.observation_spaces = self.action_spaces = {0: gym.spaces.Discrete(2), "agent_0": gym.spaces.Discrete(2)}
 
 
+class _ComesBack(RLlibRPS):
+    """Broken on purpose: player2 terminates in the first step and plays on."""
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step({"player2": 0, **action_dict})
+        return obs, rewards, {**terminateds, "player2": self.num_moves == 1}, truncateds, infos
+
+
+def test_an_agent_observed_again_after_it_ended_is_a_contract_break() -> None:
+    # It was taken back into agents, and RLlib's own episodes refuse it ("already had its is_done").
+    env = from_rllib(_ComesBack({}))
+    env.reset(seed=0)
+    _, _, terminateds, _, _ = env.step({"player1": 0, "player2": 0})
+    assert terminateds["player2"] and env.agents == ["player1"]
+    with pytest.raises(EnvContractError, match=r"_ComesBack observed \['player2'\] again after they ended"):
+        env.step({"player1": 0})
+    with pytest.raises(ResetNeededError):
+        env.step({"player1": 0})
+    env.reset(seed=0)  # a new episode: the same agent plays again
+    assert env.step({"player1": 1, "player2": 1})[2]["player2"]
+
+
 def test_contract_breaks_of_the_rllib_env_are_named() -> None:
     env = from_rllib(_NoAllFlag({}))
     env.reset(seed=0)
