@@ -319,7 +319,7 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                 if member in asked:
                     mask = action_masks_of(self._slots[agent_id][slot])
                     if mask is not None:  # legal as the group's observation showed it, named as the group
-                        _check_masks(agent_id, space.spaces[slot], member_action, mask, action, f"[{slot}]")
+                        _check_masks(agent_id, space.spaces[slot], member_action, mask, action, f"[{slot}]", member)
                     inner[member] = member_action
         return inner
 

@@ -386,15 +386,18 @@ def mask_fits(mask: Any, size: int) -> bool:
 
 
 def _check_masks(
-    agent_id: AgentID, space: spaces.Space, action: Any, mask: np.ndarray | SlotMasks, whole: Any, path: str
+    agent_id: AgentID, space: spaces.Space, action: Any, mask: np.ndarray | SlotMasks, whole: Any, path: str,
+    member: AgentID | None = None,
 ) -> None:
-    """Raise unless ``action`` (at ``path`` in the agent's action ``whole``) is legal under ``mask``.
+    """Raise unless ``action`` (at ``path`` in the agent's action ``whole``) is legal under ``mask``;
+    ``member``: the group member whose slot ``path`` starts at, named in the error.
 
     A mask whose size does not fit the space is not applied (the conformance checker's
     ``masks.valid`` names it): it says nothing certain about which action is which.
     """
     if type(mask) is not tuple:
-        where = f"in slot {path} of {short_repr(whole)}, masked out by that slot's action_mask"
+        owner = f" (member {member!r})" if member is not None else ""
+        where = f"in slot {path}{owner} of {short_repr(whole)}, masked out by that slot's action_mask"
         if (isinstance(space, spaces.Discrete) and mask_fits(mask, space.n)
                 and not mask[int(action) - int(space.start)]):
             legal = [int(i) + int(space.start) for i in np.flatnonzero(mask)]
@@ -411,7 +414,7 @@ def _check_masks(
     elif isinstance(space, spaces.Tuple) and len(mask) == len(space.spaces):
         for slot, (sub, item, slot_mask) in enumerate(zip(space.spaces, tuple_slots(space, action), mask, strict=True)):
             if slot_mask is not None and (type(slot_mask) is tuple or np.any(slot_mask)):
-                _check_masks(agent_id, sub, item, slot_mask, whole, f"{path}[{slot}]")
+                _check_masks(agent_id, sub, item, slot_mask, whole, f"{path}[{slot}]", member)
 
 
 def _lists_as_tuples(space: spaces.Space, action: Any) -> Any:

@@ -769,13 +769,14 @@ def test_vector_refuses_a_masked_member_action_before_any_env_steps() -> None:
 
 
 def test_a_masked_member_action_is_refused_naming_the_group_before_the_env_steps() -> None:
-    # It reached the env, which named the member (unknown to the caller) or, checking nothing, took it.
+    # It reached the env, which named the member (unknown to the caller) or, checking nothing, took it;
+    # the group's refusal names the member too (it named only the slot).
     grouped = GroupAgentsWrapper(HeterogeneousSpacesEnv(), {"team": ["masked", "discrete"]})
     obs, _ = grouped.reset(seed=0)
     mask = obs["team"][0]["action_mask"]
     actions = {a: grouped.get_action_space(a).sample() for a in obs if a != "team"}
     illegal, legal = int(np.flatnonzero(mask == 0)[0]), int(np.flatnonzero(mask)[0])
-    with pytest.raises(IllegalActionError, match=rf"agent 'team': received {illegal}, .*in slot \[0\] of \({illegal}, 0\)"):
+    with pytest.raises(IllegalActionError, match=rf"agent 'team': received {illegal}, .*in slot \[0\] \(member 'masked'\) of \({illegal}, 0\)"):
         grouped.step({**actions, "team": (illegal, 0)})
     assert grouped.env.t == 0
     grouped.step({**actions, "team": (legal, 0)})
