@@ -170,6 +170,12 @@ class VectorMultiAgentEnv:
             raise VectorEnvError(f"env_fns must be a list of env factories, received {a_type(env_fns)}")
         if len(env_fns) == 0:
             raise VectorEnvError("env_fns is empty: a vector needs at least one env factory")
+        for index, env_fn in enumerate(env_fns):
+            if not callable(env_fn):
+                built = " (an env, built already: pass a function that builds one, e.g. lambda: MyEnv())" if (
+                    hasattr(env_fn, "reset") and hasattr(env_fn, "step")) else ""
+                raise VectorEnvError(f"env {index}: expected an env factory (a callable returning a new env), "
+                                     f"received {a_type(env_fn)}{built}", index)
         for name, value in (("num_workers", num_workers), ("max_rebuild_attempts", max_rebuild_attempts)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))):
                 raise VectorEnvError(f"{name} must be an integer, received {value!r}")

@@ -676,6 +676,10 @@ def test_constructor_arguments_are_validated() -> None:
         VectorMultiAgentEnv([RockPaperScissors], mode="threads")  # type: ignore[arg-type]
     with pytest.raises(VectorEnvError, match="env 0: its factory raised OSError: no such game file"):
         VectorMultiAgentEnv([broken_factory])
+    for mode in ("sync", "async"):  # an env where its factory belongs ("... object is not callable" when built)
+        with pytest.raises(VectorEnvError, match=r"env 1: expected an env factory \(a callable returning a new env\), "
+                                                 r"received a RockPaperScissors \(an env, built already: pass a function"):
+            VectorMultiAgentEnv([RockPaperScissors, RockPaperScissors()], mode)
     with pytest.raises(VectorEnvError, match="num_workers and context apply to mode='async' only"):
         VectorMultiAgentEnv([RockPaperScissors] * 2, num_workers=1)
     with pytest.raises(VectorEnvError, match="num_workers must be between 1 and 2"):
