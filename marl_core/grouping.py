@@ -313,8 +313,11 @@ class GroupAgentsWrapper(MultiAgentWrapper[MultiAgentEnv]):
                 # consumer checks it); only the asked members' are masked and reach the env.
                 reason = why_action_not_contained(space.spaces[slot], member_action, f"[{slot}]")
                 if reason is not None:
+                    idle = "" if member in asked else (
+                        f"; {member!r} is not asked to act now, so its slot is ignored, but it must still hold a "
+                        f"value of its space (its space's sample(), say)")
                     raise InvalidActionError(
-                        agent_id, f"an action in {space}", action, f"member {member!r}, {reason}"
+                        agent_id, f"an action in {space}", action, f"member {member!r}, {reason}{idle}"
                     )
                 if member in asked:
                     mask = action_masks_of(self._slots[agent_id][slot])
