@@ -551,12 +551,15 @@ def _mask_problem(mask: np.ndarray, space: Any, may_be_empty: bool) -> str | Non
 def _mask_form_problem(observation: Mapping[Any, Any], mask: np.ndarray) -> str | None:
     """What sets a sound mask apart from the one canonical form (DESIGN.md), or None."""
     if set(observation) != {OBS_KEY, MASK_KEY}:
+        rename = (f": rename 'observations' to {OBS_KEY!r} (RLlib's action-masking examples use the plural)"
+                  if set(observation) == {"observations", MASK_KEY} else "")
         return (
             f"an action_mask in a Dict with keys {sorted(map(str, observation))}; a masked observation is a "
-            f"Dict of exactly {OBS_KEY!r} and {MASK_KEY!r}"
+            f"Dict of exactly {OBS_KEY!r} and {MASK_KEY!r}{rename}"
         )
     if mask.dtype.kind not in "biu":
-        return f"an action_mask of dtype {mask.dtype}; masks hold integers (int8, 1 = legal)"
+        return (f"an action_mask of dtype {mask.dtype}; masks hold integers or bools (int8, 1 = legal): build it "
+                f"with .astype(np.int8), and its space as Box(0, 1, (n,), np.int8)")
     return None
 
 

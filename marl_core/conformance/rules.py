@@ -180,7 +180,7 @@ _CATALOG = (
     Rule(
         "masks.valid",
         "error",
-        "An `\"action_mask\"` in an acting agent's observation has one 0/1 integer entry per "
+        "An `\"action_mask\"` in an acting agent's observation has one 0/1 integer (or bool) entry per "
         "action of its Discrete (or MultiDiscrete) action space, allows at least one action and "
         "sits in the canonical Dict of exactly `\"observation\"` and `\"action_mask\"`. A grouped "
         "agent's members' masks, in the slots of its Tuple observation, fit their slots' spaces "

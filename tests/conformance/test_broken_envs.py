@@ -449,10 +449,12 @@ def grouped_float_mask_duel():
 
 @pytest.mark.parametrize(
     ("target", "words"),
-    [(FloatMaskDuel, "an action_mask of dtype float32; masks hold integers (int8, 1 = legal)"),
+    [(FloatMaskDuel, "an action_mask of dtype float32; masks hold integers or bools (int8, 1 = legal): build it "
+                     "with .astype(np.int8), and its space as Box(0, 1, (n,), np.int8)"),
      (grouped_float_mask_duel, "in slot [0] an action_mask of dtype float32; masks hold integers"),
      (OtherMaskKeysDuel, "an action_mask in a Dict with keys ['action_mask', 'observations']; a masked observation "
-                         "is a Dict of exactly 'observation' and 'action_mask'")],
+                         "is a Dict of exactly 'observation' and 'action_mask': rename 'observations' to "
+                         "'observation' (RLlib's action-masking examples use the plural)")],
 )
 def test_a_sound_mask_in_another_form_is_reported_and_still_followed(target, words) -> None:
     report = check_env(target)
