@@ -377,6 +377,7 @@ class CallChecker:
                     f"observation of agent {shown(agent_id)} {at} is not in its space {space}: {reason}",
                     agent=agent_id,
                     step=frame.step,
+                    hint=_observation_hint(reason),
                     key=_kind_of(reason),
                 )
 
@@ -521,6 +522,19 @@ def _kind_of(reason: str) -> str:
     it, so that one bug seen with many values is one finding, and two bugs at one path are two."""
     path, sep, words = reason.partition(": ") if reason.startswith("at ") else ("", "", reason)
     return path + sep + _VALUES.sub("#", words)
+
+
+def _observation_hint(reason: str) -> str | None:
+    """The fix for a ``spaces.obs-contains`` reason that the rule's dtype-and-shape fix does not
+    fit (None: that one fits)."""
+    if "a NoneType" in reason:
+        return ("Give every agent in the obs dict a value of its observation space; an agent with nothing to "
+                "observe is left out of the obs dict, not given None.")
+    if "where the space needs a tuple" in reason:
+        return "Return a tuple for a Tuple space (tuple(values)), not a list or an array."
+    if "where the space needs a dict" in reason:
+        return "Return a dict with the Dict space's keys for a Dict space."
+    return None
 
 
 _ALLOWS_NOTHING = "an action_mask that allows no"

@@ -78,6 +78,16 @@ _RAISED_HINT = (
     "Fix the exception shown in the traceback: the checker calls reset(seed=..., options=None) and sends "
     "one action per agent in the obs dict, drawn from its action space and legal under its action mask."
 )
+
+
+def _reset_raised_hint(error: BaseException) -> str:
+    """The fix for reset()'s exception: ``api.reset``'s own when its signature refused the call
+    (a TypeError raised at the call itself, before any of the env's code ran)."""
+    traceback = error.__traceback__
+    signature = isinstance(error, TypeError) and traceback is not None and traceback.tb_next is None
+    return RULES["api.reset"].fix if signature else _RAISED_HINT
+
+
 _RNG_HINT = (
     "Draw every random number from self.np_random (seeded by super().reset(seed=seed)), never from "
     "np.random.* or the random module."
@@ -327,7 +337,8 @@ class _Run:
             result = self.env.reset()
         except ENV_ERRORS as error:
             self.collector.add(
-                "api.reset", f"{NO_ARGUMENTS} raised", step=0, error=error, hint=_RAISED_HINT, key="no arguments"
+                "api.reset", f"{NO_ARGUMENTS} raised", step=0, error=error, hint=_reset_raised_hint(error),
+                key="no arguments"
             )
             return
         self._possible_kept(NO_ARGUMENTS)
@@ -405,7 +416,8 @@ class _Run:
             result = self.env.reset(seed=seed, options=None)
         except ENV_ERRORS as error:
             self.collector.add(
-                "api.reset", f"reset(seed={seed}, options=None) raised in {label}", step=0, error=error, hint=_RAISED_HINT, key="raised"
+                "api.reset", f"reset(seed={seed}, options=None) raised in {label}", step=0, error=error,
+                hint=_reset_raised_hint(error), key="raised"
             )
             return episode
         after = global_rng_state()

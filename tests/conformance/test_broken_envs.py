@@ -205,6 +205,59 @@ class TwoBugsAtOnePath(broken_envs.Duel):
         return observation
 
 
+class ObservesWrongly(MultiAgentEnv):
+    """One agent whose observation space is ``Dict(pair=Tuple(Discrete(2), Discrete(2)))``; it
+    observes ``config["wrong"]`` instead of a value of it."""
+
+    def __init__(self, config=None) -> None:
+        super().__init__()
+        self.wrong = (config or {})["wrong"]
+        self.agents = self.possible_agents = ["a"]
+        self.observation_spaces = {"a": spaces.Dict({"pair": spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2)))})}
+        self.action_spaces = {"a": spaces.Discrete(2)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {"a": self.wrong}, {}
+
+    def step(self, action_dict):
+        return {"a": self.wrong}, {"a": 0.0}, {"__all__": True}, {"__all__": False}, {}
+
+
+@pytest.mark.parametrize(("wrong", "hint"), [
+    (None, "an agent with nothing to observe is left out of the obs dict, not given None"),
+    ({"pair": [0, 1]}, "Return a tuple for a Tuple space (tuple(values)), not a list or an array."),
+    ((0, 1), "Return a dict with the Dict space's keys for a Dict space."),
+    ({"pair": (0, 5)}, RULES["spaces.obs-contains"].fix),
+])
+def test_an_observation_outside_its_space_gets_the_fix_its_problem_needs(wrong, hint) -> None:
+    # Every such finding said to build observations with the space's dtype and shape (np.asarray(x, dtype=np.float32)).
+    report = check_env(lambda: ObservesWrongly({"wrong": wrong}))
+    assert report.rules == {"spaces.obs-contains"}, str(report)
+    assert all(hint in finding.hint for finding in report.findings), str(report)
+
+
+class OldResetSignature(broken_envs.Duel):
+    """reset() without ``options``, as gymnasium's API had it before 0.26."""
+
+    def reset(self, seed=None):
+        return super().reset(seed=seed)
+
+
+class ResetCallsWrongly(broken_envs.Duel):
+    def reset(self, *, seed=None, options=None):
+        return int("1", 2, 3)
+
+
+def test_a_reset_whose_signature_refuses_the_call_gets_api_resets_fix() -> None:
+    # It got the general "fix the exception shown in the traceback" hint.
+    report = check_env(OldResetSignature)
+    assert report.rules == {"api.reset"} and "unexpected keyword argument 'options'" in report.findings[0].message
+    assert {finding.hint for finding in report.findings} == {RULES["api.reset"].fix}, str(report)
+    inside = check_env(ResetCallsWrongly)  # a TypeError raised inside reset() is the env's own bug
+    assert inside.rules == {"api.reset"} and all(f.hint.startswith("Fix the exception shown") for f in inside.findings)
+
+
 def test_one_bug_seen_with_many_values_is_one_finding() -> None:
     # A value in the finding's key made each new value a new finding, and ten of them crowded
     # out the other agent's dtype bug.
