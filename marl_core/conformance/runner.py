@@ -70,6 +70,10 @@ DEFAULT_EPISODES = 3
 DEFAULT_MAX_STEPS = 1000
 """Step budget per episode by default (``termination.bounded`` warns past it)."""
 
+FRESH_RETRIES = 3
+"""Further fresh instances replayed when the first replayed alike but its constructor drew from
+numpy's or Python's global generator (whose draws may have agreed by chance)."""
+
 _GONE = object()  # a key missing from a dict returned earlier
 _POSSIBLE_HINT = "Set self.possible_agents in __init__ to the list of every agent id that may ever appear."
 
@@ -242,6 +246,7 @@ class _Run:
         self._first_possible: list[Any] | None = None  # possible_agents as first read, when a list
         # A PettingZoo env (bridged, not one of ours exported) seeds its own generator: super().reset() raises there.
         self._pettingzoo = type(self.env).__module__ == "bridges.pettingzoo" and getattr(self.env, "_export", None) is None
+        self._constructor_draws: str | None = None  # the global generator the replayed instance's constructor drew from
 
     def run(self) -> None:
         self._pickle()
@@ -585,27 +590,41 @@ class _Run:
             log = logger.info if self.collector.wants("pickle") else logger.warning
             log("determinism across fresh instances not checked: %s", self.target.fresh_error)
             return
-        self.where = "building a second, fresh instance"
-        try:
-            fresh = self.target.factory()
-        except ENV_ERRORS as error:
-            self.collector.add("determinism.seed", "building a second, fresh instance to compare with raised", error=error)
-            return
-        self.where = "calling reset() without arguments on the fresh instance"
-        try:  # the same calls as on the explored instance, which started with a bare reset()
-            fresh.reset()
-        except ENV_ERRORS as error:  # reported as api.reset for the explored instance already
-            logger.debug("reset() of the fresh instance raised %s", describe(error))
-        self._replay(fresh, explored, "on a second, fresh instance", leak=False)
-        self.where = "closing the fresh instance"
-        try:
-            fresh.close()
-        except ENV_ERRORS as error:  # reported once, for the explored instance, by close.idempotent
-            logger.debug("close() of the fresh instance raised %s", describe(error))
+        # A constructor that draws from a global generator makes instances that may differ: each
+        # further one built while they replay alike is another chance to see it (a draw of 3
+        # values agrees with the first instance's once in 3).
+        for attempt in range(1 + FRESH_RETRIES):
+            instance = "a second, fresh instance" if attempt == 0 else f"fresh instance {attempt + 2}"
+            self.where = f"building {instance}"
+            before = global_rng_state()
+            try:
+                fresh = self.target.factory()
+            except ENV_ERRORS as error:
+                self.collector.add("determinism.seed", f"building {instance} to compare with raised", error=error)
+                return
+            who = f"on {instance}"
+            source = drew(before, global_rng_state())
+            if source:
+                who += f", whose constructor drew from {source}"
+            self.where = f"calling reset() without arguments {who}"
+            try:  # the same calls as on the explored instance, which started with a bare reset()
+                fresh.reset()
+            except ENV_ERRORS as error:  # reported as api.reset for the explored instance already
+                logger.debug("reset() of the fresh instance raised %s", describe(error))
+            self._constructor_draws = source
+            diverged = self._replay(fresh, explored, who, leak=False)
+            self._constructor_draws = None
+            self.where = "closing the fresh instance" if attempt == 0 else f"closing {instance}"
+            try:
+                fresh.close()
+            except ENV_ERRORS as error:  # reported once, for the explored instance, by close.idempotent
+                logger.debug("close() of the fresh instance raised %s", describe(error))
+            if diverged or not source:
+                return
 
-    def _replay(self, env: Any, explored: list[Episode], who: str, *, leak: bool, last_first: bool = False) -> None:
+    def _replay(self, env: Any, explored: list[Episode], who: str, *, leak: bool, last_first: bool = False) -> bool:
         """Replay each explored episode on ``env`` (in order, or the last first); one finding at
-        the first difference."""
+        the first difference (True: one was found)."""
         order = list(enumerate(explored))
         for index, episode in reversed(order) if last_first else order:
             label = f"episode {index} (seed {episode.seed})"
@@ -622,7 +641,7 @@ class _Run:
                         self.steps += 1
                 except ENV_ERRORS as error:
                     self._diverged(f"{call} of {label} raised {who}, where the first run did not", step, leak, error)
-                    return
+                    return True
                 after = global_rng_state()
                 source = drew(before, after)
                 if source and (episode.draws[step] is None or episode.draws[step] != after):
@@ -634,7 +653,7 @@ class _Run:
                         hint=_PETTINGZOO_RNG_HINT if self._pettingzoo else _RNG_HINT,
                         key=who,
                     )
-                    return
+                    return True
                 difference = _difference(record, result, step)
                 if difference:
                     text, agent_id = difference
@@ -645,7 +664,8 @@ class _Run:
                         leak,
                         agent=agent_id,
                     )
-                    return
+                    return True
+        return False
 
     def _diverged(
         self, message: str, step: int, leak: bool, error: BaseException | None = None, agent: Any = None
@@ -655,6 +675,9 @@ class _Run:
             hint = _PETTINGZOO_RNG_HINT + ("" if leak else " Reset every piece of episode state in reset().")
         if leak:
             hint += " Something carries over from the previous episode: reset it in reset()."
+        if self._constructor_draws:
+            hint += (f" The constructor draws from {self._constructor_draws}: draw what the episodes use in "
+                     "reset(), from self.np_random.")
         self.collector.add("determinism.seed", message, agent=agent, step=step, hint=hint, error=error)
 
     # Teardown --------------------------------------------------------------------------------
