@@ -160,11 +160,13 @@ class CallChecker:
         self.act_spaces = act_spaces
         self.label = ""
         self.dead: dict[Any, int] = {}  # agent -> the step it ended in
+        self.waiting: set[Any] = set()  # agents that acted and have not been observed since
 
     def start_episode(self, label: str) -> None:
         """Forget the previous episode; ``label`` (e.g. ``"episode 0 (seed 0)"``) goes in messages."""
         self.label = label
         self.dead = {}
+        self.waiting = set()
 
     # Splitting results ------------------------------------------------------------------------
 
@@ -249,9 +251,11 @@ class CallChecker:
         done, ending, all_missing = self._flags(frame, at) if frame.step else (False, set(), False)
         if frame.step:
             self._dead_agents(frame, at)
+            self._final_observations(frame, at, done, ending)
             self._rewards(frame, at)
         self._observations(frame, at)
         acting = [] if done else [a for a in frame.obs if a not in ending]
+        self.waiting = (self.waiting - set(frame.obs) - ending) | set(acting)
         self._infos(frame, at, acting)
         # Agents ending in a step that ends the episode may stay listed: nobody acts on that list.
         self._agents_attr(frame, at, acting, set() if done else ending)
@@ -349,6 +353,29 @@ class CallChecker:
                         step=frame.step,
                         key=name,
                     )
+
+    def _final_observations(self, frame: Frame, at: str, done: bool, ending: set[Any]) -> None:
+        """Agents that end in this step without a final observation, where one is needed."""
+        truncated_by_all = truthy(frame.truncateds.get(ALL, False)) and not truthy(frame.terminateds.get(ALL, False))
+        for agent_id in sorted({*ending, *(self.waiting if truncated_by_all else ())}, key=repr):
+            if agent_id in frame.obs or agent_id in self.dead or agent_id not in self.possible:
+                continue  # observed, or a lifecycle.dead-agent / ids.known finding already
+            truncated = truthy(frame.truncateds.get(agent_id, False)) or (
+                agent_id not in ending and truncated_by_all)
+            if truthy(frame.terminateds.get(agent_id, False)) and not truncated:
+                if done:  # terminated with the episode: a final observation only if the source has one
+                    continue
+                how = "terminated while the episode goes on"
+            else:
+                how = "was truncated" if agent_id in ending else "acted and was truncated by '__all__'"
+            self.collector.add(
+                "lifecycle.final-obs",
+                f"agent {shown(agent_id)} {how} {at} without a final observation in the obs dict "
+                f"(obs keys: {names(frame.obs)})",
+                agent=agent_id,
+                step=frame.step,
+                key=how,
+            )
 
     def _rewards(self, frame: Frame, at: str) -> None:
         for agent_id, reward in frame.rewards.items():

@@ -8,8 +8,10 @@ Example:
     >>> from marl_core.conformance.rules import RULES
     >>> RULES["api.all-key"].severity
     'error'
-    >>> sorted(rule_id for rule_id, rule in RULES.items() if rule.severity == "warning")
-    ['actions.unchanged', 'close.idempotent', 'ids.strings', 'masks.in-info', 'obs.aliasing', 'termination.bounded']
+    >>> len([rule_id for rule_id, rule in RULES.items() if rule.severity == "warning"])
+    7
+    >>> RULES["lifecycle.final-obs"].severity
+    'warning'
 """
 
 from __future__ import annotations
@@ -146,6 +148,17 @@ _CATALOG = (
         "terminateds[\"b\"] = True      # step 2\n... obs = {\"a\": .., \"b\": ..}   # step 3: 'b' is back",
         "Once an agent's terminated or truncated flag is True, drop it from `self.agents` and "
         "from every later dict of the episode.",
+    ),
+    Rule(
+        "lifecycle.final-obs",
+        "warning",
+        "An agent that ends in a step has its final observation in that step's obs dict when it is "
+        "truncated (by its own flag, or by `\"__all__\"` after it acted) or terminates while the "
+        "episode goes on: a truncated agent's value is estimated from it (RLlib refuses a truncated "
+        "agent without one; the trainer here falls back on its previous observation).",
+        "terminateds[\"prey_1\"] = True   # caught\nobs = {\"prey_0\": ..}            # no final obs for prey_1",
+        "Put every agent that terminates or truncates in a step into that step's obs dict with its "
+        "last observation (and drop it from `self.agents`).",
     ),
     Rule(
         "lifecycle.no-actor",
