@@ -161,12 +161,14 @@ class CallChecker:
         self.label = ""
         self.dead: dict[Any, int] = {}  # agent -> the step it ended in
         self.waiting: set[Any] = set()  # agents that acted and have not been observed since
+        self.seen: set[Any] = set()  # agents observed in the episode
 
     def start_episode(self, label: str) -> None:
         """Forget the previous episode; ``label`` (e.g. ``"episode 0 (seed 0)"``) goes in messages."""
         self.label = label
         self.dead = {}
         self.waiting = set()
+        self.seen = set()
 
     # Splitting results ------------------------------------------------------------------------
 
@@ -256,6 +258,7 @@ class CallChecker:
         self._observations(frame, at)
         acting = [] if done else [a for a in frame.obs if a not in ending]
         self.waiting = (self.waiting - set(frame.obs) - ending) | set(acting)
+        self.seen.update(frame.obs)
         self._infos(frame, at, acting)
         # Agents ending in a step that ends the episode may stay listed: nobody acts on that list.
         self._agents_attr(frame, at, acting, set() if done else ending)
@@ -356,10 +359,10 @@ class CallChecker:
 
     def _final_observations(self, frame: Frame, at: str, done: bool, ending: set[Any]) -> None:
         """Agents that end in this step without a final observation, where one is needed."""
-        truncated_by_all = truthy(frame.truncateds.get(ALL, False)) and not truthy(frame.terminateds.get(ALL, False))
+        truncated_by_all = truthy(frame.truncateds.get(ALL, False))  # with terminateds' too, RLlib reads truncation
         for agent_id in sorted({*ending, *(self.waiting if truncated_by_all else ())}, key=repr):
-            if agent_id in frame.obs or agent_id in self.dead or agent_id not in self.possible:
-                continue  # observed, or a lifecycle.dead-agent / ids.known finding already
+            if agent_id in frame.obs or agent_id in self.dead or agent_id not in self.seen:
+                continue  # observed; or a lifecycle.dead-agent finding already; or never in the episode (nothing to end)
             truncated = truthy(frame.truncateds.get(agent_id, False)) or (
                 agent_id not in ending and truncated_by_all)
             if truthy(frame.terminateds.get(agent_id, False)) and not truncated:
@@ -554,7 +557,7 @@ def _kind_of(reason: str) -> str:
 def _observation_hint(reason: str) -> str | None:
     """The fix for a ``spaces.obs-contains`` reason that the rule's dtype-and-shape fix does not
     fit (None: that one fits)."""
-    if "a NoneType" in reason:
+    if "a NoneType" in reason and not reason.startswith("at "):  # None as the whole observation
         return ("Give every agent in the obs dict a value of its observation space; an agent with nothing to "
                 "observe is left out of the obs dict, not given None.")
     if "where the space needs a tuple" in reason:

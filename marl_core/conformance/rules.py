@@ -152,9 +152,10 @@ _CATALOG = (
     Rule(
         "lifecycle.final-obs",
         "warning",
-        "An agent that ends in a step has its final observation in that step's obs dict when it is "
-        "truncated (by its own flag, or by `\"__all__\"` after it acted) or terminates while the "
-        "episode goes on: a truncated agent's value is estimated from it (RLlib refuses a truncated "
+        "An agent that was in the episode and ends in a step has its final observation in that "
+        "step's obs dict when it is truncated (by its own flag, or by `\"__all__\"` after it acted) "
+        "or terminates while the episode goes on, as the contract's obs dict holds the agents ending "
+        "in this very step: a truncated agent's value is estimated from it (RLlib refuses a truncated "
         "agent without one; the trainer here falls back on its previous observation).",
         "terminateds[\"prey_1\"] = True   # caught\nobs = {\"prey_0\": ..}            # no final obs for prey_1",
         "Put every agent that terminates or truncates in a step into that step's obs dict with its "

@@ -88,7 +88,8 @@ def _reset_raised_hint(error: BaseException) -> str:
     """The fix for reset()'s exception: ``api.reset``'s own when its signature refused the call
     (a TypeError raised at the call itself, before any of the env's code ran)."""
     traceback = error.__traceback__
-    signature = isinstance(error, TypeError) and traceback is not None and traceback.tb_next is None
+    signature = (isinstance(error, TypeError) and traceback is not None and traceback.tb_next is None
+                 and "argument" in str(error))
     return RULES["api.reset"].fix if signature else _RAISED_HINT
 
 
@@ -600,7 +601,10 @@ class _Run:
             try:
                 fresh = self.target.factory()
             except ENV_ERRORS as error:
-                self.collector.add("determinism.seed", f"building {instance} to compare with raised", error=error)
+                if attempt == 0:
+                    self.collector.add("determinism.seed", f"building {instance} to compare with raised", error=error)
+                else:  # an env that can be built only so often (a license, a port) is not the bug looked for
+                    logger.info("building %s to compare with raised %s; not retried", instance, describe(error))
                 return
             who = f"on {instance}"
             source = drew(before, global_rng_state())

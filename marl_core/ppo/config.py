@@ -709,7 +709,7 @@ class PPOConfig:
         out = dataclasses.replace(self)
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, dict):
+            if isinstance(value, Mapping):
                 setattr(out, f.name, dict(value))
             elif isinstance(value, list):
                 setattr(out, f.name, list(value))
@@ -1007,8 +1007,10 @@ def _exact_to_json(value: Any) -> Any:
         return {_ITEMS: [[_exact_to_json(k), _exact_to_json(v)] for k, v in value.items()]}
     if isinstance(value, list):
         return [_exact_to_json(v) for v in value]
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        return {_ARRAY: {"dtype": value.dtype.str, "shape": list(value.shape), "data": value.reshape(-1).tolist()}}
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "biuf" and not isinstance(value, np.ma.MaskedArray):
+            return {_ARRAY: {"dtype": value.dtype.str, "shape": list(value.shape), "data": value.reshape(-1).tolist()}}
+        return {"__unsaved__": repr(value)[:200]}  # objects, strings, records, masked: not as they were
     return value  # without a JSON form: marked unsaved by _json_default
 
 

@@ -226,6 +226,7 @@ class ObservesWrongly(MultiAgentEnv):
 
 @pytest.mark.parametrize(("wrong", "hint"), [
     (None, "an agent with nothing to observe is left out of the obs dict, not given None"),
+    ({"pair": (None, 0)}, RULES["spaces.obs-contains"].fix),  # None inside: the agent has an observation
     ({"pair": [0, 1]}, "Return a tuple for a Tuple space (tuple(values)), not a list or an array."),
     ((0, 1), "Return a dict with the Dict space's keys for a Dict space."),
     ({"pair": (0, 5)}, RULES["spaces.obs-contains"].fix),
@@ -267,6 +268,51 @@ def test_a_constructor_drawing_from_np_random_is_caught_when_the_second_instance
     assert "on fresh instance 3, whose constructor drew from numpy's global RNG (np.random.*) diverges" in finding.message
     assert "The constructor draws from numpy's global RNG (np.random.*): draw what the episodes use in reset()" in finding.hint
     assert check_env(broken_envs.Duel).ok  # a constructor that draws nothing is replayed once, as before
+
+
+def test_a_further_fresh_instance_that_cannot_be_built_ends_the_retries_without_a_finding() -> None:
+    # A deterministic env that draws an unused value (a port, say) and can be built only twice was
+    # reported under determinism.seed for the third build.
+    built = []
+
+    def twice():
+        if len(built) == 2:
+            raise RuntimeError("no license left")
+        built.append(random.random())
+        return broken_envs.Duel()
+
+    report = check_env(twice)
+    assert report.ok and report.findings == (), str(report)
+
+
+class FlagsEveryPossibleAgent(broken_envs.Duel):
+    """Correct: ends by truncation flagging every possible agent, "c" too, which never showed up."""
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if terminateds["__all__"]:
+            terminateds = {"__all__": False}
+            truncateds = {agent: True for agent in (*self.possible_agents, "__all__")}
+        return obs, rewards, terminateds, truncateds, infos
+
+
+class BothFlagsWithoutFinalObservation(broken_envs.Duel):
+    """Broken: ends with both '__all__' flags True and only "a"'s final observation ("b" acted too)."""
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if terminateds["__all__"]:
+            obs.pop("b")
+            truncateds = {"__all__": True}
+        return obs, rewards, terminateds, truncateds, infos
+
+
+def test_final_observations_are_asked_of_agents_in_the_episode_only_and_on_any_truncation() -> None:
+    # An agent that never appeared has nothing to end; both '__all__' flags True read as truncation, as RLlib reads them.
+    assert check_env(FlagsEveryPossibleAgent).findings == ()
+    report = check_env(BothFlagsWithoutFinalObservation)
+    assert report.rules == {"lifecycle.final-obs"}, str(report)
+    assert "agent 'b' acted and was truncated by '__all__' at step 6" in report.findings[0].message
 
 
 class OldResetSignature(broken_envs.Duel):

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import gymnasium as gym
@@ -699,6 +700,11 @@ def test_env_config_comes_back_exactly():
     np.testing.assert_array_equal(back["weights"], shaped["weights"])
     assert back["cells"].dtype == np.bool_ and back["cells"].tolist() == [[True], [False]]
     assert back["space"] == shaped["space"] and back["like_an_array"] == {"__array__": {}}
+    # Arrays JSON cannot hold as they are (objects, strings, records) are unsaved, not turned into lists.
+    for odd in (np.array([object()]), np.array(["a", "b"]), np.zeros(2, dtype=[("x", "i4"), ("y", "f4")])):
+        data = json.loads(json.dumps(_rps_config().environment(RockPaperScissors, env_config={"odd": odd}).to_json_dict()))
+        with pytest.raises(CheckpointError, match=r"env_config\['odd'\] \(array\("):
+            PPOConfig.from_json_dict(data)
     # Checkpoints written before, without markers, read as they did.
     assert PPOConfig.from_json_dict({**data, "env_config": {"rounds": 3, "sizes": [1, 2]}}).env_config == {
         "rounds": 3, "sizes": [1, 2]}
@@ -1287,6 +1293,9 @@ def test_rllibs_names_are_refused_with_what_to_write_and_its_no_op_builders_are_
     assert merged.model["hiddens"] == [32]
     with pytest.raises(ConfigError, match="model must be a dict of model settings, received None"):
         PPOConfig().training(model=None).copy().validate()
+    proxied = PPOConfig().environment(env_config=types.MappingProxyType({"rounds": 3}))
+    proxied.env_config = types.MappingProxyType({"rounds": 3})  # any Mapping is taken
+    assert proxied.copy().env_config == {"rounds": 3} and type(proxied.copy().env_config) is dict
 
 
 @pytest.mark.parametrize(("change", "message"), [
