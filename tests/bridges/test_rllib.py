@@ -191,6 +191,28 @@ def test_an_agent_observed_again_after_it_ended_is_a_contract_break() -> None:
     assert env.step({"player1": 1, "player2": 1})[2]["player2"]
 
 
+def test_the_final_observation_rllibs_episodes_require_is_warned_of_on_its_own_example() -> None:
+    # GuessTheNumberGame truncates at its step limit without a final observation for agent 0,
+    # which acted at the first step: RLlib's own MultiAgentEpisode refuses that episode.
+    from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+    from ray.rllib.examples.envs.classes.multi_agent.guess_the_number_game import GuessTheNumberGame
+    from ray.rllib.utils.error import MultiAgentEnvError as RLlibMultiAgentEnvError
+
+    report = check_env(lambda: from_rllib(GuessTheNumberGame({})))
+    assert report.ok and report.rules == {"lifecycle.final-obs"}, str(report)
+    assert "agent 'agent_0' acted and was truncated by '__all__'" in report.findings[0].message
+    env = GuessTheNumberGame({})
+    obs, infos = env.reset(seed=0)
+    episode = MultiAgentEpisode()
+    episode.add_env_reset(observations=obs, infos=infos)
+    with pytest.raises(RLlibMultiAgentEnvError, match="Agent 0 acted and then got truncated, but did NOT receive a last"):
+        for _ in range(1 + env.max_steps):  # agent 0 picks, then "lower than 1?" until the step limit truncates
+            actions = {agent: np.array([0, 1]) for agent in obs}
+            obs, rewards, terminateds, truncateds, infos = env.step(actions)
+            episode.add_env_step(observations=obs, actions=actions, rewards=rewards, infos=infos,
+                                 terminateds=terminateds, truncateds=truncateds)
+
+
 def test_contract_breaks_of_the_rllib_env_are_named() -> None:
     env = from_rllib(_NoAllFlag({}))
     env.reset(seed=0)
