@@ -363,14 +363,16 @@ class CallChecker:
         for agent_id in sorted({*ending, *(self.waiting if truncated_by_all else ())}, key=repr):
             if agent_id in frame.obs or agent_id in self.dead or agent_id not in self.seen:
                 continue  # observed; or a lifecycle.dead-agent finding already; or never in the episode (nothing to end)
-            truncated = truthy(frame.truncateds.get(agent_id, False)) or (
-                agent_id not in ending and truncated_by_all)
-            if truthy(frame.terminateds.get(agent_id, False)) and not truncated:
-                if done:  # terminated with the episode: a final observation only if the source has one
-                    continue
-                how = "terminated while the episode goes on"
+            if truthy(frame.truncateds.get(agent_id, False)):
+                how = "was truncated"
+            elif agent_id not in ending:
+                how = "acted and was truncated by '__all__'"
+            elif truncated_by_all:  # RLlib reads an agent's end in such a step as a truncation
+                how = "terminated in a step that truncates the episode ('__all__', read as a truncation)"
+            elif done:  # terminated with the episode: a final observation only if the source has one
+                continue
             else:
-                how = "was truncated" if agent_id in ending else "acted and was truncated by '__all__'"
+                how = "terminated while the episode goes on"
             self.collector.add(
                 "lifecycle.final-obs",
                 f"agent {shown(agent_id)} {how} {at} without a final observation in the obs dict "

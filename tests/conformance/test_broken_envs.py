@@ -307,12 +307,27 @@ class BothFlagsWithoutFinalObservation(broken_envs.Duel):
         return obs, rewards, terminateds, truncateds, infos
 
 
+class TerminatedAsTheEpisodeIsTruncated(broken_envs.Duel):
+    """Broken: "b" is flagged terminated, without a final observation, in the step that truncates the episode."""
+
+    def step(self, action_dict):
+        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
+        if terminateds["__all__"]:
+            obs.pop("b")
+            terminateds, truncateds = {"b": True, "__all__": False}, {"__all__": True}
+        return obs, rewards, terminateds, truncateds, infos
+
+
 def test_final_observations_are_asked_of_agents_in_the_episode_only_and_on_any_truncation() -> None:
     # An agent that never appeared has nothing to end; both '__all__' flags True read as truncation, as RLlib reads them.
     assert check_env(FlagsEveryPossibleAgent).findings == ()
     report = check_env(BothFlagsWithoutFinalObservation)
     assert report.rules == {"lifecycle.final-obs"}, str(report)
     assert "agent 'b' acted and was truncated by '__all__' at step 6" in report.findings[0].message
+    report = check_env(TerminatedAsTheEpisodeIsTruncated)
+    assert report.rules == {"lifecycle.final-obs"}, str(report)
+    assert "agent 'b' terminated in a step that truncates the episode ('__all__', read as a truncation)" in \
+        report.findings[0].message
 
 
 class OldResetSignature(broken_envs.Duel):
