@@ -704,8 +704,8 @@ class PPOConfig:
         return self
 
     def copy(self) -> PPOConfig:
-        """A shallow copy whose dict and list fields are copied too (a value of the wrong type is
-        kept as it is, for :meth:`validate` to refuse by name)."""
+        """A shallow copy whose mapping and list fields are copied too, as dicts and lists (a value
+        of another type is kept as it is, for :meth:`validate` to refuse by name)."""
         out = dataclasses.replace(self)
         for f in fields(self):
             value = getattr(self, f.name)
@@ -982,6 +982,11 @@ def _json_default(value: Any) -> Any:
 
     if isinstance(value, (np.generic, np.ndarray)):
         return value.tolist()
+    return _unsaved(value)
+
+
+def _unsaved(value: Any) -> dict[str, str]:
+    """The mark of a value that did not save (loading it back asks for the field again)."""
     return {"__unsaved__": repr(value)[:200]}
 
 
@@ -1010,7 +1015,7 @@ def _exact_to_json(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype.kind in "biuf" and not isinstance(value, np.ma.MaskedArray):
             return {_ARRAY: {"dtype": value.dtype.str, "shape": list(value.shape), "data": value.reshape(-1).tolist()}}
-        return {"__unsaved__": repr(value)[:200]}  # objects, strings, records, masked: not as they were
+        return _unsaved(value)  # objects, strings, records, masked: not as they were
     return value  # without a JSON form: marked unsaved by _json_default
 
 
@@ -1058,7 +1063,7 @@ def _policy_to_json(entry: Any) -> Any:
         for name in ("observation_space", "action_space"):
             space = getattr(entry, name)
             if space is not None:  # a space without a JSON form is marked unsaved
-                out[name] = space_to_json(space) or {"__unsaved__": repr(space)[:200]}
+                out[name] = space_to_json(space) or _unsaved(space)
         return out
     return {"kind": "fixed", "ref": reference_of(entry)}
 
