@@ -285,37 +285,22 @@ def test_a_further_fresh_instance_that_cannot_be_built_ends_the_retries_without_
     assert report.ok and report.findings == (), str(report)
 
 
-class FlagsEveryPossibleAgent(broken_envs.Duel):
+class FlagsEveryPossibleAgent(broken_envs.EndsWithFlags):
     """Correct: ends by truncation flagging every possible agent, "c" too, which never showed up."""
 
-    def step(self, action_dict):
-        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
-        if terminateds["__all__"]:
-            terminateds = {"__all__": False}
-            truncateds = {agent: True for agent in (*self.possible_agents, "__all__")}
-        return obs, rewards, terminateds, truncateds, infos
+    TERMINATEDS, TRUNCATEDS = {"__all__": False}, {"a": True, "b": True, "c": True, "__all__": True}
 
 
-class BothFlagsWithoutFinalObservation(broken_envs.Duel):
+class BothFlagsWithoutFinalObservation(broken_envs.EndsWithFlags):
     """Broken: ends with both '__all__' flags True and only "a"'s final observation ("b" acted too)."""
 
-    def step(self, action_dict):
-        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
-        if terminateds["__all__"]:
-            obs.pop("b")
-            truncateds = {"__all__": True}
-        return obs, rewards, terminateds, truncateds, infos
+    TERMINATEDS, TRUNCATEDS, DROPPED = {"__all__": True}, {"__all__": True}, ("b",)
 
 
-class TerminatedAsTheEpisodeIsTruncated(broken_envs.Duel):
+class TerminatedAsTheEpisodeIsTruncated(broken_envs.EndsWithFlags):
     """Broken: "b" is flagged terminated, without a final observation, in the step that truncates the episode."""
 
-    def step(self, action_dict):
-        obs, rewards, terminateds, truncateds, infos = super().step(action_dict)
-        if terminateds["__all__"]:
-            obs.pop("b")
-            terminateds, truncateds = {"b": True, "__all__": False}, {"__all__": True}
-        return obs, rewards, terminateds, truncateds, infos
+    TERMINATEDS, TRUNCATEDS, DROPPED = {"b": True, "__all__": False}, {"__all__": True}, ("b",)
 
 
 def test_final_observations_are_asked_of_agents_in_the_episode_only_and_on_any_truncation() -> None:
