@@ -559,9 +559,10 @@ def _kind_of(reason: str) -> str:
 def _observation_hint(reason: str) -> str | None:
     """The fix for a ``spaces.obs-contains`` reason that the rule's dtype-and-shape fix does not
     fit (None: that one fits)."""
-    if "a NoneType" in reason and not reason.startswith("at "):  # None as the whole observation
-        return ("Give every agent in the obs dict a value of its observation space; an agent with nothing to "
-                "observe is left out of the obs dict, not given None.")
+    if "a NoneType" in reason:  # None as the whole observation, or in a part of it
+        return None if reason.startswith("at ") else (
+            "Give every agent in the obs dict a value of its observation space; an agent with nothing to "
+            "observe is left out of the obs dict, not given None.")
     if "where the space needs a tuple" in reason:
         return "Return a tuple for a Tuple space (tuple(values)), not a list or an array."
     if "where the space needs a dict" in reason:

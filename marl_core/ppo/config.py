@@ -859,13 +859,14 @@ class PPOConfig:
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-safe dict; callables become ``"module:qualname"`` (None when not importable).
 
-        numpy numbers and arrays become numbers and lists; any other value without a JSON form
-        (inside ``env_config``, say) becomes ``{"__unsaved__": repr}``, and loading it back
+        numpy numbers and arrays become numbers and lists (inside ``env_config``, see below); any
+        other value without a JSON form becomes ``{"__unsaved__": repr}``, and loading it back
         raises :class:`CheckpointError` unless that field is passed again. ``env_config``, which
         reaches the env's code, comes back exactly: its tuples as tuples, its dicts with keys
         that are not strings with those keys, its numpy arrays (numbers and bools) with their
         dtype and shape, and its gymnasium spaces as spaces (marked ``{"__tuple__": [...]}``,
-        ``{"__items__": [[key, value], ...]}``, ``{"__array__": ...}`` and ``{"__space__": ...}``).
+        ``{"__items__": [[key, value], ...]}``, ``{"__array__": ...}`` and ``{"__space__": ...}``);
+        its arrays of objects, strings or records, masked arrays and records are unsaved.
         """
         out: dict[str, Any] = {}
         for f in fields(self):
@@ -1012,6 +1013,8 @@ def _exact_to_json(value: Any) -> Any:
         return {_ITEMS: [[_exact_to_json(k), _exact_to_json(v)] for k, v in value.items()]}
     if isinstance(value, list):
         return [_exact_to_json(v) for v in value]
+    if isinstance(value, np.void):  # a record: not a list of its fields
+        return _unsaved(value)
     if isinstance(value, np.ndarray):
         if value.dtype.kind in "biuf" and not isinstance(value, np.ma.MaskedArray):
             return {_ARRAY: {"dtype": value.dtype.str, "shape": list(value.shape), "data": value.reshape(-1).tolist()}}

@@ -227,6 +227,7 @@ class ObservesWrongly(MultiAgentEnv):
 @pytest.mark.parametrize(("wrong", "hint"), [
     (None, "an agent with nothing to observe is left out of the obs dict, not given None"),
     ({"pair": (None, 0)}, RULES["spaces.obs-contains"].fix),  # None inside: the agent has an observation
+    ({"pair": None}, RULES["spaces.obs-contains"].fix),  # not "return a tuple, not a list"
     ({"pair": [0, 1]}, "Return a tuple for a Tuple space (tuple(values)), not a list or an array."),
     ((0, 1), "Return a dict with the Dict space's keys for a Dict space."),
     ({"pair": (0, 5)}, RULES["spaces.obs-contains"].fix),
@@ -334,6 +335,11 @@ def test_a_reset_whose_signature_refuses_the_call_gets_api_resets_fix() -> None:
     assert {finding.hint for finding in report.findings} == {RULES["api.reset"].fix}, str(report)
     inside = check_env(ResetCallsWrongly)  # a TypeError raised inside reset() is the env's own bug
     assert inside.rules == {"api.reset"} and all(f.hint.startswith("Fix the exception shown") for f in inside.findings)
+    shadowed = broken_envs.Duel()
+    shadowed.reset = None  # a TypeError at the call, but not about its arguments
+    report = check_env(shadowed)
+    assert "'NoneType' object is not callable" in report.findings[0].message, str(report)
+    assert report.findings[0].hint.startswith("Fix the exception shown"), str(report)
 
 
 def test_one_bug_seen_with_many_values_is_one_finding() -> None:
