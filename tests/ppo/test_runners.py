@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -266,21 +267,45 @@ def test_seeded_runs_with_several_runners_repeat_and_an_interrupted_call_leaves_
     first, second = trained_weights(), trained_weights()  # the runners' batches came in finishing order
     assert all(np.array_equal(first[key], second[key]) for key in first)
     algo = _config(SlowRockPaperScissors, {"sleep": 0.02}).build()
+    # Python's own Ctrl-C handler, as a terminal's Ctrl-C meets a script (interrupt_main does nothing
+    # while SIGINT is left to the OS), restored after.
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         algo.train()
-        timer = threading.Timer(0.5, _thread.interrupt_main)  # Ctrl-C while the runners sample
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            algo.train()
-            time.sleep(30)  # not reached: the interrupt comes during train()
-        timer.cancel()
+        stop_pressing = threading.Event()
+
+        def press_ctrl_c() -> None:  # while the runners sample, and again each 0.5 s, as a user would
+            while not stop_pressing.wait(0.5):
+                _thread.interrupt_main()
+
+        pressing = threading.Thread(target=press_ctrl_c, daemon=True)
+        pressing.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                algo.train()
+                time.sleep(30)  # not reached: the interrupt comes during train()
+        finally:
+            stop_pressing.set()
+            _let_presses_end(pressing)
         started = time.monotonic()
         result = algo.train()  # the abandoned calls neither hold the runners nor time them out
         assert result["num_env_steps_sampled"] == 400 and result["num_runner_restarts"] == 0
         assert time.monotonic() - started < 30
     finally:
         algo.stop()
+        signal.signal(signal.SIGINT, previous_handler)
     assert not ray.is_initialized()
+
+
+def _let_presses_end(pressing: threading.Thread) -> None:
+    """Wait for the thread pressing Ctrl-C to end, absorbing a press that crossed the catch."""
+    while True:
+        try:
+            pressing.join()
+            time.sleep(0.2)  # a press made just before the thread ended arrives here at the latest
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def test_a_runner_whose_env_cannot_be_built_is_named_at_once_not_restarted():
