@@ -247,7 +247,6 @@ class _Run:
         self._first_possible: list[Any] | None = None  # possible_agents as first read, when a list
         # A PettingZoo env (bridged, not one of ours exported) seeds its own generator: super().reset() raises there.
         self._pettingzoo = type(self.env).__module__ == "bridges.pettingzoo" and getattr(self.env, "_export", None) is None
-        self._constructor_draws: str | None = None  # the global generator the replayed instance's constructor drew from
 
     def run(self) -> None:
         self._pickle()
@@ -615,9 +614,7 @@ class _Run:
                 fresh.reset()
             except ENV_ERRORS as error:  # reported as api.reset for the explored instance already
                 logger.debug("reset() of the fresh instance raised %s", describe(error))
-            self._constructor_draws = source
-            diverged = self._replay(fresh, explored, who, leak=False)
-            self._constructor_draws = None
+            diverged = self._replay(fresh, explored, who, leak=False, constructor_draws=source)
             self.where = "closing the fresh instance" if attempt == 0 else f"closing {instance}"
             try:
                 fresh.close()
@@ -626,9 +623,11 @@ class _Run:
             if diverged or not source:
                 return
 
-    def _replay(self, env: Any, explored: list[Episode], who: str, *, leak: bool, last_first: bool = False) -> bool:
+    def _replay(self, env: Any, explored: list[Episode], who: str, *, leak: bool, last_first: bool = False,
+                constructor_draws: str | None = None) -> bool:
         """Replay each explored episode on ``env`` (in order, or the last first); one finding at
-        the first difference (True: one was found)."""
+        the first difference (True: one was found). ``constructor_draws``: the global generator
+        ``env``'s constructor drew from, named in the fix."""
         order = list(enumerate(explored))
         for index, episode in reversed(order) if last_first else order:
             label = f"episode {index} (seed {episode.seed})"
@@ -644,7 +643,8 @@ class _Run:
                         result = env.step(snapshot(episode.actions[step - 1]))
                         self.steps += 1
                 except ENV_ERRORS as error:
-                    self._diverged(f"{call} of {label} raised {who}, where the first run did not", step, leak, error)
+                    self._diverged(f"{call} of {label} raised {who}, where the first run did not", step, leak, error,
+                                   constructor_draws=constructor_draws)
                     return True
                 after = global_rng_state()
                 source = drew(before, after)
@@ -667,20 +667,22 @@ class _Run:
                         step,
                         leak,
                         agent=agent_id,
+                        constructor_draws=constructor_draws,
                     )
                     return True
         return False
 
     def _diverged(
-        self, message: str, step: int, leak: bool, error: BaseException | None = None, agent: Any = None
+        self, message: str, step: int, leak: bool, error: BaseException | None = None, agent: Any = None,
+        constructor_draws: str | None = None,
     ) -> None:
         hint = RULES["determinism.seed"].fix
         if self._pettingzoo:
             hint = _PETTINGZOO_RNG_HINT + ("" if leak else " Reset every piece of episode state in reset().")
         if leak:
             hint += " Something carries over from the previous episode: reset it in reset()."
-        if self._constructor_draws:
-            hint += (f" The constructor draws from {self._constructor_draws}: draw what the episodes use in "
+        if constructor_draws:
+            hint += (f" The constructor draws from {constructor_draws}: draw what the episodes use in "
                      "reset(), from self.np_random.")
         self.collector.add("determinism.seed", message, agent=agent, step=step, hint=hint, error=error)
 

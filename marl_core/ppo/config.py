@@ -1013,12 +1013,10 @@ def _exact_to_json(value: Any) -> Any:
         return {_ITEMS: [[_exact_to_json(k), _exact_to_json(v)] for k, v in value.items()]}
     if isinstance(value, list):
         return [_exact_to_json(v) for v in value]
-    if isinstance(value, np.void):  # a record: not a list of its fields
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and not isinstance(value, np.ma.MaskedArray):
+        return {_ARRAY: {"dtype": value.dtype.str, "shape": list(value.shape), "data": value.reshape(-1).tolist()}}
+    if isinstance(value, (np.ndarray, np.void)):  # objects, strings, records, masked: not as they were
         return _unsaved(value)
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind in "biuf" and not isinstance(value, np.ma.MaskedArray):
-            return {_ARRAY: {"dtype": value.dtype.str, "shape": list(value.shape), "data": value.reshape(-1).tolist()}}
-        return _unsaved(value)  # objects, strings, records, masked: not as they were
     return value  # without a JSON form: marked unsaved by _json_default
 
 
